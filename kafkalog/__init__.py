@@ -1,0 +1,19 @@
+"""kafkalog: an in-process, Kafka-compatible log engine for Python.
+
+    >>> import kafkalog
+    >>> with kafkalog.LogStore("data") as store:
+    ...     store.create_topic("events", partitions=1)
+    ...     log = store.log("events", 0)
+    ...     log.append(b"hello", timestamp=1_700_000_000_000)
+"""
+
+from . import _engine  # noqa: F401  (fails loudly when the compiled engine is missing)
+from .config import Config
+from .errors import KafkaError
+from .storage import Log, LogStore
+from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+__version__ = "0.1.0"
+
+__all__ = ["Config", "KafkaError", "Log", "LogStore", "OffsetAndMetadata", "OffsetAndTimestamp", "TopicPartition",
+           "__version__"]

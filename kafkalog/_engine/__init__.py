@@ -1,0 +1,15 @@
+"""kafkalog's compiled engine (Cython): record batches, segment indexes, one segment's files.
+
+There is no pure-Python fallback: importing kafkalog without the built extension fails here, loudly.
+"""
+
+from ..errors import EngineNotBuiltError
+
+try:
+    from . import index, records, segment  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised by the packaging test in a clean tree
+    raise EngineNotBuiltError(
+        f"kafkalog's compiled engine is not built ({e}). Install with `pip install .` (or build in place with "
+        "`python setup.py build_ext --inplace`); kafkalog has no slow pure-Python fallback.") from e
+
+DEBUG_BUILD = bool(records.debug_build()) if hasattr(records, "debug_build") else False

@@ -1,0 +1,730 @@
+# cython: language_level=3
+"""LogSegment: one segment of a partition, its ``.log`` file and its two indexes.
+
+On disk (Kafka's layout, byte for byte)::
+
+    <20-digit base offset>.log        RecordBatch*  (v2 batches back to back, no file header)
+    <20-digit base offset>.index      (RelativeOffset => Int32 | Position => Int32)*
+    <20-digit base offset>.timeindex  (Timestamp => Int64 | RelativeOffset => Int32)*
+
+Index rule (Kafka's, stated per batch so every process derives it from the files alone): a batch starting at
+position P gets the entry (batch.lastOffset, P) when ``P - position of the last entry > index.interval.bytes``
+(the first batch of a segment never does); the time index then gets (max timestamp so far, offset of the batch
+holding it) if that timestamp is larger than its last entry. On roll/close the final (max timestamp, offset) entry is
+appended so the segment's largest timestamp survives a restart.
+
+Reads are zero-copy: the ``.log`` is mapped once (PROT_READ, MAP_SHARED, reserving room to grow) and ``read()``
+hands out read-only memoryviews of whole batches. Only bytes below ``size`` — complete batches that this process
+wrote or validated — are ever touched through the mapping, so a concurrent truncation of a torn tail by another
+process cannot fault us. Bytes appended by other processes are discovered with ``refresh()``, which reads them with
+pread() and validates each batch's CRC before moving ``size``: a reader never sees a torn batch.
+
+Not thread-safe: the owning ``Log`` serialises calls. Views returned by ``read()`` stay valid after the segment is
+closed or deleted (the mapping is released when the last view goes).
+"""
+
+import os
+import pathlib
+
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer, PyBUF_SIMPLE
+from libc.errno cimport errno, EINTR
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.string cimport strerror
+from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR
+from posix.fcntl cimport open as c_open
+from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, mmap, munmap
+from posix.stat cimport fstat, struct_stat
+from posix.unistd cimport close as c_close
+from posix.unistd cimport fsync, ftruncate, pread, pwrite
+
+from .clib cimport (KL_CHECK, KL_CODEC_NONE, KL_COMPRESSION_CODEC_MASK, KL_HEADER_SIZE_UP_TO_MAGIC, KL_INT32_MAX,
+                    KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_TYPE_MASK, kl_read_varint,
+                    kl_read_varlong)
+from .index cimport OffsetIndex, TimeIndex
+from .records cimport BatchHeader, batch_error_message, check_batch, parse_batch_header
+
+from kafkalog.errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError, storage_error
+from kafkalog._engine.records import RecordBatch
+
+cdef extern from "sys/mman.h" nogil:
+    int madvise(void *addr, size_t length, int advice)
+    int MADV_WILLNEED
+
+cdef int64_t PAGE = 4096
+cdef int64_t _CHUNK = 4 << 20
+
+
+def segment_file_name(int64_t base_offset, str suffix=".log"):
+    """``00000000000000000042.log`` for base offset 42 (Kafka's 20-digit zero padding)."""
+    return "%020d%s" % (base_offset, suffix)
+
+
+cdef object _os_error(str operation, object path):
+    cdef int err = errno
+    return storage_error(OSError(err, strerror(err).decode()), operation, path)
+
+
+cdef class Mapping:
+    """A read-only shared mapping of a .log; unmapped when the last holder (segment or view) is released."""
+
+    def __dealloc__(self):
+        if self.addr != NULL:
+            munmap(self.addr, self.length)
+            self.addr = NULL
+
+
+cdef Mapping _map_file(int fd, int64_t length, object path):
+    cdef Mapping m = Mapping.__new__(Mapping)
+    cdef void *p
+    m.length = <size_t>(((length + PAGE - 1) // PAGE) * PAGE)
+    if m.length == 0:
+        return m
+    p = mmap(NULL, m.length, PROT_READ, MAP_SHARED, fd, 0)
+    if p == MAP_FAILED:
+        raise _os_error("mmap", path)
+    m.addr = <unsigned char *>p
+    return m
+
+
+cdef class SegmentView:
+    """Exposes bytes [start, start+length) of a Mapping through the buffer protocol (read-only, zero-copy)."""
+    cdef Mapping _m
+    cdef Py_ssize_t _start
+    cdef Py_ssize_t _length
+
+    def __getbuffer__(self, Py_buffer *buf, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("kafkalog segment views are read-only")
+        PyBuffer_FillInfo(buf, self, <void *>(self._m.addr + self._start), self._length, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer *buf):
+        pass
+
+    def __len__(self):
+        return self._length
+
+
+cdef object _view(Mapping m, int64_t start, int64_t length):
+    cdef SegmentView v = SegmentView.__new__(SegmentView)
+    v._m = m
+    v._start = <Py_ssize_t>start
+    v._length = <Py_ssize_t>length
+    return memoryview(v)
+
+
+cdef inline bint _sane(BatchHeader *h, int64_t base_offset, int64_t prev_next) noexcept nogil:
+    """Header checks that need no CRC: offsets inside the segment, in order, counts consistent. Applied even to
+    batches below the recovery point, whose CRC is trusted (KIP-263), so a damaged header can never place a
+    batch at a wrong offset."""
+    cdef int64_t last = h.base_offset + h.last_offset_delta
+    return (h.last_offset_delta >= 0 and h.records_count >= 0 and h.base_offset >= base_offset
+            and last - base_offset <= KL_INT32_MAX and (prev_next < 0 or h.base_offset >= prev_next))
+
+
+cdef class LogSegment:
+    """One segment: ``.log`` + ``OffsetIndex`` + ``TimeIndex``. Not thread-safe (the Log serialises).
+
+    ``LogSegment(dir, base_offset, index_interval_bytes=4096, max_index_size=10485760, writable=True,
+    reserve_bytes=1<<30, create=False)`` opens an existing segment (``create=True`` makes missing files). The tail
+    is loaded from the last index entry (no full scan); ``torn_bytes`` tells how many bytes past the last complete
+    batch the file holds (a torn write: the Log recovers or ignores them).
+    """
+    def __cinit__(self):
+        self.fd = -1
+
+    def __init__(self, dir, int64_t base_offset, *, int64_t index_interval_bytes=4096,
+                 int64_t max_index_size=10485760, bint writable=True, int64_t reserve_bytes=1 << 30,
+                 bint create=False):
+        cdef struct_stat st
+        self.dir = pathlib.Path(dir)
+        self.base_offset = base_offset
+        self.writable = writable
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.log_path = self.dir / segment_file_name(base_offset)
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp_so_far = base_offset
+        self.rolling_based_timestamp = -1
+        self.next_offset = base_offset
+        cdef bytes bpath = os.fsencode(self.log_path)
+        cdef int flags = (O_RDWR | (O_CREAT if create else 0)) if writable else O_RDONLY
+        self.fd = c_open(bpath, flags, 0o644)
+        if self.fd < 0:
+            raise _os_error("open", self.log_path)
+        if fstat(self.fd, &st) != 0:
+            raise _os_error("fstat", self.log_path)
+        self._reserve = max(<int64_t>st.st_size, reserve_bytes)
+        self._map = _map_file(self.fd, self._reserve, self.log_path)
+        self._open_indexes(create)
+        self._load_tail(st.st_size)
+
+    def _open_indexes(self, bint create):
+        index_path = self.dir / segment_file_name(self.base_offset, ".index")
+        time_path = self.dir / segment_file_name(self.base_offset, ".timeindex")
+        if self.writable:
+            self.offset_index = OffsetIndex(index_path, self.base_offset, self.max_index_size, True)
+            self.time_index = TimeIndex(time_path, self.base_offset, self.max_index_size, True)
+        else:
+            # A reader takes what exists; a missing index only makes lookups scan from the segment start.
+            self.offset_index = (OffsetIndex(index_path, self.base_offset, self.max_index_size, False)
+                                 if index_path.exists() else None)
+            self.time_index = (TimeIndex(time_path, self.base_offset, self.max_index_size, False)
+                               if time_path.exists() else None)
+
+    cdef int _note_batch(self, int64_t pos, int64_t last_offset, int64_t max_ts, int64_t batch_size) except -1:
+        """Account for a complete batch at ``pos`` (already in the file): index rule, max timestamp, end."""
+        cdef int64_t last_pos
+        if pos == 0:
+            self.rolling_based_timestamp = max_ts
+        if max_ts > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = max_ts
+            self.offset_of_max_timestamp_so_far = last_offset
+        if self.writable and self.offset_index is not None and pos > 0:
+            last_pos = self.offset_index.lookup_position(0x7fffffffffffffff)
+            if pos - last_pos > self.index_interval_bytes and not self.offset_index.is_full() \
+                    and last_offset > self.offset_index.last_offset:
+                self.offset_index.append(last_offset, pos)
+                if not self.time_index.is_full():
+                    self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far)
+        self.next_offset = last_offset + 1
+        self.size = pos + batch_size
+        return 0
+
+    cdef inline const unsigned char *_ptr(self, int64_t pos) noexcept nogil:
+        return self._map.addr + pos
+
+    def _ensure_mapped(self, int64_t length):
+        if <size_t>length > self._map.length:
+            self._reserve = max(length, self._reserve * 2)
+            self._map = _map_file(self.fd, self._reserve, self.log_path)
+
+    def _load_tail(self, int64_t file_size):
+        """Find the logical end from the last index entry (headers only; the CRC is the recovery's job)."""
+        cdef BatchHeader h
+        cdef int64_t pos = 0
+        cdef int rc
+        self._ensure_mapped(file_size)
+        if self.offset_index is not None and self.offset_index.entries > 0:
+            pos = self.offset_index.last_entry[1]
+            if pos < 0 or pos >= file_size:
+                pos = 0  # an index ahead of its log (torn write of the log): recovery rebuilds it
+        if self.time_index is not None and self.time_index.entries > 0:
+            ts, off = self.time_index.last_entry
+            self.max_timestamp_so_far = ts
+            self.offset_of_max_timestamp_so_far = off
+        if file_size > 0 and pos > 0:
+            rc = parse_batch_header(self._ptr(0), file_size, &h)
+            if rc == 0:
+                self.rolling_based_timestamp = h.max_timestamp
+        self.size = pos
+        while pos < file_size:
+            rc = parse_batch_header(self._ptr(pos), file_size - pos, &h)
+            if rc != 0 or not _sane(&h, self.base_offset, self.next_offset if pos > 0 else -1):
+                break
+            self._note_batch(pos, h.base_offset + h.last_offset_delta, h.max_timestamp, h.batch_length + 12)
+            pos = self.size
+        self.torn_bytes = file_size - self.size
+
+    # ------------------------------------------------------------------------------------------------ append
+
+    def append(self, data, int64_t expected_next_offset=-1):
+        """Write complete batches (offsets already assigned, already validated) at the end; index per batch.
+
+        A failed write is rolled back (the file is truncated to its old end) and raised as KafkaStorageError.
+        Returns the new size.
+        """
+        cdef Py_buffer buf
+        cdef BatchHeader h
+        cdef const unsigned char *p
+        cdef Py_ssize_t n, q = 0, written = 0
+        cdef ssize_t w
+        cdef int64_t start = self.size
+        cdef int rc
+        if not self.writable:
+            raise storage_error(OSError(9, "segment is read-only"), "append", self.log_path)
+        PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
+        try:
+            p = <const unsigned char *>buf.buf
+            n = buf.len
+            # check framing before the first byte goes to disk: offsets must continue the segment
+            while q < n:
+                rc = parse_batch_header(p + q, n - q, &h)
+                if rc != 0:
+                    raise CorruptRecordError("append: %s at byte %d of the appended data" % (
+                        batch_error_message(rc), q))
+                if h.base_offset + h.last_offset_delta - self.base_offset > KL_INT32_MAX or \
+                        h.base_offset < self.base_offset:
+                    raise InvalidOffsetError("append: offset %d does not fit segment %d" % (
+                        h.base_offset, self.base_offset))
+                if expected_next_offset >= 0 and q == 0 and h.base_offset < expected_next_offset:
+                    raise InvalidOffsetError("append: base offset %d below the log end %d" % (
+                        h.base_offset, expected_next_offset))
+                q += h.batch_length + KL_LOG_OVERHEAD
+            self._ensure_mapped(start + n)
+            with nogil:
+                while written < n:
+                    w = pwrite(self.fd, p + written, n - written, start + written)
+                    if w < 0:
+                        if errno == EINTR:
+                            continue
+                        break
+                    written += w
+            if written < n:
+                err = _os_error("write", self.log_path)
+                ftruncate(self.fd, start)
+                raise err
+            q = 0
+            while q < n:
+                parse_batch_header(p + q, n - q, &h)
+                self._note_batch(start + q, h.base_offset + h.last_offset_delta, h.max_timestamp,
+                                 h.batch_length + KL_LOG_OVERHEAD)
+                q += h.batch_length + KL_LOG_OVERHEAD
+        finally:
+            PyBuffer_Release(&buf)
+        return self.size
+
+    # ------------------------------------------------------------------------------------------------ read
+
+    cdef int _walk_to(self, int64_t offset, int64_t *pos, int64_t *last, int64_t *bsize) noexcept nogil:
+        """From *pos, find the first batch whose last offset >= offset. 1 = found (pos/last/bsize set), 0 = none."""
+        cdef BatchHeader h
+        cdef int64_t p = pos[0]
+        while p < self.size:
+            if parse_batch_header(self._ptr(p), self.size - p, &h) != 0:
+                return 0
+            if h.base_offset + h.last_offset_delta >= offset:
+                pos[0] = p
+                last[0] = h.base_offset + h.last_offset_delta
+                bsize[0] = h.batch_length + KL_LOG_OVERHEAD
+                return 1
+            p += h.batch_length + KL_LOG_OVERHEAD
+        return 0
+
+    cdef int64_t _index_position(self, int64_t offset):
+        if self.offset_index is None:
+            return 0
+        cdef int64_t p = self.offset_index.lookup_position(offset)
+        return p if 0 <= p < self.size else 0
+
+    def translate_offset(self, int64_t offset, int64_t starting_position=0):
+        """(last offset, position, size) of the first batch whose last offset >= offset, or None."""
+        cdef int64_t pos = max(self._index_position(offset), starting_position), last = 0, bsize = 0
+        if self._walk_to(offset, &pos, &last, &bsize):
+            return (last, pos, bsize)
+        return None
+
+    def read(self, int64_t start_offset, int64_t max_size, bint min_one_message=True, int64_t max_position=-1):
+        """Whole batches from the one containing ``start_offset``, at most ``max_size`` bytes (at least one batch
+        when ``min_one_message``), as a zero-copy memoryview; None when no batch has last offset >= start."""
+        cdef int64_t pos = self._index_position(start_offset), last = 0, bsize = 0, end, p
+        cdef BatchHeader h
+        if max_position < 0 or max_position > self.size:
+            max_position = self.size
+        if not self._walk_to(start_offset, &pos, &last, &bsize) or pos >= max_position:
+            return None
+        end = pos + bsize
+        if bsize > max_size and not min_one_message:
+            return _view(self._map, pos, 0)
+        while end < max_position:
+            if parse_batch_header(self._ptr(end), max_position - end, &h) != 0:
+                break
+            if end + h.batch_length + KL_LOG_OVERHEAD - pos > max_size:
+                break
+            end += h.batch_length + KL_LOG_OVERHEAD
+        return _view(self._map, pos, end - pos)
+
+    def view(self, int64_t start=0, int64_t end=-1):
+        """Zero-copy view of bytes [start, end) of the valid region (end -1 = size)."""
+        if end < 0 or end > self.size:
+            end = self.size
+        if start < 0 or start > end:
+            raise ValueError("view [%d, %d) outside [0, %d)" % (start, end, self.size))
+        return _view(self._map, start, end - start)
+
+    def batch_positions(self, int64_t start=0):
+        """Yield (position, RecordBatch) for every complete batch from ``start`` (tools: dump, check)."""
+        cdef BatchHeader h
+        cdef int64_t pos = start
+        while pos < self.size:
+            if parse_batch_header(self._ptr(pos), self.size - pos, &h) != 0:
+                return
+            yield pos, RecordBatch(_view(self._map, pos, h.batch_length + KL_LOG_OVERHEAD))
+            pos += h.batch_length + KL_LOG_OVERHEAD
+
+    # ------------------------------------------------------------------------------------------------ time
+
+    @property
+    def largest_timestamp(self):
+        """Largest record timestamp, or the file's mtime when no record has one (Kafka's retention key)."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        try:
+            return os.stat(self.log_path).st_mtime_ns // 1000000
+        except OSError:
+            return -1
+
+    def find_offset_by_timestamp(self, int64_t timestamp, int64_t starting_offset):
+        """(timestamp, offset) of the first record, in offset order from the time index hint, whose timestamp is
+        >= ``timestamp`` and offset >= ``starting_offset``; None when there is none in this segment."""
+        cdef int64_t hint = self.base_offset, pos, last = 0, bsize = 0
+        cdef BatchHeader h
+        if self.time_index is not None and self.time_index.entries > 0:
+            hint = self.time_index.lookup(timestamp)[1]
+        pos = self._index_position(max(hint, starting_offset))
+        if not self._walk_to(starting_offset, &pos, &last, &bsize):
+            return None
+        while pos < self.size:
+            if parse_batch_header(self._ptr(pos), self.size - pos, &h) != 0:
+                return None
+            if h.max_timestamp >= timestamp:
+                found = self._search_batch(pos, &h, timestamp, starting_offset, False)
+                if found is not None:
+                    return found
+            pos += h.batch_length + KL_LOG_OVERHEAD
+        return None
+
+    def find_max_timestamp(self):
+        """(max timestamp, exact offset of the first record carrying it) — ListOffsets -3 (KAFKA-16310)."""
+        cdef int64_t pos = 0, last = 0, bsize = 0
+        cdef BatchHeader h
+        if self.max_timestamp_so_far < 0:
+            return None
+        pos = self._index_position(self.offset_of_max_timestamp_so_far)
+        # the shallow offset from a time index may predate this process's view; scan from the hint, then from 0
+        for start in (pos, 0):
+            pos = start
+            while pos < self.size:
+                if parse_batch_header(self._ptr(pos), self.size - pos, &h) != 0:
+                    break
+                if h.max_timestamp == self.max_timestamp_so_far:
+                    return self._search_batch(pos, &h, self.max_timestamp_so_far, -1, True)
+                pos += h.batch_length + KL_LOG_OVERHEAD
+        return None
+
+    cdef object _search_batch(self, int64_t pos, BatchHeader *h, int64_t target, int64_t min_offset, bint exact):
+        """First record of the batch at pos with ts >= target (== target when exact) and offset >= min_offset."""
+        cdef const unsigned char *p
+        cdef const unsigned char *end
+        cdef int32_t length, odelta
+        cdef int64_t tdelta, ts
+        cdef int n, i
+        if h.attributes & KL_TIMESTAMP_TYPE_MASK:
+            # LogAppendTime: every record reads as the batch's max timestamp
+            if h.max_timestamp >= target and (not exact or h.max_timestamp == target):
+                off = max(h.base_offset, min_offset)
+                if off <= h.base_offset + h.last_offset_delta:
+                    return (h.max_timestamp, off)
+            return None
+        if (h.attributes & KL_COMPRESSION_CODEC_MASK) != KL_CODEC_NONE:
+            for rec in RecordBatch(_view(self._map, pos, h.batch_length + KL_LOG_OVERHEAD)):
+                if rec.offset >= min_offset and (rec.timestamp == target if exact else rec.timestamp >= target):
+                    return (rec.timestamp, rec.offset)
+            return None
+        p = self._ptr(pos + KL_RECORD_BATCH_OVERHEAD)
+        end = self._ptr(pos + h.batch_length + KL_LOG_OVERHEAD)
+        for i in range(h.records_count):
+            n = kl_read_varint(p, end, &length)
+            if n < 0 or length < 0:
+                break
+            p += n
+            rec_end = p + length
+            if rec_end > end:
+                break
+            p += 1  # record attributes
+            n = kl_read_varlong(p, rec_end, &tdelta)
+            if n < 0:
+                break
+            p += n
+            n = kl_read_varint(p, rec_end, &odelta)
+            if n < 0:
+                break
+            ts = h.base_timestamp + tdelta
+            if h.base_offset + odelta >= min_offset and (ts == target if exact else ts >= target):
+                return (ts, h.base_offset + odelta)
+            p = rec_end
+        return None
+
+    # ------------------------------------------------------------------------------------------------ recovery
+
+    def indexes_consistent(self):
+        """Cheap checks that a sealed segment's index files agree with its .log (O(1) reads): trimmed to whole
+        entries, first and last offset entries pointing at the start of the batch ending at their offset, time
+        entries inside the segment and ordered. False means: rebuild them with recover()."""
+        cdef BatchHeader h
+        cdef int64_t pos, off
+        if self.offset_index is None or self.time_index is None:
+            return False
+        oi, ti = self.offset_index, self.time_index
+        if os.path.getsize(oi.path) != oi.entries * 8 or os.path.getsize(ti.path) != ti.entries * 12:
+            return False
+        for i in ((0, oi.entries - 1) if oi.entries else ()):
+            off, pos = oi.entry(i)
+            if pos < 0 or pos >= self.size or parse_batch_header(self._ptr(pos), self.size - pos, &h) != 0:
+                return False
+            if h.base_offset + h.last_offset_delta != off:
+                return False
+        if ti.entries:
+            first_ts, first_off = ti.entry(0)
+            last_ts, last_off = ti.entry(ti.entries - 1)
+            if first_ts > last_ts or first_off < self.base_offset or last_off >= self.next_offset or \
+                    last_ts != self.max_timestamp_so_far:
+                return False
+        return True
+
+    def recover(self, int64_t max_message_size=0x7fffffff, int64_t from_offset=-1):
+        """Validate batches (CRC, framing, offsets) and rebuild the indexes; truncate at the first invalid byte.
+
+        Batches whose last offset is below ``from_offset`` (the recovery point: fsynced before) are trusted and
+        only their headers are read; index entries from there on are dropped and rebuilt. Returns truncated bytes.
+        """
+        cdef BatchHeader h
+        cdef struct_stat st
+        cdef int64_t pos = 0, last = 0, bsize = 0, file_size, prev_next
+        cdef int rc
+        if fstat(self.fd, &st) != 0:
+            raise _os_error("fstat", self.log_path)
+        file_size = st.st_size
+        self._ensure_mapped(file_size)
+        # a sealed (trimmed) or damaged index gets its full preallocated size back before it is rebuilt
+        self.offset_index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
+        self.size = file_size
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp_so_far = self.base_offset
+        self.rolling_based_timestamp = -1
+        self.next_offset = self.base_offset
+        if from_offset > self.base_offset and self.offset_index.entries > 0:
+            self.offset_index.truncate_to(from_offset)
+            self.time_index.truncate_to(from_offset)
+            pos = self.offset_index.last_entry[1] if self.offset_index.entries > 0 else 0
+            if self.time_index.entries > 0:
+                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = self.time_index.last_entry
+            if pos >= file_size:
+                pos = 0
+        else:
+            self.offset_index.truncate()
+            self.time_index.truncate()
+        if pos > 0 and parse_batch_header(self._ptr(0), file_size, &h) == 0:
+            self.rolling_based_timestamp = h.max_timestamp
+        self.size = pos
+        prev_next = -1
+        while pos < file_size:
+            rc = parse_batch_header(self._ptr(pos), file_size - pos, &h)
+            if rc != 0:
+                break
+            last = h.base_offset + h.last_offset_delta
+            if last < from_offset:
+                pass  # trusted: flushed before the recovery point
+            elif check_batch(self._ptr(pos), file_size - pos, &h) != 0:
+                break
+            elif h.batch_length + KL_LOG_OVERHEAD > max_message_size + KL_LOG_OVERHEAD + KL_RECORD_BATCH_OVERHEAD \
+                    and max_message_size < 0x7fffffff:
+                break
+            if not _sane(&h, self.base_offset, prev_next):
+                break
+            prev_next = last + 1
+            self._note_batch(pos, last, h.max_timestamp, h.batch_length + KL_LOG_OVERHEAD)
+            pos = self.size
+        truncated = file_size - self.size
+        if truncated > 0:
+            if ftruncate(self.fd, self.size) != 0:
+                raise _os_error("truncate", self.log_path)
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, True)
+        self.torn_bytes = 0
+        return truncated
+
+    def truncate_to(self, int64_t offset):
+        """Drop every batch whose last offset >= offset (a batch containing ``offset`` goes whole). Returns bytes."""
+        cdef int64_t pos = self._index_position(offset), last = 0, bsize = 0, old = self.size
+        if not self._walk_to(offset, &pos, &last, &bsize):
+            return 0
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        if ftruncate(self.fd, pos) != 0:
+            raise _os_error("truncate", self.log_path)
+        self.size = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp_so_far = -1
+        self.offset_of_max_timestamp_so_far = self.base_offset
+        self.rolling_based_timestamp = -1
+        self._load_tail_from_start(pos)
+        return old - pos
+
+    def _load_tail_from_start(self, int64_t file_size):
+        cdef BatchHeader h
+        cdef int64_t pos = 0
+        if self.time_index.entries > 0:
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = self.time_index.last_entry
+        while pos < file_size and parse_batch_header(self._ptr(pos), file_size - pos, &h) == 0:
+            self._note_batch(pos, h.base_offset + h.last_offset_delta, h.max_timestamp,
+                             h.batch_length + KL_LOG_OVERHEAD)
+            pos = self.size
+
+    # ------------------------------------------------------------------------------------------------ other processes
+
+    def refresh(self):
+        """Take in complete, CRC-valid batches that other processes appended after ``size``.
+
+        Returns the number of new bytes (0 when none), or -1 when the file is now shorter than our view (another
+        process truncated it: the caller must reopen the segment).
+        """
+        cdef struct_stat st
+        cdef BatchHeader h
+        cdef int64_t file_size, pos, start = self.size
+        cdef bytearray chunk
+        cdef const unsigned char *p
+        cdef Py_ssize_t got, q, avail
+        cdef int rc
+        if fstat(self.fd, &st) != 0:
+            raise _os_error("fstat", self.log_path)
+        file_size = st.st_size
+        if file_size < self.size:
+            return -1
+        pos = self.size
+        while pos < file_size:
+            want = min(file_size - pos, _CHUNK)
+            chunk = bytearray(want)
+            p = <const unsigned char *>(<char *>chunk)
+            got = pread(self.fd, <void *>p, want, pos)
+            if got <= 0:
+                break
+            q = 0
+            while q < got:
+                avail = got - q
+                rc = check_batch(p + q, avail, &h)
+                if rc == -1 and q == 0 and h.batch_length + KL_LOG_OVERHEAD > avail and \
+                        pos + h.batch_length + KL_LOG_OVERHEAD <= file_size and avail >= KL_RECORD_BATCH_OVERHEAD:
+                    # one batch larger than the chunk: read exactly it
+                    chunk = bytearray(h.batch_length + KL_LOG_OVERHEAD)
+                    p = <const unsigned char *>(<char *>chunk)
+                    got = pread(self.fd, <void *>p, len(chunk), pos)
+                    if got != len(chunk):
+                        break
+                    continue
+                if rc != 0:
+                    break
+                q += h.batch_length + KL_LOG_OVERHEAD
+            if q == 0:
+                break
+            self._ensure_mapped(pos + q)
+            # account per batch, with the index rule; entries written by the other process are picked up below
+            avail = 0
+            while avail < q:
+                parse_batch_header(p + avail, q - avail, &h)
+                self._note_batch_foreign(pos + avail, h.base_offset + h.last_offset_delta, h.max_timestamp,
+                                         h.batch_length + KL_LOG_OVERHEAD)
+                avail += h.batch_length + KL_LOG_OVERHEAD
+            pos += q
+            if q < got:
+                break
+        if self.offset_index is not None:
+            self.offset_index.refresh()
+        if self.time_index is not None:
+            self.time_index.refresh()
+        return self.size - start
+
+    def _note_batch_foreign(self, int64_t pos, int64_t last_offset, int64_t max_ts, int64_t batch_size):
+        # the writer that appended these batches also wrote their index entries: do not index them twice
+        if pos == 0:
+            self.rolling_based_timestamp = max_ts
+        if max_ts > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = max_ts
+            self.offset_of_max_timestamp_so_far = last_offset
+        self.next_offset = last_offset + 1
+        self.size = pos + batch_size
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
+
+    def flush(self, bint indexes=True):
+        """fsync the .log (its data and size), then the indexes unless ``indexes`` is False: indexes above the
+        checkpointed recovery point are rebuilt by recovery anyway, so a durable append needs the .log only."""
+        cdef int rc
+        if self.fd < 0 or not self.writable:
+            return
+        with nogil:
+            rc = fsync(self.fd)
+        if rc != 0:
+            raise _os_error("fsync", self.log_path)
+        if indexes:
+            self.offset_index.flush()
+            self.time_index.flush()
+
+    def on_become_inactive(self):
+        """At roll: final time-index entry (largest timestamp survives restarts), indexes trimmed to their entries."""
+        if not self.writable:
+            return
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def close(self):
+        """Final time-index entry and trimmed indexes (writable), then release files. Idempotent."""
+        if self.fd < 0:
+            return
+        try:
+            self.on_become_inactive()
+        finally:
+            if self.offset_index is not None:
+                self.offset_index.close()
+            if self.time_index is not None:
+                self.time_index.close()
+            c_close(self.fd)
+            self.fd = -1
+            self._map = Mapping.__new__(Mapping)
+
+    def close_without_finalizing(self):
+        """Release files without the final time-index entry: for a read-only opener, or a segment that another
+        process sealed (it already wrote the final entries)."""
+        if self.fd < 0:
+            return
+        if self.offset_index is not None:
+            self.offset_index.close()
+        if self.time_index is not None:
+            self.time_index.close()
+        c_close(self.fd)
+        self.fd = -1
+        self._map = Mapping.__new__(Mapping)
+
+    def torn_bytes_now(self):
+        """Bytes in the file past the last complete batch of our view (a writer died mid-append)."""
+        cdef struct_stat st
+        if fstat(self.fd, &st) != 0:
+            raise _os_error("fstat", self.log_path)
+        return st.st_size - self.size
+
+    def truncate_torn_tail(self):
+        """Cut bytes past ``size`` (only under the partition lock: no other writer can be appending)."""
+        if ftruncate(self.fd, self.size) != 0:
+            raise _os_error("truncate", self.log_path)
+        self.torn_bytes = 0
+
+    @property
+    def closed(self):
+        return self.fd < 0
+
+    def files(self):
+        """Paths of this segment's files that exist."""
+        return [p for p in (self.log_path, self.dir / segment_file_name(self.base_offset, ".index"),
+                            self.dir / segment_file_name(self.base_offset, ".timeindex")) if p.exists()]
+
+    def rename_deleted(self):
+        """Close and rename every file to ``<name>.deleted`` (crash-safe delete, step 1); returns the new paths."""
+        paths = self.files()
+        self.close()
+        out = []
+        for p in paths:
+            q = p.with_name(p.name + ".deleted")
+            try:
+                os.replace(p, q)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise storage_error(e, "rename", p) from None
+            out.append(q)
+        return out
+
+    def __repr__(self):
+        return "LogSegment(%s, base=%d, size=%d, next=%d)" % (self.dir.name, self.base_offset, self.size,
+                                                               self.next_offset)

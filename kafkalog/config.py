@@ -1,0 +1,202 @@
+"""One ``Config``: every key declared once with its type, Kafka default, validator and doc (like Kafka's ConfigDef).
+
+Keys are Kafka's (``segment.bytes``, ``retention.ms``); callers may spell them with underscores
+(``segment_bytes``). Broker-level synonyms (``log.segment.bytes``, ``log.retention.hours``...) are accepted in a
+store's config and map to the topic key. Unknown keys and invalid values raise ``InvalidConfigError`` naming the key
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidConfigError
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+TOPIC = "topic"  # per-topic key: stored with the topic, overridable per topic
+STORE = "store"  # per-store key: how the store runs (checkpoints, maintenance), not per topic
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    type: type
+    default: Any
+    doc: str
+    scope: str = TOPIC
+    low: int | None = None
+    high: int | None = None
+    choices: tuple | None = None
+    validator: Callable[[Any], bool] | None = None
+
+    def parse(self, value):
+        if self.type is bool:
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false"):
+                    raise InvalidConfigError(f"{self.name}={value!r}: expected true or false")
+                return value.lower() == "true"
+            if not isinstance(value, bool):
+                raise InvalidConfigError(f"{self.name}={value!r}: expected a boolean")
+            return value
+        if self.type is int:
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                raise InvalidConfigError(f"{self.name}={value!r}: expected an integer")
+            try:
+                v = int(value)
+            except ValueError:
+                raise InvalidConfigError(f"{self.name}={value!r}: expected an integer") from None
+            if (self.low is not None and v < self.low) or (self.high is not None and v > self.high):
+                raise InvalidConfigError(f"{self.name}={v}: must be in [{self.low}, {self.high}]")
+            return v
+        v = str(value)
+        if self.choices and v not in self.choices:
+            raise InvalidConfigError(f"{self.name}={v!r}: must be one of {', '.join(self.choices)}")
+        if self.validator and not self.validator(v):
+            raise InvalidConfigError(f"{self.name}={v!r}: invalid value")
+        return v
+
+
+def _keys(*keys: ConfigKey) -> dict[str, ConfigKey]:
+    out: dict[str, ConfigKey] = {}
+    for k in keys:
+        if k.name in out:
+            raise RuntimeError(f"config key {k.name} declared twice")
+        out[k.name] = k
+    return out
+
+
+CONFIG_KEYS = _keys(
+    ConfigKey("segment.bytes", int, 1073741824, "Roll a new segment before the .log would exceed this size.",
+              low=14, high=INT_MAX),
+    ConfigKey("segment.ms", int, 604800000,
+              "Roll when the first batch of the active segment is this much older (in record time) than the append.",
+              low=1, high=LONG_MAX),
+    ConfigKey("segment.jitter.ms", int, 0, "Random jitter subtracted from segment.ms per segment.", low=0,
+              high=LONG_MAX),
+    ConfigKey("segment.index.bytes", int, 10485760, "Preallocated size of each segment's index files.", low=4,
+              high=INT_MAX),
+    ConfigKey("index.interval.bytes", int, 4096, "Bytes of log between two offset/time index entries.", low=0,
+              high=INT_MAX),
+    ConfigKey("retention.ms", int, 604800000,
+              "Delete a segment once its largest record timestamp is older than this; -1 keeps forever.",
+              low=-1, high=LONG_MAX),
+    ConfigKey("retention.bytes", int, -1, "Delete old segments while the partition exceeds this size; -1 = no limit.",
+              low=-1, high=LONG_MAX),
+    ConfigKey("file.delete.delay.ms", int, 60000,
+              "How long a removed segment stays as <file>.deleted before it is unlinked.", low=0, high=LONG_MAX),
+    ConfigKey("flush.messages", int, LONG_MAX, "fsync after this many appended records (1 = every append).", low=1,
+              high=LONG_MAX),
+    ConfigKey("flush.ms", int, LONG_MAX, "fsync when the last flush is older than this.", low=0, high=LONG_MAX),
+    ConfigKey("max.message.bytes", int, 1048588, "Largest record batch accepted (after compression).", low=0,
+              high=INT_MAX),
+    ConfigKey("message.timestamp.type", str, "CreateTime", "Record timestamps: the producer's or the append time.",
+              choices=("CreateTime", "LogAppendTime")),
+    ConfigKey("message.timestamp.before.max.ms", int, LONG_MAX,
+              "Reject CreateTime timestamps older than now minus this.", low=0, high=LONG_MAX),
+    ConfigKey("message.timestamp.after.max.ms", int, 3600000,
+              "Reject CreateTime timestamps newer than now plus this (Kafka 4.0 default: 1 hour).", low=0,
+              high=LONG_MAX),
+    ConfigKey("compression.type", str, "producer",
+              "Codec of batches built by append/append_batch; 'producer' keeps what append_records receives.",
+              choices=("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")),
+    ConfigKey("cleanup.policy", str, "delete", "'delete' enables retention and delete-before; 'compact' is "
+              "accepted for Kafka compatibility (no cleaner yet: segments are kept).",
+              validator=lambda v: set(v.replace(" ", "").split(",")) <= {"delete", "compact"}),
+    ConfigKey("log.retention.check.interval.ms", int, 300000, "How often the store runs retention.", scope=STORE,
+              low=1, high=LONG_MAX),
+    ConfigKey("log.flush.scheduler.interval.ms", int, 1000,
+              "How often the store checks flush.ms (Kafka's default is never; ours: every second).", scope=STORE,
+              low=1, high=LONG_MAX),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", int, 60000,
+              "How often the recovery-point checkpoint is written (it is also written at every flush and close).",
+              scope=STORE, low=1, high=LONG_MAX),
+    ConfigKey("num.partitions", int, 1, "Partitions of a topic created without an explicit count.", scope=STORE,
+              low=1, high=INT_MAX),
+    ConfigKey("lock.timeout.ms", int, 30000, "How long an append waits for another process's partition lock.",
+              scope=STORE, low=0, high=LONG_MAX),
+)
+
+# Broker-level names of topic keys (server.properties), with a unit multiplier.
+SYNONYMS: dict[str, tuple[str, int]] = {
+    "log.segment.bytes": ("segment.bytes", 1),
+    "log.roll.ms": ("segment.ms", 1),
+    "log.roll.hours": ("segment.ms", 3600000),
+    "log.roll.jitter.ms": ("segment.jitter.ms", 1),
+    "log.roll.jitter.hours": ("segment.jitter.ms", 3600000),
+    "log.index.size.max.bytes": ("segment.index.bytes", 1),
+    "log.index.interval.bytes": ("index.interval.bytes", 1),
+    "log.retention.ms": ("retention.ms", 1),
+    "log.retention.minutes": ("retention.ms", 60000),
+    "log.retention.hours": ("retention.ms", 3600000),
+    "log.retention.bytes": ("retention.bytes", 1),
+    "log.segment.delete.delay.ms": ("file.delete.delay.ms", 1),
+    "log.flush.interval.messages": ("flush.messages", 1),
+    "log.flush.interval.ms": ("flush.ms", 1),
+    "message.max.bytes": ("max.message.bytes", 1),
+    "log.message.timestamp.type": ("message.timestamp.type", 1),
+    "log.message.timestamp.before.max.ms": ("message.timestamp.before.max.ms", 1),
+    "log.message.timestamp.after.max.ms": ("message.timestamp.after.max.ms", 1),
+    "log.cleanup.policy": ("cleanup.policy", 1),
+}
+
+
+def normalize_key(key: str) -> str:
+    return key.replace("_", ".")
+
+
+class Config(Mapping):
+    """Validated, immutable key → value mapping; missing keys read as their Kafka default.
+
+    ``Config(overrides, scope=None)``: ``scope="topic"`` refuses store-only keys (a topic's own config).
+    Thread-safe (immutable).
+    """
+
+    __slots__ = ("_values", "_overrides")
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None, *, scope: str | None = None,
+                 parent: Config | None = None):
+        values = dict(parent._values) if parent is not None else {k.name: k.default for k in CONFIG_KEYS.values()}
+        given: dict[str, Any] = {}
+        for raw_key, raw in (overrides or {}).items():
+            if not isinstance(raw_key, str):
+                raise InvalidConfigError(f"config key {raw_key!r} is not a string")
+            key = normalize_key(raw_key)
+            mult = 1
+            if key in SYNONYMS and scope != TOPIC:
+                key, mult = SYNONYMS[key]
+            spec = CONFIG_KEYS.get(key)
+            if spec is None:
+                raise InvalidConfigError(f"unknown config key {raw_key!r}")
+            if scope == TOPIC and spec.scope != TOPIC:
+                raise InvalidConfigError(f"config key {key!r} is a store setting, not a topic setting")
+            value = spec.parse(raw)
+            if mult != 1 and value != -1:
+                value *= mult
+            values[key] = value
+            given[key] = value
+        self._values = values
+        self._overrides = given
+
+    def __getitem__(self, key: str):
+        return self._values[normalize_key(key)]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self):
+        return len(self._values)
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """Only the keys that were given explicitly (what a topic persists)."""
+        return dict(self._overrides)
+
+    def with_overrides(self, overrides: Mapping[str, Any] | None, scope: str | None = TOPIC) -> Config:
+        return Config(overrides, scope=scope, parent=self)
+
+    def __repr__(self):
+        return f"Config({self._overrides!r})"

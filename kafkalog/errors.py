@@ -1,0 +1,100 @@
+"""kafkalog's one error hierarchy: one class per Kafka error code.
+
+Each class carries Kafka's ``code``, ``name`` and ``retriable`` as class attributes, so a broker can answer with the
+code and a client can decide to retry. A registry maps codes to classes and refuses duplicates; ``for_code(n)``
+returns the class for a wire code. Builtins are mixed in where Python callers expect them (``InvalidConfigError`` is
+a ``ValueError``, ``KafkaStorageError`` an ``OSError``). Errors without a wire code (engine-internal invariants)
+derive from ``KafkaError`` with ``code = -1`` and are not registered.
+"""
+
+from __future__ import annotations
+
+_REGISTRY: dict[int, type[KafkaError]] = {}
+
+
+class KafkaError(Exception):
+    """Base of every kafkalog error."""
+
+    code: int = -1
+    name: str = "UNKNOWN_SERVER_ERROR"
+    retriable: bool = False
+
+    def __init_subclass__(cls, register: bool = True, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not register:
+            return
+        if "code" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__} must declare its Kafka error code")
+        if cls.code in _REGISTRY:
+            raise TypeError(f"Kafka error code {cls.code} is already taken by {_REGISTRY[cls.code].__name__}")
+        _REGISTRY[cls.code] = cls
+
+
+def for_code(code: int) -> type[KafkaError]:
+    """The class registered for a Kafka error code (``UnknownServerError`` for codes kafkalog does not know)."""
+    return _REGISTRY.get(code, UnknownServerError)
+
+
+def _define(class_name, code, name, retriable=False, bases=()):
+    cls = type(class_name, (KafkaError, *bases), {"code": code, "name": name, "retriable": retriable,
+                                                   "__doc__": f"Kafka error {code} {name}.", "__module__": __name__})
+    return cls
+
+
+UnknownServerError = _define("UnknownServerError", -1, "UNKNOWN_SERVER_ERROR")
+OffsetOutOfRangeError = _define("OffsetOutOfRangeError", 1, "OFFSET_OUT_OF_RANGE", bases=(IndexError,))
+CorruptRecordError = _define("CorruptRecordError", 2, "CORRUPT_MESSAGE", retriable=True, bases=(ValueError,))
+UnknownTopicOrPartitionError = _define("UnknownTopicOrPartitionError", 3, "UNKNOWN_TOPIC_OR_PARTITION",
+                                       retriable=True, bases=(LookupError,))
+InvalidFetchSizeError = _define("InvalidFetchSizeError", 4, "INVALID_FETCH_SIZE", bases=(ValueError,))
+RequestTimedOutError = _define("RequestTimedOutError", 7, "REQUEST_TIMED_OUT", retriable=True,
+                               bases=(TimeoutError,))
+RecordTooLargeError = _define("RecordTooLargeError", 10, "MESSAGE_TOO_LARGE", bases=(ValueError,))
+InvalidTopicError = _define("InvalidTopicError", 17, "INVALID_TOPIC_EXCEPTION", bases=(ValueError,))
+RecordBatchTooLargeError = _define("RecordBatchTooLargeError", 18, "RECORD_LIST_TOO_LARGE", bases=(ValueError,))
+InvalidTimestampError = _define("InvalidTimestampError", 32, "INVALID_TIMESTAMP", bases=(ValueError,))
+UnsupportedVersionError = _define("UnsupportedVersionError", 35, "UNSUPPORTED_VERSION")
+TopicAlreadyExistsError = _define("TopicAlreadyExistsError", 36, "TOPIC_ALREADY_EXISTS", bases=(FileExistsError,))
+InvalidPartitionsError = _define("InvalidPartitionsError", 37, "INVALID_PARTITIONS", bases=(ValueError,))
+InvalidConfigError = _define("InvalidConfigError", 40, "INVALID_CONFIG", bases=(ValueError,))
+InvalidRequestError = _define("InvalidRequestError", 42, "INVALID_REQUEST", bases=(ValueError,))
+PolicyViolationError = _define("PolicyViolationError", 44, "POLICY_VIOLATION")
+KafkaStorageError = _define("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retriable=True, bases=(OSError,))
+UnsupportedCompressionTypeError = _define("UnsupportedCompressionTypeError", 76, "UNSUPPORTED_COMPRESSION_TYPE",
+                                          bases=(ValueError,))
+InvalidRecordError = _define("InvalidRecordError", 87, "INVALID_RECORD", bases=(ValueError,))
+
+
+class InvalidOffsetError(KafkaError, ValueError, register=False):
+    """An index append out of order, or a relative offset that does not fit (Kafka's InvalidOffsetException)."""
+
+
+class IndexFullError(KafkaError, register=False):
+    """An append to an index that has no free slot; the segment must roll first."""
+
+
+class CorruptIndexError(KafkaError, ValueError, register=False):
+    """An offset or time index whose entries or length contradict its invariants (Kafka's CorruptIndexException).
+
+    Raised by ``sanity_check()``; an index holds no data of its own, so the loader's answer is to rebuild it from
+    the segment's ``.log``.
+    """
+
+
+class LogClosedError(KafkaError, register=False):
+    """The log or store was closed (or went offline after a storage error); no more calls are accepted."""
+
+
+class LockTimeoutError(KafkaError, TimeoutError, register=False):
+    """Another process holds a lock this call needs (exclusive writer open, or a stuck appender)."""
+
+
+class EngineNotBuiltError(ImportError):
+    """kafkalog's compiled engine is missing: install with ``pip install .`` (there is no pure-Python fallback)."""
+
+
+def storage_error(exc: OSError, operation: str, path) -> KafkaStorageError:
+    """Wrap an OSError so it names the operation and the path (OSError never leaves storage/ raw)."""
+    err = KafkaStorageError(exc.errno, f"{operation} failed on {path}: {exc.strerror or exc}")
+    err.filename = str(path)
+    return err

@@ -1,0 +1,987 @@
+"""Log: one partition — an ordered list of LogSegments with roll, retention, delete-before, flush and recovery.
+
+Directory ``<topic>-<partition>/`` holds Kafka's files: ``<20-digit base>.log/.index/.timeindex`` per segment,
+plus ``.kafkalog.lock`` (the per-partition append lock of shared writers). The log start offset and recovery point
+live in the data dir's checkpoint files (see checkpoints.py).
+
+Three ways to open a Log (chosen by the LogStore):
+
+* ``exclusive``: this process is the only writer for the store's lifetime. ``append()`` stages records in a batch
+  builder (written when 16 KiB fill up, and before any read, flush or other append kind), the fastest path.
+* ``shared``: several processes append; each append call takes the partition's file lock, first takes in what
+  others appended (so offsets never collide), then writes. Nothing is staged.
+* ``read``: read-only; never changes a file; sees other processes' complete batches (never a torn one) on each call.
+
+Thread safety: every public method takes the Log's lock; threads of one process share a Log freely. Iterators
+(``records``) take the lock per chunk, not for their lifetime.
+
+What is durable when: an append is in the OS page cache when the call returns (it survives kill -9 of this process,
+not a power loss) — except records staged by ``append()`` in exclusive mode, which reach the page cache at the next
+flush/read/16 KiB. After ``flush()`` returns (or per ``flush.messages`` / ``flush.ms``), everything appended before
+it is fsynced and survives power loss. ``delete_records_before`` is fsynced before it returns.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .._engine.records import (
+    BatchBuilder,
+    RecordBatch,
+    build_batch,
+    decode_columns,
+    iter_batches,
+    set_base_offset,
+    set_log_append_time,
+)
+from .._engine.segment import LogSegment, segment_file_name
+from ..config import LONG_MAX, Config
+from ..errors import (
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    UnsupportedCompressionTypeError,
+    storage_error,
+)
+from ..structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp
+from . import failpoints
+from .checkpoints import Checkpoints
+from .files import FileLock, fsync_dir
+
+EXCLUSIVE, SHARED, READ = "exclusive", "shared", "read"
+CODECS = {None: 0, "none": 0, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+STAGED_BATCH_BYTES = 16384  # Kafka's batch.size: a staged append() batch is written when it reaches this
+RECORD_BATCH_OVERHEAD = 61
+INT32_MAX = 2**31 - 1
+_PARTITION_LOCK = ".kafkalog.lock"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def codec_id(compression) -> int:
+    if isinstance(compression, int) and 0 <= compression <= 4:
+        return compression
+    try:
+        return CODECS[compression]
+    except (KeyError, TypeError):
+        raise UnsupportedCompressionTypeError(f"unknown compression {compression!r}; use one of "
+                                              "none, gzip, snappy, lz4, zstd") from None
+
+
+class Log:
+    """One partition of a topic. See the module docstring for modes, thread safety and durability."""
+
+    def __init__(self, dir: Path, topic: str, partition: int, config: Config, *, mode: str = EXCLUSIVE,
+                 checkpoints: Checkpoints, had_clean_shutdown: bool = True, recover: bool = False):
+        self.dir = Path(dir)
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.mode = mode
+        self._checkpoints = checkpoints
+        self._lock = threading.RLock()
+        self._closed = False
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._lso = 0
+        self._leo = 0
+        self._recovery_point = 0
+        self._checkpointed_recovery_point = 0
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+        self._dir_dirty = False
+        self._lso_stamp = None
+        self._staged: BatchBuilder | None = None
+        self._staged_base = 0
+        self._deleted_files: list[tuple[float, Path]] = []
+        self._apply_config(config)
+        self._plock = FileLock(self.dir / _PARTITION_LOCK) if mode == SHARED else None
+        try:
+            self._load(had_clean_shutdown, recover)
+        except OSError as e:
+            if isinstance(e, KafkaStorageError):
+                raise
+            raise storage_error(e, "load", self.dir) from None
+
+    # ------------------------------------------------------------------------------------------------ config
+
+    def _apply_config(self, config: Config) -> None:
+        c = config
+        self._segment_bytes = c["segment.bytes"]
+        self._segment_ms = c["segment.ms"]
+        self._jitter_ms = c["segment.jitter.ms"]
+        self._index_bytes = c["segment.index.bytes"]
+        self._index_interval = c["index.interval.bytes"]
+        self._retention_ms = c["retention.ms"]
+        self._retention_bytes = c["retention.bytes"]
+        self._delete_delay_s = c["file.delete.delay.ms"] / 1000.0
+        self._flush_messages = c["flush.messages"]
+        self._flush_ms = c["flush.ms"]
+        self._max_message_bytes = c["max.message.bytes"]
+        self._log_append_time = c["message.timestamp.type"] == "LogAppendTime"
+        self._ts_before = c["message.timestamp.before.max.ms"]
+        self._ts_after = c["message.timestamp.after.max.ms"]
+        ctype = c["compression.type"]
+        self._topic_codec = None if ctype == "producer" else codec_id(ctype)
+        self._delete_policy = "delete" in c["cleanup.policy"]
+        self._lock_timeout = None
+
+    def _reserve(self) -> int:
+        return self._segment_bytes + self._max_message_bytes + RECORD_BATCH_OVERHEAD
+
+    # ------------------------------------------------------------------------------------------------ loading
+
+    def _open_segment(self, base: int, writable: bool, create: bool = False) -> LogSegment:
+        return LogSegment(self.dir, base, index_interval_bytes=self._index_interval,
+                          max_index_size=self._index_bytes, writable=writable,
+                          reserve_bytes=self._reserve() if writable else 0, create=create)
+
+    def _clean_leftovers(self) -> list[int]:
+        """The loader is the one place that cleans: ``.deleted`` and ``.tmp`` files go, interrupted swaps
+        complete, ``.cleaned`` files go, orphan indexes go. Returns the sorted base offsets of the .log files."""
+        names = os.listdir(self.dir)
+        for name in names:
+            if name.endswith((".deleted", ".tmp", ".cleaned")):
+                _unlink(self.dir / name)
+        names = os.listdir(self.dir)
+        swaps = [n for n in names if n.endswith(".swap")]
+        for name in sorted(swaps):
+            target = self.dir / name[: -len(".swap")]
+            try:
+                os.replace(self.dir / name, target)
+            except OSError as e:
+                raise storage_error(e, "rename", self.dir / name) from None
+        names = os.listdir(self.dir)
+        logs = sorted(int(n[:20]) for n in names if n.endswith(".log") and n[:20].isdigit() and len(n) == 24)
+        have = set(logs)
+        for n in names:
+            if n.endswith((".index", ".timeindex", ".txnindex", ".snapshot")) and n[:20].isdigit() \
+                    and int(n[:20]) not in have:
+                _unlink(self.dir / n)
+        return logs
+
+    def _load(self, had_clean_shutdown: bool, recover: bool) -> None:
+        writer = self.mode != READ
+        ckpt_lso = self._checkpoints.log_start(self.topic, self.partition)
+        rp = self._checkpoints.recovery_point(self.topic, self.partition)
+        self._lso_stamp = self._checkpoints.log_start_stamp()
+        if writer:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            bases = self._clean_leftovers() if recover else self._list_bases()
+        else:
+            bases = self._list_bases()
+        segments: list[LogSegment] = []
+        for i, base in enumerate(bases):
+            last = i == len(bases) - 1
+            segments.append(self._open_loaded(base, writer and last, recover))
+        if recover:
+            segments, rp = self._recover(segments, rp, had_clean_shutdown)
+        if writer and segments and segments[-1].next_offset < ckpt_lso:
+            # everything below the checkpointed start is gone: start fresh there (testLogEndLessThanStartAfterReopen)
+            for seg in segments:
+                self._remove_files(seg, delay=False)
+            segments = []
+        if not segments:
+            if not writer:
+                self._segments, self._bases = [], []
+                self._lso = self._leo = ckpt_lso
+                return
+            segments = [self._open_segment(ckpt_lso, True, create=True)]
+            self._dir_dirty = True
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._leo = segments[-1].next_offset
+        self._lso = max(ckpt_lso, segments[0].base_offset)
+        self._recovery_point = self._leo if had_clean_shutdown else min(max(rp, self._lso), self._leo)
+        self._checkpointed_recovery_point = self._recovery_point
+        self._new_active()
+        if writer:
+            active = segments[-1]
+            active.offset_index.resize(self._index_bytes)
+            active.time_index.resize(self._index_bytes)
+
+    def _list_bases(self) -> list[int]:
+        try:
+            names = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return sorted(int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
+
+    def _open_loaded(self, base: int, active: bool, recover: bool) -> LogSegment:
+        seg = self._open_segment(base, writable=active)
+        if not active and recover and self.mode != READ and (
+                _index_missing(self.dir, base) or not seg.indexes_consistent()):
+            # a sealed segment lost its index files or they disagree with the .log: rebuild them from the .log
+            seg.close()
+            seg = self._open_segment(base, writable=True)
+            seg.recover(self._max_message_bytes)
+            seg.close()
+            seg = self._open_segment(base, writable=False)
+        return seg
+
+    def _recover(self, segments: list[LogSegment], rp: int, clean: bool) -> tuple[list[LogSegment], int]:
+        """Unclean shutdown: validate from the recovery point on, truncate at the first invalid byte, drop later
+        segments. Clean shutdown: only an active segment with a torn tail (never expected) is repaired."""
+        if not segments:
+            return segments, rp
+        start = 0
+        if clean:
+            if segments[-1].torn_bytes == 0:
+                return segments, rp
+            start = len(segments) - 1
+        else:
+            start = max(0, bisect.bisect_right([s.base_offset for s in segments], rp) - 1)
+        for i in range(start, len(segments)):
+            seg = segments[i]
+            if not seg.writable:
+                seg.close()
+                seg = self._open_segment(seg.base_offset, writable=True)
+            from_offset = rp if seg.base_offset < rp else -1
+            truncated = seg.recover(self._max_message_bytes, from_offset)
+            failpoints.hit("recover:after-segment")
+            if i < len(segments) - 1:
+                seg.close()
+                seg = self._open_segment(seg.base_offset, writable=False)
+            segments[i] = seg
+            # offsets are contiguous across our segments: a gap after this one means an earlier recovery truncated
+            # here and was killed before it removed the later segments
+            gap = i + 1 < len(segments) and segments[i + 1].base_offset != seg.next_offset
+            if truncated > 0 or gap:
+                for later in reversed(segments[i + 1:]):
+                    self._remove_files(later, delay=False)
+                segments = segments[: i + 1]
+                if not seg.writable:
+                    seg.close()
+                    segments[i] = self._open_segment(seg.base_offset, writable=True)
+                break
+        # the active segment must be writable and its indexes full-size again
+        return segments, min(rp, segments[-1].next_offset)
+
+    def _new_active(self) -> None:
+        active = self._segments[-1]
+        self._active_created_ms = _now_ms()
+        self._roll_jitter = random.randint(0, min(self._jitter_ms, self._segment_ms)) if self._jitter_ms else 0
+        self._active_base = active.base_offset
+
+    # ------------------------------------------------------------------------------------------------ guards
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.topic}-{self.partition} is closed")
+
+    def _check_writable(self) -> None:
+        self._check_open()
+        if self.mode == READ:
+            raise KafkaStorageError(30, f"log {self.topic}-{self.partition} is opened read-only")
+
+    # ------------------------------------------------------------------------------------------------ other processes
+
+    def _sync(self) -> None:
+        """Make this process's view current: write staged records (exclusive) or take in what other processes
+        appended, rolled and deleted (shared/read)."""
+        if self.mode == EXCLUSIVE:
+            if self._staged is not None and self._staged.count:
+                self._drain()
+            return
+        self._refresh()
+
+    def _refresh(self) -> None:
+        stamp = self._checkpoints.log_start_stamp()
+        if stamp != self._lso_stamp:
+            self._lso_stamp = stamp
+            lso = self._checkpoints.log_start(self.topic, self.partition)
+            if lso > self._lso:
+                self._lso = lso
+                self._drop_segments_below(lso)
+        if not self._segments:
+            bases = self._list_bases()
+            if not bases:
+                return
+            self._segments = [self._open_segment(b, False) for b in bases]
+            self._bases = list(bases)
+        while True:
+            active = self._segments[-1]
+            grown = active.refresh()
+            if grown < 0:  # truncated under us by another process's recovery: reopen it
+                active.close()
+                self._segments[-1] = self._open_segment(active.base_offset, self.mode == SHARED)
+                continue
+            self._leo = active.next_offset
+            if self._leo == active.base_offset or not (self.dir / segment_file_name(self._leo)).exists():
+                break
+            # another process rolled: our active is sealed now (it already wrote the final entries and trimmed)
+            active.close_without_finalizing()
+            self._segments[-1] = self._open_segment(active.base_offset, False)
+            seg = self._open_segment(self._leo, self.mode == SHARED)
+            self._segments.append(seg)
+            self._bases.append(seg.base_offset)
+            self._new_active()
+        self._lso = max(self._lso, self._segments[0].base_offset)
+
+    def _drop_segments_below(self, lso: int) -> None:
+        while len(self._segments) > 1 and self._segments[1].base_offset <= lso:
+            self._segments.pop(0).close_without_finalizing()
+            self._bases.pop(0)
+
+    def _locked_append(self):
+        """Context for one append: in shared mode, the partition file lock plus a refresh."""
+        return _PartitionLock(self) if self.mode == SHARED else _NOOP
+
+    # ------------------------------------------------------------------------------------------------ append
+
+    def _check_timestamp(self, ts: int) -> None:
+        if ts < 0:
+            return
+        now = _now_ms()
+        if (self._ts_before != LONG_MAX and ts < now - self._ts_before) or \
+                (self._ts_after != LONG_MAX and ts > now + self._ts_after):
+            raise InvalidTimestampError(
+                f"timestamp {ts} of a record for {self.topic}-{self.partition} is out of range: "
+                f"message.timestamp.before.max.ms={self._ts_before}, after.max.ms={self._ts_after}, now={now}")
+
+    def append(self, value, key=None, timestamp: int | None = None, headers=None) -> int:
+        """Append one record; returns its offset. In exclusive mode it is staged (see the module docstring)."""
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            if self.mode != EXCLUSIVE:
+                return self.append_batch([value], None if key is None else [key],
+                                         None if timestamp is None else [timestamp],
+                                         None if headers is None else [headers])
+            ts = -1
+            if timestamp is not None and not self._log_append_time:
+                ts = timestamp
+                self._check_timestamp(ts)
+            size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            if size > self._max_message_bytes - RECORD_BATCH_OVERHEAD - 21 and headers is None:
+                raise RecordTooLargeError(f"record of {size} bytes exceeds max.message.bytes="
+                                          f"{self._max_message_bytes} for {self.topic}-{self.partition}")
+            staged = self._staged
+            if staged is None:
+                staged = self._staged = BatchBuilder(compression=self._topic_codec or 0)
+            elif staged.count and staged.size_in_bytes + size > self._max_message_bytes - 64:
+                self._drain()
+            if not staged.count:
+                self._staged_base = self._leo
+            delta = staged.append(value, key, ts, headers)
+            if staged.size_in_bytes >= STAGED_BATCH_BYTES:
+                self._drain()
+            return self._staged_base + delta
+
+    def _drain(self) -> None:
+        staged = self._staged
+        if staged is None or not staged.count:
+            return
+        try:
+            data = staged.build(self._staged_base)
+            if len(data) > self._max_message_bytes:
+                raise RecordTooLargeError(f"record batch of {len(data)} bytes exceeds max.message.bytes="
+                                          f"{self._max_message_bytes}")
+            if self._log_append_time:
+                data = bytearray(data)
+                set_log_append_time(data, 0, _now_ms())
+            self._write(data, self._staged_base + staged.count - 1, staged.max_timestamp, staged.count)
+        finally:
+            staged.reset()
+
+    def append_batch(self, values, keys=None, timestamps=None, headers=None, compression=None) -> int:
+        """Append many records as one batch in one call; returns the base offset."""
+        if not len(values):
+            raise ValueError("append_batch needs at least one value")
+        codec = self._topic_codec if compression is None else codec_id(compression)
+        with self._lock:
+            self._check_writable()
+            if timestamps is not None and not self._log_append_time and (
+                    self._ts_before != LONG_MAX or self._ts_after != LONG_MAX):
+                self._check_timestamp(min(timestamps))
+                self._check_timestamp(max(timestamps))
+            with self._locked_append():
+                self._sync()
+                base = self._leo
+                now = _now_ms()
+                data = build_batch(values, keys, None if self._log_append_time else timestamps, headers,
+                                   base_offset=base, compression=codec or 0, default_timestamp=now,
+                                   timestamp_type=1 if self._log_append_time else 0)
+                if len(data) > self._max_message_bytes:
+                    raise RecordTooLargeError(
+                        f"record batch of {len(data)} bytes exceeds max.message.bytes={self._max_message_bytes} "
+                        f"for {self.topic}-{self.partition}")
+                batch = RecordBatch(data)
+                self._write(data, base + len(values) - 1, batch.max_timestamp, len(values))
+                return base
+
+    def append_records(self, data) -> tuple[int, int]:
+        """Append raw v2 batches as a producer sent them; offsets are assigned by rewriting each batch's base
+        offset (no recompression unless the topic's compression.type names another codec). Every batch is
+        validated first (CRC, framing, count, size, timestamps); an invalid one rejects the whole call and nothing
+        is appended. Returns (first offset, last offset)."""
+        buf = bytearray(data)
+        batches = []
+        total = len(buf)
+        pos = 0
+        for batch in iter_batches(buf):
+            batch.validate()
+            if batch.magic != 2:
+                raise InvalidRecordError(f"batch at byte {pos}: magic {batch.magic} (only v2 batches are accepted)")
+            if batch.record_count <= 0 or batch.last_offset_delta != batch.record_count - 1:
+                raise InvalidRecordError(f"batch at byte {pos}: {batch.record_count} records but last offset "
+                                         f"delta {batch.last_offset_delta}")
+            if batch.is_control:
+                raise InvalidRecordError(f"batch at byte {pos}: control batches cannot be produced")
+            if batch.size_in_bytes > self._max_message_bytes:
+                raise RecordTooLargeError(f"batch at byte {pos} of {batch.size_in_bytes} bytes exceeds "
+                                          f"max.message.bytes={self._max_message_bytes}")
+            if not self._log_append_time:
+                if batch.timestamp_type == 1:
+                    raise InvalidTimestampError(f"batch at byte {pos}: LogAppendTime set by the producer on a "
+                                                f"CreateTime topic")
+                self._check_timestamp(batch.max_timestamp)
+                self._check_timestamp(batch.base_timestamp)
+            batches.append((pos, batch))
+            pos += batch.size_in_bytes
+        if pos != total or not batches:
+            raise InvalidRecordError(f"{total - pos} trailing bytes do not form a complete record batch")
+        with self._lock:
+            self._check_writable()
+            with self._locked_append():
+                self._sync()
+                first = nxt = self._leo
+                now = _now_ms()
+                max_ts = -1
+                if self._topic_codec is not None and any(b.compression != self._topic_codec for _, b in batches):
+                    buf, batches = _recompress(batches, self._topic_codec)
+                for pos, batch in batches:
+                    set_base_offset(buf, pos, nxt)
+                    if self._log_append_time:
+                        set_log_append_time(buf, pos, now)
+                    max_ts = max(max_ts, now if self._log_append_time else batch.max_timestamp)
+                    nxt += batch.record_count
+                self._write(buf, nxt - 1, max_ts, nxt - first)
+                return first, nxt - 1
+
+    def _write(self, data, last_offset: int, max_ts: int, count: int) -> None:
+        seg = self._maybe_roll(len(data), max_ts, last_offset)
+        failpoints.hit("append:before-write")
+        seg.append(data, self._leo)
+        failpoints.hit("append:after-write")
+        self._leo = last_offset + 1
+        self._unflushed += count
+        if self._unflushed >= self._flush_messages:
+            self._flush_locked()
+
+    def _maybe_roll(self, size: int, max_ts: int, last_offset: int) -> LogSegment:
+        if size > self._segment_bytes:
+            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={self._segment_bytes} "
+                                           f"for {self.topic}-{self.partition}")
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return seg
+        roll_ts = seg.rolling_based_timestamp
+        waited = (max_ts - roll_ts) if (roll_ts >= 0 and max_ts >= 0) else (_now_ms() - self._active_created_ms)
+        if (seg.size > self._segment_bytes - size
+                or waited > self._segment_ms - self._roll_jitter
+                or seg.offset_index.is_full() or seg.time_index.is_full()
+                or last_offset - seg.base_offset > INT32_MAX):
+            return self._roll()
+        return seg
+
+    def _roll(self) -> LogSegment:
+        old = self._segments[-1]
+        old.on_become_inactive()
+        failpoints.hit("roll:after-trim")
+        seg = self._open_segment(self._leo, writable=True, create=True)
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        self._new_active()
+        return seg
+
+    def roll(self) -> None:
+        """Start a new segment now (if the active one holds data)."""
+        with self._lock:
+            self._check_writable()
+            with self._locked_append():
+                self._sync()
+                if self._segments[-1].size:
+                    self._roll()
+
+    # ------------------------------------------------------------------------------------------------ flush
+
+    def flush(self) -> None:
+        """Write staged records and fsync everything appended so far (.log files, then the directory when a
+        segment was created): it survives power loss once this returns."""
+        with self._lock:
+            self._check_writable()
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._drain()
+        leo = self._leo
+        if self._recovery_point >= leo and not self._dir_dirty:
+            return
+        i = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
+        for seg in self._segments[i:]:
+            if seg.writable:
+                seg.flush(False)
+            else:
+                _fsync_path(seg.log_path)
+        if self._dir_dirty:
+            fsync_dir(self.dir)
+            self._dir_dirty = False
+        failpoints.hit("flush:after-fsync")
+        self._recovery_point = leo
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+
+    def maybe_flush(self) -> None:
+        """flush.ms: flush when the last flush is older than it (called by the store's maintenance)."""
+        with self._lock:
+            if self._closed or self.mode == READ or self._flush_ms == LONG_MAX:
+                return
+            if (time.monotonic() - self._last_flush) * 1000 >= self._flush_ms and \
+                    (self._unflushed or (self._staged is not None and self._staged.count)):
+                self._flush_locked()
+
+    def checkpoint_recovery_point(self) -> tuple[tuple[str, int], int] | None:
+        """Make the indexes below the recovery point durable; returns the (topic, partition) → offset the store
+        writes to recovery-point-offset-checkpoint (None when nothing changed)."""
+        with self._lock:
+            if self._closed or self.mode == READ:
+                return None
+            rp = self._recovery_point
+            if rp <= self._checkpointed_recovery_point:
+                return None
+            i = max(0, bisect.bisect_right(self._bases, self._checkpointed_recovery_point) - 1)
+            for seg in self._segments[i:]:
+                if seg.writable:
+                    seg.offset_index.flush()
+                    seg.time_index.flush()
+            self._checkpointed_recovery_point = rp
+            return (self.topic, self.partition), rp
+
+    # ------------------------------------------------------------------------------------------------ read
+
+    @property
+    def log_start_offset(self) -> int:
+        with self._lock:
+            if self.mode != EXCLUSIVE and not self._closed:
+                self._refresh()
+            return self._lso
+
+    @property
+    def log_end_offset(self) -> int:
+        with self._lock:
+            if self.mode != EXCLUSIVE and not self._closed:
+                self._refresh()
+            staged = self._staged.count if self._staged is not None else 0
+            return self._leo + staged
+
+    @property
+    def high_watermark(self) -> int:
+        """Offsets below it are readable by every consumer: a single node acknowledges what it has written."""
+        return self.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._segments)
+
+    def segments(self) -> list[LogSegment]:
+        """A snapshot of the segment list (for tools and tests)."""
+        with self._lock:
+            self._sync() if not self._closed else None
+            return list(self._segments)
+
+    def _read_locked(self, offset: int, max_bytes: int) -> memoryview:
+        if offset < self._lso or offset > self._leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.topic}-{self.partition}: "
+                f"log start offset {self._lso}, log end offset {self._leo}")
+        if offset == self._leo:
+            return memoryview(b"")
+        i = max(0, bisect.bisect_right(self._bases, offset) - 1)
+        for seg in self._segments[i:]:
+            view = seg.read(offset, max_bytes, True)
+            if view is not None:
+                return view
+        return memoryview(b"")
+
+    def read(self, offset: int, max_bytes: int = 1048576) -> memoryview:
+        """Whole batches from the one containing ``offset``: at most ``max_bytes``, but at least one batch when one
+        exists (KIP-74). A zero-copy read-only view of the segment file; empty at the log end. The first batch may
+        hold records below ``offset`` (and below the log start offset): callers skip them, as Kafka clients do."""
+        with self._lock:
+            self._check_open()
+            self._sync()
+            return self._read_locked(offset, max_bytes)
+
+    def _chunks(self, start_offset, end_offset, chunk_bytes=1 << 20):
+        """Yield (view, start, stop): views of whole batches covering [start, stop), taking the lock per chunk."""
+        pos = None
+        while True:
+            with self._lock:
+                self._check_open()
+                self._sync()
+                if pos is None:
+                    pos = self._lso if start_offset is None else start_offset
+                    if pos < self._lso:
+                        raise OffsetOutOfRangeError(
+                            f"offset {pos} is below the log start offset {self._lso} of {self.topic}-{self.partition}")
+                pos = max(pos, self._lso)  # a delete-before while iterating: never return records below it
+                stop = self._leo if end_offset is None else min(end_offset, self._leo)
+                if pos >= stop:
+                    return
+                view = self._read_locked(pos, chunk_bytes)
+            if not len(view):
+                return
+            yield view, pos, stop
+            last = RecordBatch(view, _last_batch_position(view)).next_offset
+            pos = max(pos, last)
+
+    def records(self, start_offset: int | None = None, end_offset: int | None = None):
+        """Yield records with offset in [start_offset, end_offset) (default: log start to log end at each chunk),
+        each batch CRC-checked first. Records have .offset .timestamp .timestamp_type .key .value .headers."""
+        for view, start, stop in self._chunks(start_offset, end_offset):
+            for batch in iter_batches(view):
+                batch.validate()
+                if batch.last_offset < start:
+                    continue
+                for rec in batch:
+                    off = rec.offset
+                    if off < start:
+                        continue
+                    if off >= stop:
+                        return
+                    yield rec
+
+    def read_columns(self, start_offset: int | None = None, end_offset: int | None = None) -> dict:
+        """Records in [start, end) as numpy columns (Arrow binary layout for keys/values), no per-record objects:
+        offset, timestamp, key_offsets, keys, key_valid, value_offsets, values, value_valid."""
+        parts = []
+        for view, start, stop in self._chunks(start_offset, end_offset, chunk_bytes=8 << 20):
+            cols = decode_columns(view)
+            off = cols["offset"]
+            if len(off) and (off[0] < start or off[-1] >= stop):
+                lo, hi = np.searchsorted(off, [start, stop])
+                cols = _slice_columns(cols, int(lo), int(hi))
+            parts.append(cols)
+            if len(cols["offset"]) and cols["offset"][-1] >= stop - 1:
+                break
+        return _concat_columns(parts)
+
+    def offset_for_time(self, timestamp: int) -> OffsetAndTimestamp | None:
+        """Kafka's ListOffsets: the first offset whose record timestamp >= ``timestamp`` (None past the end);
+        -1 latest (high watermark), -2 earliest (log start offset), -3 the record with the max timestamp."""
+        with self._lock:
+            self._check_open()
+            self._sync()
+            if timestamp == LATEST_TIMESTAMP:
+                return OffsetAndTimestamp(self._leo, -1)
+            if timestamp == EARLIEST_TIMESTAMP:
+                return OffsetAndTimestamp(self._lso, -1)
+            if timestamp == MAX_TIMESTAMP:
+                best = None
+                for seg in self._segments:
+                    if seg.max_timestamp_so_far >= 0 and (best is None or seg.max_timestamp_so_far >
+                                                          best.max_timestamp_so_far):
+                        best = seg
+                found = best.find_max_timestamp() if best is not None else None
+                if found is None or found[1] < self._lso:
+                    return None
+                return OffsetAndTimestamp(found[1], found[0])
+            if timestamp < 0:
+                raise ValueError(f"timestamp {timestamp}: use >= 0, or -1 latest, -2 earliest, -3 max timestamp")
+            i = max(0, bisect.bisect_right(self._bases, self._lso) - 1)
+            for seg in self._segments[i:]:
+                if seg.largest_timestamp >= timestamp:
+                    found = seg.find_offset_by_timestamp(timestamp, self._lso)
+                    if found is not None:
+                        if found[1] >= self._leo:
+                            return None
+                        return OffsetAndTimestamp(found[1], found[0])
+            return None
+
+    # ------------------------------------------------------------------------------------------------ delete
+
+    def delete_records_before(self, offset: int) -> int:
+        """KIP-107: advance the log start offset to ``offset`` (-1 = high watermark); records below it are never
+        returned again. Checkpointed and fsynced before returning; whole segments below it are removed.
+        Returns the new log start offset. O(segments), independent of the data size."""
+        with self._lock:
+            self._check_writable()
+            if not self._delete_policy:
+                raise PolicyViolationError(f"delete-records on {self.topic}-{self.partition} needs cleanup.policy "
+                                           f"to include 'delete' (it is {self.config['cleanup.policy']!r})")
+            with self._locked_append():
+                self._sync()
+                hw = self._leo
+                if offset == -1:
+                    offset = hw
+                if offset < -1 or offset > hw:
+                    raise OffsetOutOfRangeError(
+                        f"delete-records offset {offset} for {self.topic}-{self.partition} is out of range: "
+                        f"high watermark {hw} (use -1 for the high watermark)")
+                if offset <= self._lso:
+                    return self._lso
+                self._advance_log_start(offset)
+                return self._lso
+
+    def _advance_log_start(self, offset: int) -> None:
+        self._checkpoints.set_log_start(self.topic, self.partition, offset)
+        self._lso = offset
+        self._lso_stamp = self._checkpoints.log_start_stamp()
+        failpoints.hit("delete-records:after-checkpoint")
+        active = self._segments[-1]
+        if active.size and active.next_offset <= offset:
+            self._roll()  # the active segment is entirely below: roll so it can go too
+        victims = []
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            victims.append(self._segments.pop(0))
+            self._bases.pop(0)
+        for seg in victims:
+            self._remove_files(seg)
+
+    def _remove_files(self, seg: LogSegment, delay: bool = True) -> None:
+        """Crash-safe delete: rename to ``.deleted`` first; unlink now or after file.delete.delay.ms."""
+        renamed = seg.rename_deleted()
+        failpoints.hit("delete:after-rename")
+        if delay and self._delete_delay_s > 0:
+            due = time.monotonic() + self._delete_delay_s
+            self._deleted_files.extend((due, p) for p in renamed)
+        else:
+            for p in renamed:
+                _unlink(p)
+
+    def purge_deleted(self, force: bool = False) -> int:
+        """Unlink ``.deleted`` files whose delay has passed (or all with ``force``); returns how many."""
+        with self._lock:
+            now = time.monotonic()
+            due = [p for t, p in self._deleted_files if force or t <= now]
+            self._deleted_files = [(t, p) for t, p in self._deleted_files if not (force or t <= now)]
+        for p in due:
+            _unlink(p)
+        return len(due)
+
+    def run_retention(self, now_ms: int | None = None) -> int:
+        """Kafka's deleteOldSegments: log-start breach, then retention.bytes, then retention.ms, deleting a prefix
+        of whole segments and advancing the log start offset. Returns the number of segments removed."""
+        with self._lock:
+            if self._closed or self.mode == READ or not self._delete_policy:
+                return 0
+            with self._locked_append():
+                self._sync()
+                now = _now_ms() if now_ms is None else now_ms
+                segs = self._segments
+                n = 0
+                # log start offset breach
+                while n < len(segs) - 1 and segs[n + 1].base_offset <= self._lso:
+                    n += 1
+                if self._retention_bytes >= 0:
+                    diff = sum(s.size for s in segs) - self._retention_bytes
+                    for s in segs[:n]:
+                        diff -= s.size
+                    while n < len(segs) and diff - segs[n].size >= 0 and segs[n].size > 0:
+                        diff -= segs[n].size
+                        n += 1
+                if self._retention_ms >= 0:
+                    while n < len(segs) and segs[n].size > 0 and now - segs[n].largest_timestamp > self._retention_ms:
+                        n += 1
+                if n == 0:
+                    return 0
+                if n == len(segs):
+                    self._roll()
+                new_lso = max(self._lso, self._segments[n].base_offset)
+                if new_lso > self._lso:
+                    self._checkpoints.set_log_start(self.topic, self.partition, new_lso)
+                    self._lso = new_lso
+                    self._lso_stamp = self._checkpoints.log_start_stamp()
+                victims = self._segments[:n]
+                del self._segments[:n]
+                del self._bases[:n]
+                for seg in victims:
+                    self._remove_files(seg)
+                return n
+
+    # ------------------------------------------------------------------------------------------------ close
+
+    def close(self) -> None:
+        """Flush (writers), write the final time-index entries, trim indexes, release files. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self.mode != READ:
+                    self._flush_locked()
+                    self.checkpoint_recovery_point()
+            finally:
+                self._closed = True
+                for seg in self._segments:
+                    if self.mode == READ or not seg.writable:
+                        seg.close_without_finalizing()
+                    else:
+                        seg.close()
+                if self._plock is not None:
+                    self._plock.close()
+        self.purge_deleted(force=True)
+
+    def __repr__(self):
+        return (f"Log({self.topic}-{self.partition}, mode={self.mode}, start={self._lso}, end={self._leo}, "
+                f"segments={len(self._segments)})")
+
+
+class _PartitionLock:
+    __slots__ = ("log",)
+
+    def __init__(self, log: Log):
+        self.log = log
+
+    def __enter__(self):
+        log = self.log
+        timeout = log.config.get("lock.timeout.ms", 30000) / 1000.0
+        log._plock.acquire(timeout=timeout, what=f"append to {log.topic}-{log.partition}")
+        try:
+            log._refresh()
+            active = log._segments[-1]
+            if active.torn_bytes_now() > 0:
+                active.truncate_torn_tail()  # a writer died mid-append: cut its partial batch before ours
+        except BaseException:
+            log._plock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.log._plock.release()
+
+
+class _Noop:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+_NOOP = _Noop()
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise storage_error(e, "delete", path) from None
+
+
+def _fsync_path(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise storage_error(e, "fsync", path) from None
+
+
+def _index_missing(dir: Path, base: int) -> bool:
+    for suffix in (".index", ".timeindex"):
+        p = dir / segment_file_name(base, suffix)
+        try:
+            size = p.stat().st_size
+        except FileNotFoundError:
+            return True
+        if size % (8 if suffix == ".index" else 12):
+            return True
+    return False
+
+
+def _last_batch_position(view: memoryview) -> int:
+    pos = 0
+    last = 0
+    n = len(view)
+    while pos + 12 <= n:
+        last = pos
+        pos += int.from_bytes(view[pos + 8:pos + 12], "big") + 12
+    return last
+
+
+def _recompress(batches, codec: int):
+    out = bytearray()
+    placed = []
+    for _, batch in batches:
+        recs = list(batch)
+        pos = len(out)
+        out += build_batch([r.value for r in recs], [r.key for r in recs], [r.timestamp for r in recs],
+                           [r.headers for r in recs], compression=codec, producer_id=batch.producer_id,
+                           producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                           is_transactional=batch.is_transactional)
+        placed.append((pos, RecordBatch(bytes(out[pos:]))))
+    return out, placed
+
+
+# Layout of decode_columns' output: per-record arrays, Arrow binary columns (offsets n+1 + data), and headers
+# (header_offsets n+1 pointing into per-header binary columns).
+_PER_RECORD = ("offset", "timestamp", "timestamp_type", "key_valid", "value_valid")
+_BINARY = (("key_offsets", "keys"), ("value_offsets", "values"))
+_HEADER_BINARY = (("header_key_offsets", "header_keys"), ("header_value_offsets", "header_values"))
+
+
+def _cut_binary(offs, data, lo, hi):
+    a, b = int(offs[lo]), int(offs[hi])
+    return offs[lo:hi + 1] - offs[lo], data[a:b]
+
+
+def _slice_columns(cols: dict, lo: int, hi: int) -> dict:
+    out = {k: cols[k][lo:hi] for k in _PER_RECORD}
+    for o, d in _BINARY:
+        out[o], out[d] = _cut_binary(cols[o], cols[d], lo, hi)
+    h0, h1 = int(cols["header_offsets"][lo]), int(cols["header_offsets"][hi])
+    out["header_offsets"] = cols["header_offsets"][lo:hi + 1] - h0
+    for o, d in _HEADER_BINARY:
+        out[o], out[d] = _cut_binary(cols[o], cols[d], h0, h1)
+    out["header_value_valid"] = cols["header_value_valid"][h0:h1]
+    return out
+
+
+def _join_offsets(arrays) -> np.ndarray:
+    total = sum(int(a[-1]) for a in arrays)
+    dtype = np.int32 if total <= INT32_MAX else np.int64
+    pieces, shift = [arrays[0].astype(dtype)], int(arrays[0][-1])
+    for a in arrays[1:]:
+        pieces.append(a[1:].astype(dtype) + shift)
+        shift += int(a[-1])
+    return np.concatenate(pieces)
+
+
+def _concat_columns(parts: list[dict]) -> dict:
+    if not parts:
+        return {k: v for k, v in decode_columns(b"").items() if isinstance(v, np.ndarray)}
+    keep = _PER_RECORD + ("header_offsets", "header_value_valid") + tuple(x for pair in _BINARY + _HEADER_BINARY
+                                                                          for x in pair)
+    if len(parts) == 1:
+        return {k: parts[0][k] for k in keep}
+    out = {k: np.concatenate([p[k] for p in parts]) for k in _PER_RECORD + ("header_value_valid",)}
+    for o, d in _BINARY + _HEADER_BINARY:
+        out[o] = _join_offsets([p[o] for p in parts])
+        out[d] = np.concatenate([p[d] for p in parts])
+    out["header_offsets"] = _join_offsets([p["header_offsets"] for p in parts])
+    return out

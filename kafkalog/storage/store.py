@@ -1,0 +1,398 @@
+"""LogStore: a data directory of topics, laid out like a Kafka log dir.
+
+::
+
+    <data dir>/
+      <topic>-<partition>/                 one Log per partition (segments, indexes)
+      recovery-point-offset-checkpoint     Kafka's checkpoint format (see files.py)
+      log-start-offset-checkpoint
+      .kafka_cleanshutdown                 present only while no writer has the store open after a clean close
+      .lock                                Kafka's log-dir lock: exclusive writer = LOCK_EX, shared writers = LOCK_SH
+      .kafkalog-topics.json                topics, partition counts and per-topic config overrides
+      meta.properties
+
+Opening modes: ``LogStore(path)`` is a *shared* writer (any number of processes append; each append call takes the
+partition's lock); ``exclusive=True`` holds the locks for the store's lifetime (fastest; a second writer process
+gets LockTimeoutError); ``read_only=True`` never writes and sees the writers' complete batches.
+
+The first writer to open a store after an unclean shutdown recovers every partition before the open returns
+(from each recovery point on); after a clean shutdown nothing is scanned. The last writer to close writes the
+checkpoints and the clean-shutdown marker. Thread-safe: one LogStore can be shared by the threads of a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from ..config import STORE, TOPIC, Config
+from ..errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaStorageError,
+    LockTimeoutError,
+    LogClosedError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    storage_error,
+)
+from . import failpoints
+from .checkpoints import Checkpoints
+from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, fsync_dir
+from .log import EXCLUSIVE, READ, SHARED, Log
+
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_LENGTH = 249
+_TOPICS_FILE = ".kafkalog-topics.json"
+_PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+
+
+def validate_topic_name(name) -> None:
+    """Kafka's rules: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..' (nothing that escapes the dir)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError(f"topic name {name!r}: must be a non-empty string")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is not allowed")
+    if len(name) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic name of {len(name)} characters: the maximum is {MAX_TOPIC_LENGTH}")
+    if not _TOPIC_RE.match(name):
+        raise InvalidTopicError(f"topic name {name!r}: only ASCII letters, digits, '.', '_' and '-' are legal")
+
+
+class LogStore:
+    """A data dir of topics. See the module docstring for modes, recovery and thread/process safety."""
+
+    def __init__(self, path, config=None, *, read_only: bool = False, exclusive: bool = False,
+                 maintenance: bool = True):
+        if read_only and exclusive:
+            raise ValueError("a store is opened read_only or exclusive, not both")
+        self.path = Path(path)
+        self.mode = READ if read_only else (EXCLUSIVE if exclusive else SHARED)
+        self.config = config if isinstance(config, Config) else Config(config)
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._topics: dict[str, dict] = {}
+        self._topics_stamp = None
+        self._closed = False
+        self._stop = threading.Event()
+        self._thread = None
+        self._dir_lock = None
+        self.had_clean_shutdown = True
+        if self.mode == READ:
+            if not self.path.is_dir():
+                raise KafkaStorageError(2, f"no kafkalog data dir at {self.path}")
+            self._checkpoints = Checkpoints(self.path, read_only=True)
+            self._reload_topics()
+            return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise storage_error(e, "create data dir", self.path) from None
+        self._checkpoints = Checkpoints(self.path)
+        self._open_writer()
+        if maintenance:
+            self._thread = threading.Thread(target=self._maintenance_loop, name="kafkalog-maintenance", daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------------------------------------ open/close
+
+    def _open_writer(self) -> None:
+        init = FileLock(self.path / ".kafkalog-init.lock")
+        init.acquire(what="open store")
+        try:
+            self._dir_lock = FileLock(self.path / ".lock")
+            timeout = self.config["lock.timeout.ms"] / 1000.0
+            first = self._dir_lock.try_acquire(shared=False)
+            if not first:
+                if self.mode == EXCLUSIVE:
+                    self._dir_lock.acquire(shared=False, timeout=timeout,
+                                           what="open exclusively (another process has this store open)")
+                    first = True
+                else:
+                    try:
+                        self._dir_lock.acquire(shared=True, timeout=timeout,
+                                               what="open (another process has this store open exclusively)")
+                    except LockTimeoutError:
+                        self._dir_lock.close()
+                        raise
+            marker = self.path / CLEAN_SHUTDOWN_FILE
+            if first:
+                self.had_clean_shutdown = marker.exists() or not any(self.path.iterdir())
+                if marker.exists():
+                    # deleted first: a crash while we run (or while loading) must read as unclean (KAFKA-10471)
+                    marker.unlink()
+                    fsync_dir(self.path)
+                self._write_meta()
+            self._reload_topics()
+            if first and not self.had_clean_shutdown:
+                for topic, partition in self._partition_dirs():
+                    self._logs[(topic, partition)] = self._open_log(topic, partition, recover=True)
+                self._checkpoints.set_recovery_points(
+                    {(t, p): log.recovery_point for (t, p), log in self._logs.items()}, replace=True)
+            if first and self.mode == SHARED:
+                self._dir_lock.acquire(shared=True)  # downgrade; the init lock keeps other openers out meanwhile
+        finally:
+            init.release()
+            init.close()
+
+    def _write_meta(self) -> None:
+        meta = self.path / "meta.properties"
+        if not meta.exists():
+            atomic_write(meta, b"version=0\nbroker.id=0\n")
+
+    def close(self) -> None:
+        """Flush every log, write checkpoints; the last writer to close also writes the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.mode == READ:
+            for log in self._logs.values():
+                log.close()
+            return
+        init = FileLock(self.path / ".kafkalog-init.lock")
+        init.acquire(what="close store")
+        try:
+            points = {}
+            for log in self._logs.values():
+                log.close()
+                points[(log.topic, log.partition)] = log.recovery_point
+            self._checkpoints.set_recovery_points(points)
+            failpoints.hit("close:before-marker")
+            last = self.mode == EXCLUSIVE or self._dir_lock.try_acquire(shared=False)
+            if last:
+                atomic_write(self.path / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":0}')
+        finally:
+            self._checkpoints.close()
+            self._dir_lock.close()
+            init.release()
+            init.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"store {self.path} is closed")
+
+    # ------------------------------------------------------------------------------------------------ topics
+
+    def _topics_path(self) -> Path:
+        return self.path / _TOPICS_FILE
+
+    def _reload_topics(self) -> None:
+        p = self._topics_path()
+        try:
+            st = p.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self._topics_stamp and self._topics_stamp is not None:
+            return
+        topics: dict[str, dict] = {}
+        if stamp is not None:
+            try:
+                topics = json.loads(p.read_text())
+            except (OSError, ValueError) as e:
+                raise KafkaStorageError(5, f"unreadable topic registry {p}: {e}") from None
+        # a Kafka log dir (or partitions created by another tool) carries topics as directories only
+        for topic, partition in self._partition_dirs():
+            entry = topics.setdefault(topic, {"partitions": 0, "config": {}})
+            entry["partitions"] = max(entry["partitions"], partition + 1)
+        self._topics = topics
+        self._topics_stamp = stamp
+
+    def _partition_dirs(self):
+        out = []
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return out
+        for name in names:
+            m = _PARTITION_DIR_RE.match(name)
+            if m and (self.path / name).is_dir() and _TOPIC_RE.match(m.group(1)):
+                out.append((m.group(1), int(m.group(2))))
+        return sorted(out)
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            self._check_open()
+            self._reload_topics()
+            return sorted(self._topics)
+
+    def partitions_for(self, topic: str) -> int:
+        with self._lock:
+            self._check_open()
+            self._reload_topics()
+            if topic not in self._topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self.path}")
+            return self._topics[topic]["partitions"]
+
+    def topic_config(self, topic: str) -> Config:
+        with self._lock:
+            self._reload_topics()
+            if topic not in self._topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} in {self.path}")
+            return self.config.with_overrides(self._topics[topic].get("config", {}))
+
+    def create_topic(self, name: str, partitions: int | None = None, config=None) -> None:
+        """Create a topic with ``partitions`` partitions (default num.partitions) and per-topic config overrides
+        (Kafka topic keys, validated; persisted with the topic)."""
+        validate_topic_name(name)
+        if partitions is None:
+            partitions = self.config["num.partitions"]
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+            raise InvalidPartitionsError(f"topic {name!r}: partitions must be a positive integer, got {partitions!r}")
+        topic_config = Config(config, scope=TOPIC)  # validates: unknown/invalid keys raise InvalidConfigError
+        if self.mode == READ:
+            raise KafkaStorageError(30, f"store {self.path} is opened read-only")
+        with self._lock:
+            self._check_open()
+            init = FileLock(self.path / ".kafkalog-init.lock")
+            init.acquire(what="create topic")
+            try:
+                self._topics_stamp = None
+                self._reload_topics()
+                if name in self._topics:
+                    raise TopicAlreadyExistsError(f"topic {name!r} already exists in {self.path}")
+                norm = name.replace(".", "_")
+                for other in self._topics:
+                    if other.replace(".", "_") == norm:
+                        raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r} "
+                                                "('.' and '_' collide in metric names)")
+                topics = dict(self._topics)
+                topics[name] = {"partitions": partitions, "config": topic_config.overrides}
+                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._topics = topics
+                for p in range(partitions):
+                    log = self._open_log(name, p, recover=self.mode == EXCLUSIVE, create=True)
+                    self._logs[(name, p)] = log
+                fsync_dir(self.path)
+            finally:
+                init.release()
+                init.close()
+
+    def delete_topic(self, name: str) -> None:
+        """Remove a topic and all its data (directories renamed to ``-delete`` first, then removed)."""
+        if self.mode == READ:
+            raise KafkaStorageError(30, f"store {self.path} is opened read-only")
+        with self._lock:
+            self._check_open()
+            self._reload_topics()
+            if name not in self._topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
+            n = self._topics[name]["partitions"]
+            for p in range(n):
+                log = self._logs.pop((name, p), None)
+                if log is not None:
+                    log.close()
+            topics = dict(self._topics)
+            del topics[name]
+            atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+            self._topics = topics
+            for p in range(n):
+                d = self.path / f"{name}-{p}"
+                if d.exists():
+                    gone = self.path / f"{name}-{p}.{uuid.uuid4().hex}-delete"
+                    try:
+                        os.replace(d, gone)
+                        shutil.rmtree(gone)
+                    except OSError as e:
+                        raise storage_error(e, "delete topic", d) from None
+            self._checkpoints.forget(name, range(n))
+            fsync_dir(self.path)
+
+    # ------------------------------------------------------------------------------------------------ logs
+
+    def _open_log(self, topic: str, partition: int, recover: bool, create: bool = False) -> Log:
+        d = self.path / f"{topic}-{partition}"
+        if create:
+            try:
+                d.mkdir(exist_ok=True)
+            except OSError as e:
+                raise storage_error(e, "create partition dir", d) from None
+        config = self.config.with_overrides(self._topics.get(topic, {}).get("config", {}))
+        # only a process that owns the store (exclusive, or the first writer under the init lock) may repair files
+        return Log(d, topic, partition, config, mode=self.mode, checkpoints=self._checkpoints,
+                   had_clean_shutdown=self.had_clean_shutdown, recover=recover)
+
+    def log(self, topic: str, partition: int = 0) -> Log:
+        """The Log of one partition (opened on first use and cached)."""
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is not None:
+            return log
+        with self._lock:
+            self._check_open()
+            log = self._logs.get(key)
+            if log is not None:
+                return log
+            self._reload_topics()
+            n = self._topics.get(topic, {}).get("partitions", 0)
+            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < n:
+                raise UnknownTopicOrPartitionError(
+                    f"unknown topic or partition {topic}-{partition} in {self.path}"
+                    + (f" (topic has {n} partitions)" if n else ""))
+            log = self._open_log(topic, partition, recover=self.mode == EXCLUSIVE, create=self.mode != READ)
+            self._logs[key] = log
+            return log
+
+    # ------------------------------------------------------------------------------------------------ maintenance
+
+    def run_maintenance(self, now_ms: int | None = None) -> dict:
+        """One round of what the store runs periodically: retention, flush.ms, recovery-point checkpoint,
+        purge of ``.deleted`` files. Tests call it directly. Returns counts."""
+        with self._lock:
+            if self._closed or self.mode == READ:
+                return {}
+            logs = list(self._logs.values())
+        removed = 0
+        points = {}
+        for log in logs:
+            removed += log.run_retention(now_ms)
+            log.maybe_flush()
+            cp = log.checkpoint_recovery_point()
+            if cp is not None:
+                points[cp[0]] = cp[1]
+            log.purge_deleted()
+        self._checkpoints.set_recovery_points(points)
+        return {"segments_deleted": removed, "checkpointed": len(points)}
+
+    def _maintenance_loop(self) -> None:
+        c = self.config
+        period = min(c["log.retention.check.interval.ms"], c["log.flush.scheduler.interval.ms"],
+                     c["log.flush.offset.checkpoint.interval.ms"]) / 1000.0
+        next_retention = time.monotonic() + c["log.retention.check.interval.ms"] / 1000.0
+        while not self._stop.wait(period):
+            try:
+                now = time.monotonic()
+                with self._lock:
+                    logs = list(self._logs.values())
+                for log in logs:
+                    log.maybe_flush()
+                if now >= next_retention:
+                    next_retention = now + c["log.retention.check.interval.ms"] / 1000.0
+                    self.run_maintenance()
+            except LogClosedError:
+                return
+            except Exception as e:  # a maintenance failure must not kill the app; it is reported once per round
+                import logging
+                logging.getLogger("kafkalog").warning("maintenance round failed: %s", e)
+
+    def __repr__(self):
+        return f"LogStore({str(self.path)!r}, mode={self.mode})"
+
+
+__all__ = ["LogStore", "validate_topic_name", "STORE"]

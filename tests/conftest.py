@@ -1,0 +1,57 @@
+import os
+from pathlib import Path
+
+import pytest
+
+import kafkalog
+from kafkalog.storage.files import CLEAN_SHUTDOWN_FILE
+
+T0 = 1_700_000_000_000
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def open_store(data_dir):
+    """open_store(config=None, **kw) -> an exclusive LogStore on data_dir (closed at teardown)."""
+    opened = []
+
+    def _open(config=None, **kw):
+        kw.setdefault("exclusive", True)
+        kw.setdefault("maintenance", False)
+        store = kafkalog.LogStore(data_dir, config, **kw)
+        opened.append(store)
+        return store
+
+    yield _open
+    for s in opened:
+        s.close()
+
+
+def make_unclean(path: Path) -> None:
+    """After a clean close: remove the clean-shutdown marker so the next open recovers, as after a crash."""
+    marker = Path(path) / CLEAN_SHUTDOWN_FILE
+    if marker.exists():
+        os.unlink(marker)
+
+
+def subprocess_env():
+    """Environment for child processes importing the same kafkalog as the tests."""
+    env = dict(os.environ)
+    root = str(Path(kafkalog.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.fixture
+def unclean():
+    return make_unclean
+
+
+@pytest.fixture
+def child_env():
+    return subprocess_env()

@@ -1,0 +1,649 @@
+"""Log and LogStore behaviour, ported from Kafka's LogSegmentTest, LogLoaderTest, UnifiedLogTest, LocalLogTest and
+DeleteRecordsRequestTest (reference/kafka-storage.md section 10), run on real files."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import kafkalog
+from kafkalog._engine.records import build_batch, iter_batches
+from kafkalog.errors import (
+    InvalidConfigError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    InvalidTopicError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    RecordTooLargeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+T0 = 1_700_000_000_000
+
+
+def ot(found):
+    return None if found is None else (found.offset, found.timestamp)
+
+
+def values(n, start=0):
+    return [b"value-%d" % i for i in range(start, start + n)]
+
+
+def fresh(open_store, config=None, topic="t", partitions=1, topic_config=None):
+    store = open_store(config)
+    store.create_topic(topic, partitions, topic_config)
+    return store, store.log(topic, 0)
+
+
+# ---------------------------------------------------------------------------------------------------- basics
+
+def test_append_read_roundtrip_and_offsets(open_store):
+    store, log = fresh(open_store)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    assert log.append(b"a", key=b"k", timestamp=T0, headers=[("h", b"v")]) == 0
+    assert log.append_batch(values(5), timestamps=[T0 + i for i in range(5)]) == 1
+    assert log.log_end_offset == log.high_watermark == 6
+    recs = list(log.records())
+    assert [r.offset for r in recs] == list(range(6))
+    assert (recs[0].key, recs[0].value, recs[0].headers, recs[0].timestamp) == (b"k", b"a", [("h", b"v")], T0)
+    assert [r.value for r in recs[1:]] == values(5)
+    assert all(r.timestamp_type == 0 for r in recs)
+
+
+def test_records_range_is_half_open_and_mid_batch(open_store):
+    store, log = fresh(open_store)
+    log.append_batch(values(10), timestamps=[T0] * 10)
+    assert [r.offset for r in log.records(3, 7)] == [3, 4, 5, 6]
+    assert list(log.records(10)) == []
+
+
+def test_read_returns_whole_batches_zero_copy_and_at_least_one(open_store):
+    store, log = fresh(open_store)
+    for i in range(5):
+        log.append_batch(values(100, i * 100), timestamps=[T0] * 100)
+    view = log.read(150, max_bytes=1)  # KIP-74: one whole batch even above max_bytes
+    assert isinstance(view, memoryview) and view.readonly
+    batches = list(iter_batches(view))
+    assert len(batches) == 1 and batches[0].base_offset == 100 and batches[0].last_offset == 199
+    big = log.read(0, max_bytes=10**9)
+    assert sum(b.record_count for b in iter_batches(big)) == 500
+    assert len(log.read(500)) == 0
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(501)
+
+
+def test_read_view_survives_segment_deletion(open_store):
+    store, log = fresh(open_store, topic_config={"segment.bytes": 2000, "file.delete.delay.ms": 0})
+    for i in range(20):
+        log.append_batch(values(10, i * 10), timestamps=[T0] * 10)
+    view = log.read(0)
+    expected = bytes(view)
+    log.delete_records_before(150)
+    assert bytes(view) == expected  # the mapping lives as long as the view
+
+
+def test_reopen_clean_keeps_everything(open_store, data_dir):
+    store, log = fresh(open_store, topic_config={"segment.bytes": 5000})
+    for i in range(30):
+        log.append_batch(values(10, i * 10), timestamps=[T0 + i * 10 + j for j in range(10)])
+    store.close()
+    store = open_store()
+    log = store.log("t", 0)
+    assert log.log_end_offset == 300
+    assert [r.value for r in log.records()] == values(300)
+    assert log.offset_for_time(T0 + 155).offset == 155
+
+
+# ---------------------------------------------------------------------------------------------------- timestamps
+
+def test_offset_for_time_kafka_cases(open_store):
+    """LogSegmentTest.testFindOffsetByTimestamp: records 40..49 with ts = offset*10, sparse index."""
+    store = open_store()
+    store.create_topic("t", 1, {"index.interval.bytes": 150})
+    log = store.log("t", 0)
+    log.append_batch(values(40), timestamps=[i * 10 for i in range(40)])
+    for i in range(40, 50):
+        log.append_batch([b"msg%d" % i], timestamps=[i * 10])
+    assert ot(log.offset_for_time(420)) == (42, 420)
+    assert log.offset_for_time(421).offset == 43
+    assert log.offset_for_time(430).offset == 43
+    assert log.offset_for_time(431).offset == 44
+    assert log.offset_for_time(491) is None
+    assert log.offset_for_time(401).offset == 41
+    assert log.offset_for_time(399).offset == 40
+    found = log.offset_for_time(401)
+    assert (found.offset, found.timestamp) == (41, 410)
+
+
+def test_offset_for_time_special_targets(open_store):
+    store, log = fresh(open_store)
+    assert log.offset_for_time(-3) is None  # empty log
+    log.append_batch(values(7), timestamps=[0, 1, 2, 3, 4, 6, 5])
+    assert ot(log.offset_for_time(-3)) == (5, 6)  # KAFKA-16310: the exact record, not the batch's last offset
+    assert ot(log.offset_for_time(-1)) == (7, -1)
+    assert ot(log.offset_for_time(-2)) == (0, -1)
+    log.delete_records_before(3)
+    assert ot(log.offset_for_time(-2)) == (3, -1)
+    assert log.offset_for_time(0).offset == 3  # never below the log start offset
+
+
+def test_max_timestamp_first_of_equal(open_store):
+    store, log = fresh(open_store)
+    log.append_batch(values(3), timestamps=[T0, T0 + 1, T0])
+    assert ot(log.offset_for_time(-3)) == (1, T0 + 1)
+
+
+def test_offset_for_time_unordered_create_time_follows_offset_order(open_store):
+    store, log = fresh(open_store)
+    log.append_batch(values(4), timestamps=[T0 + 50, T0 + 10, T0 + 60, T0 + 20])
+    # first record in offset order with ts >= target, not the minimal-ts one
+    assert log.offset_for_time(T0 + 15).offset == 0
+    assert log.offset_for_time(T0 + 55).offset == 2
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "lz4", "zstd", "snappy"])
+def test_offset_for_time_inside_compressed_batches(open_store, codec):
+    store, log = fresh(open_store)
+    for i in range(10):
+        log.append_batch(values(100, i * 100), timestamps=[T0 + (i * 100 + j) * 2 for j in range(100)],
+                         compression=codec)
+    assert log.offset_for_time(T0 + 2 * 537).offset == 537
+    assert log.offset_for_time(T0 + 2 * 537 - 1).offset == 537
+    assert log.offset_for_time(T0 + 2 * 999 + 1) is None
+    assert [r.offset for r in log.records(530, 540)] == list(range(530, 540))
+
+
+def test_log_append_time_overrides_and_is_searchable(open_store):
+    store, log = fresh(open_store, topic_config={"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    log.append_batch(values(3), timestamps=[1, 2, 3])
+    log.append(b"x", timestamp=5)
+    after = int(time.time() * 1000)
+    recs = list(log.records())
+    assert all(r.timestamp_type == 1 and before <= r.timestamp <= after for r in recs)
+    assert log.offset_for_time(before).offset == 0
+
+
+def test_timestamp_bounds(open_store):
+    store, log = fresh(open_store, topic_config={"message.timestamp.before.max.ms": 60000})
+    now = int(time.time() * 1000)
+    with pytest.raises(InvalidTimestampError) as e:
+        log.append(b"x", timestamp=now - 3_600_000)
+    assert e.value.code == 32
+    with pytest.raises(InvalidTimestampError):
+        log.append_batch([b"x"], timestamps=[now + 2 * 3_600_000])  # after.max.ms default 1 h (Kafka 4.0)
+    assert log.log_end_offset == 0
+    log.append(b"ok", timestamp=now)
+    assert log.log_end_offset == 1
+
+
+# ---------------------------------------------------------------------------------------------------- size limits
+
+def test_max_message_bytes(open_store):
+    store, log = fresh(open_store, topic_config={"max.message.bytes": 1000})
+    with pytest.raises(RecordTooLargeError) as e:
+        log.append_batch([b"x" * 2000])
+    assert e.value.code == 10
+    with pytest.raises(RecordTooLargeError):
+        log.append(b"x" * 2000)
+    log.append_batch([b"x" * 100])
+    assert log.log_end_offset == 1
+
+
+# ---------------------------------------------------------------------------------------------------- append_records
+
+def test_append_records_rewrites_base_offset_only(open_store):
+    store, log = fresh(open_store)
+    log.append_batch(values(3))
+    raw = build_batch([b"a", b"b"], timestamps=[T0, T0 + 1], compression=3) + \
+        build_batch([b"c"], timestamps=[T0 + 2], compression=4)
+    first, last = log.append_records(raw)
+    assert (first, last) == (3, 5)
+    stored = bytes(log.read(3, 10**6))
+    assert len(stored) == len(raw)
+    a, b = list(iter_batches(stored))
+    assert (a.base_offset, b.base_offset) == (3, 5)
+    # every byte but the 8-byte base offsets is what the producer sent: no recompression
+    assert stored[8:a.size_in_bytes] == raw[8:a.size_in_bytes]
+    assert stored[a.size_in_bytes + 8:] == raw[a.size_in_bytes + 8:]
+    assert a.is_valid() and b.is_valid()
+    assert [r.value for r in log.records(3)] == [b"a", b"b", b"c"]
+
+
+def test_append_records_rejects_whole_request_on_bad_batch(open_store):
+    store, log = fresh(open_store)
+    good = build_batch([b"a"], timestamps=[T0])
+    bad = bytearray(build_batch([b"b"], timestamps=[T0]))
+    bad[-1] ^= 0xFF  # CRC mismatch
+    with pytest.raises(Exception) as e:
+        log.append_records(good + bytes(bad))
+    assert e.value.code in (2, 87)
+    with pytest.raises(InvalidRecordError):
+        log.append_records(good + b"\x00" * 5)
+    assert log.log_end_offset == 0  # nothing appended, nothing lost
+
+
+def test_append_records_topic_codec_recompresses(open_store):
+    store, log = fresh(open_store, topic_config={"compression.type": "zstd"})
+    log.append_records(build_batch([b"a", b"b"], timestamps=[T0, T0], compression=3))
+    (batch,) = list(iter_batches(log.read(0)))
+    assert batch.compression == 4
+    assert [r.value for r in log.records()] == [b"a", b"b"]
+
+
+# ---------------------------------------------------------------------------------------------------- roll
+
+def test_size_based_roll_and_index_entries(open_store):
+    store, log = fresh(open_store, topic_config={"segment.bytes": 4096, "index.interval.bytes": 500})
+    for i in range(100):
+        log.append_batch(values(5, i * 5), timestamps=[T0 + i] * 5)
+    segs = log.segments()
+    assert len(segs) >= 4
+    for s in segs[:-1]:
+        assert s.size <= 4096
+        # sealed segments: indexes trimmed to their entries
+        assert os.path.getsize(s.dir / ("%020d.index" % s.base_offset)) == s.offset_index.entries * 8
+    assert [r.offset for r in log.records()] == list(range(500))
+
+
+def test_time_based_roll_uses_record_time(open_store):
+    store, log = fresh(open_store, topic_config={"segment.ms": 1000})
+    log.append_batch([b"a"], timestamps=[T0])
+    log.append_batch([b"b"], timestamps=[T0 + 1000])  # not more than segment.ms: same segment
+    assert len(log.segments()) == 1
+    log.append_batch([b"c"], timestamps=[T0 + 1001])
+    assert len(log.segments()) == 2
+    assert log.segments()[1].base_offset == 2
+
+
+def test_roll_with_jitter_bounds(open_store):
+    store, log = fresh(open_store, topic_config={"segment.ms": 1000, "segment.jitter.ms": 500})
+    log.append_batch([b"a"], timestamps=[T0])
+    log.append_batch([b"b"], timestamps=[T0 + 500])  # jitter <= 500: never rolls at segment.ms - maxJitter
+    assert len(log.segments()) == 1
+    log.append_batch([b"c"], timestamps=[T0 + 1001])  # always rolls past segment.ms
+    assert len(log.segments()) == 2
+
+
+def test_index_full_rolls(open_store):
+    store, log = fresh(open_store, topic_config={"segment.index.bytes": 8 * 3, "index.interval.bytes": 1})
+    for i in range(20):
+        log.append_batch([b"x%d" % i], timestamps=[T0 + i])
+    assert len(log.segments()) > 3
+    assert [r.offset for r in log.records()] == list(range(20))
+
+
+# ---------------------------------------------------------------------------------------------------- delete-before
+
+def test_delete_records_kafka_cases(open_store):
+    """UnifiedLogTest: 15 records in 3 segments; LSO 1 -> 3 segs; 6 -> 2; 15 -> 1."""
+    store, log = fresh(open_store, topic_config={"file.delete.delay.ms": 0})
+    for i in range(15):
+        if i and i % 5 == 0:
+            log.roll()
+        log.append_batch([b"r%d" % i], timestamps=[T0 + i])
+    assert len(log.segments()) == 3
+    assert log.delete_records_before(1) == 1
+    assert len(log.segments()) == 3
+    assert log.delete_records_before(6) == 6
+    assert len(log.segments()) == 2
+    assert log.delete_records_before(15) == 15
+    assert len(log.segments()) == 1
+    with pytest.raises(OffsetOutOfRangeError) as e:
+        log.delete_records_before(16)
+    assert e.value.code == 1
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(14)
+    assert len(log.read(15)) == 0
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(16)
+    assert log.delete_records_before(3) == 15  # never decreases
+
+
+def test_delete_records_mid_batch_never_returns_below(open_store):
+    store, log = fresh(open_store)
+    log.append_batch(values(10), timestamps=[T0 + i for i in range(10)])
+    assert log.delete_records_before(4) == 4
+    assert [r.offset for r in log.records()] == list(range(4, 10))
+    assert log.read_columns()["offset"].tolist() == list(range(4, 10))
+    with pytest.raises(OffsetOutOfRangeError):
+        list(log.records(3))
+    assert log.offset_for_time(T0).offset == 4
+
+
+def test_delete_records_minus_one_is_high_watermark_and_checkpointed(open_store, data_dir):
+    store, log = fresh(open_store)
+    log.append_batch(values(10))
+    assert log.delete_records_before(-1) == 10
+    # fsynced before returning: the checkpoint file already names it, in Kafka's format
+    text = (data_dir / "log-start-offset-checkpoint").read_text().split("\n")
+    assert text[0] == "0" and text[1] == "1" and text[2] == "t 0 10"
+    with pytest.raises(OffsetOutOfRangeError):
+        log.delete_records_before(-2)
+    store.close()
+    log = open_store().log("t", 0)
+    assert (log.log_start_offset, log.log_end_offset) == (10, 10)
+    assert log.append(b"next") == 10
+
+
+def test_delete_records_removes_segments_via_deleted_rename(open_store, data_dir):
+    store, log = fresh(open_store, topic_config={"segment.bytes": 1000, "file.delete.delay.ms": 60000})
+    for i in range(20):
+        log.append_batch(values(10, i * 10))
+    n = len(log.segments())
+    log.delete_records_before(150)
+    part = data_dir / "t-0"
+    deleted = [p for p in os.listdir(part) if p.endswith(".deleted")]
+    assert deleted and all(int(p[:20]) < 150 for p in deleted)
+    assert len(log.segments()) < n
+    assert log.purge_deleted(force=True) == len(deleted)
+    assert not [p for p in os.listdir(part) if p.endswith(".deleted")]
+
+
+def test_delete_records_needs_delete_policy(open_store):
+    store, log = fresh(open_store, topic_config={"cleanup.policy": "compact"})
+    log.append_batch(values(3))
+    with pytest.raises(PolicyViolationError) as e:
+        log.delete_records_before(1)
+    assert e.value.code == 44
+
+
+def test_delete_records_cost_independent_of_data(open_store):
+    """O(segments): the call touches no record data (it works with .log files made unreadable)."""
+    store, log = fresh(open_store, topic_config={"segment.bytes": 10000, "file.delete.delay.ms": 0})
+    for i in range(50):
+        log.append_batch(values(50, i * 50))
+    before = log.segments()
+    log.delete_records_before(1200)
+    assert all(s.base_offset <= 1200 for s in log.segments()[:1])
+    assert len(log.segments()) < len(before)
+
+
+# ---------------------------------------------------------------------------------------------------- retention
+
+def test_time_retention_deletes_prefix_only(open_store):
+    store, log = fresh(open_store, topic_config={"retention.ms": 1000, "file.delete.delay.ms": 0})
+    now = T0 + 100_000
+    log.append_batch([b"old1"], timestamps=[now - 5000])
+    log.roll()
+    log.append_batch([b"new"], timestamps=[now])
+    log.roll()
+    log.append_batch([b"old2"], timestamps=[now - 5000])  # old, but after a young segment: kept
+    log.roll()
+    log.append_batch([b"active"], timestamps=[now])
+    assert log.run_retention(now_ms=now) == 1
+    assert log.log_start_offset == 1
+    assert [r.value for r in log.records()] == [b"new", b"old2", b"active"]
+
+
+def test_size_retention_keeps_at_least_retention_bytes(open_store):
+    store, log = fresh(open_store, topic_config={"segment.bytes": 1000, "retention.bytes": 3000,
+                                                 "file.delete.delay.ms": 0, "retention.ms": -1})
+    for i in range(40):
+        log.append_batch(values(10, i * 10))
+    log.run_retention()
+    assert log.size_in_bytes >= 3000
+    assert log.size_in_bytes - log.segments()[0].size < 3000
+    assert log.log_start_offset == log.segments()[0].base_offset
+
+
+def test_retention_of_everything_rolls_first(open_store):
+    store, log = fresh(open_store, topic_config={"retention.ms": 10, "file.delete.delay.ms": 0})
+    log.append_batch(values(5), timestamps=[T0] * 5)
+    assert log.run_retention(now_ms=T0 + 1000) == 1
+    assert (log.log_start_offset, log.log_end_offset) == (5, 5)
+    assert log.append(b"x") == 5
+
+
+# ---------------------------------------------------------------------------------------------------- recovery
+
+def test_recovery_truncates_garbage_from_inside_record(open_store, data_dir, unclean):
+    """LogSegmentTest.testRecoveryWithCorruptMessage: garbage from a byte inside batch k keeps [0, k)."""
+    store, log = fresh(open_store)
+    for i in range(50):
+        log.append_batch([b"rec%d" % i], timestamps=[T0 + i])
+    positions = [p for p, _ in log.segments()[0].batch_positions()]
+    store.close()
+    unclean(data_dir)
+    seg = data_dir / "t-0" / ("%020d.log" % 0)
+    k = 37
+    with open(seg, "r+b") as f:
+        f.seek(positions[k] + 20)
+        f.write(os.urandom(200))
+    log = open_store().log("t", 0)
+    assert log.log_end_offset == k
+    assert [r.value for r in log.records()] == [b"rec%d" % i for i in range(k)]
+    assert log.append(b"after") == k
+
+
+def test_recovery_of_garbage_tail_and_index(open_store, data_dir, unclean):
+    """LogLoaderTest: nonsense appended to the active .log and .index; reopen unclean keeps the records."""
+    store, log = fresh(open_store, topic_config={"index.interval.bytes": 1})
+    for i in range(30):
+        log.append_batch([b"rec%d" % i], timestamps=[T0 + i])
+    store.close()
+    unclean(data_dir)
+    for suffix in (".log", ".index"):
+        with open(data_dir / "t-0" / ("%020d%s" % (0, suffix)), "ab") as f:
+            f.write(os.urandom(333))
+    log = open_store().log("t", 0)
+    assert log.log_end_offset == 30
+    assert [r.offset for r in log.records()] == list(range(30))
+    assert all(log.offset_for_time(T0 + i).offset == i for i in range(30))
+
+
+@pytest.mark.parametrize("damage", ["delete", "two-bytes", "garbage"])
+def test_missing_or_corrupt_indexes_are_rebuilt(open_store, data_dir, unclean, damage):
+    store, log = fresh(open_store, topic_config={"segment.bytes": 3000, "index.interval.bytes": 100})
+    for i in range(200):
+        log.append_batch([b"rec%d" % i], timestamps=[T0 + i * 10])
+    nseg = len(log.segments())
+    store.close()
+    unclean(data_dir)
+    part = data_dir / "t-0"
+    for name in os.listdir(part):
+        if name.endswith((".index", ".timeindex")):
+            p = part / name
+            if damage == "delete":
+                os.unlink(p)
+            elif damage == "two-bytes":
+                p.write_bytes(b"\x00\x01")
+            else:
+                p.write_bytes(os.urandom(os.path.getsize(p) or 24))
+    log = open_store().log("t", 0)
+    assert len(log.segments()) == nseg
+    assert [r.offset for r in log.records()] == list(range(200))
+    for i in range(0, 200, 7):
+        assert ot(log.offset_for_time(T0 + i * 10)) == (i, T0 + i * 10)
+        assert log.offset_for_time(T0 + i * 10 - 5).offset == i
+        assert next(iter_batches(log.read(i))).base_offset == i
+
+
+def test_orphan_indexes_and_deleted_leftovers_are_removed(open_store, data_dir):
+    store, log = fresh(open_store)
+    log.append_batch(values(3))
+    store.close()
+    part = data_dir / "t-0"
+    (part / ("%020d.index" % 5)).write_bytes(b"\x00" * 80)
+    (part / ("%020d.timeindex" % 5)).write_bytes(b"\x00" * 120)
+    (part / ("%020d.log.deleted" % 99)).write_bytes(b"junk")
+    log = open_store().log("t", 0)
+    names = os.listdir(part)
+    assert not any(n.startswith("%020d" % 5) for n in names)
+    assert not any(n.endswith(".deleted") for n in names)
+    assert log.append(b"x") == 3
+
+
+def test_log_end_below_checkpointed_start_starts_fresh(open_store, data_dir, unclean):
+    """testLogEndLessThanStartAfterReopen: start offset 4 > LEO after corruption -> one empty segment at 4."""
+    store, log = fresh(open_store)
+    log.append_batch(values(6))
+    log.delete_records_before(4)
+    store.close()
+    unclean(data_dir)
+    with open(data_dir / "t-0" / ("%020d.log" % 0), "r+b") as f:
+        f.truncate(30)  # the only batch is now torn: LEO becomes 0 < 4
+    log = open_store().log("t", 0)
+    assert (log.log_start_offset, log.log_end_offset) == (4, 4)
+    segs = log.segments()
+    assert len(segs) == 1 and segs[0].base_offset == 4
+    assert (data_dir / "t-0" / ("%020d.index" % 4)).exists()
+    assert log.append(b"x") == 4
+
+
+def test_empty_active_segment_without_index_reloads(open_store, data_dir, unclean):
+    store, log = fresh(open_store)
+    log.append_batch(values(3))
+    log.roll()
+    store.close()
+    part = data_dir / "t-0"
+    for suffix in (".index", ".timeindex"):
+        os.unlink(part / ("%020d%s" % (3, suffix)))
+    log = open_store().log("t", 0)
+    assert log.log_end_offset == 3
+    assert log.append(b"x") == 3
+
+
+def test_unclean_open_recovers_only_from_recovery_point(open_store, data_dir, unclean):
+    store, log = fresh(open_store, topic_config={"segment.bytes": 2000, "retention.ms": -1})
+    for i in range(100):
+        log.append_batch([b"rec%d" % i], timestamps=[T0 + i])
+    log.flush()
+    store.run_maintenance()  # checkpoints the recovery point
+    store.close()
+    unclean(data_dir)
+    # corrupt a batch far below the recovery point: trusted (fsynced), so recovery does not look at it
+    first = data_dir / "t-0" / ("%020d.log" % 0)
+    size = os.path.getsize(first)
+    with open(first, "r+b") as f:
+        f.seek(size - 5)
+        f.write(b"\xff\xff\xff\xff\xff")
+    log = open_store().log("t", 0)
+    assert log.log_end_offset == 100
+
+
+# ---------------------------------------------------------------------------------------------------- store
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad/name", "../escape", "sp ace", "ü", None])
+def test_illegal_topic_names(open_store, name):
+    store = open_store()
+    with pytest.raises(InvalidTopicError) as e:
+        store.create_topic(name)
+    assert e.value.code == 17
+
+
+def test_topic_collision_and_duplicates(open_store):
+    store = open_store()
+    store.create_topic("a.b")
+    with pytest.raises(TopicAlreadyExistsError):
+        store.create_topic("a.b")
+    with pytest.raises(InvalidTopicError):
+        store.create_topic("a_b")
+
+
+@pytest.mark.parametrize("config", [{"segment.bytes": 5}, {"retention.ms": -7}, {"bogus.key": 1},
+                                    {"message.timestamp.type": "Sometimes"}, {"segment.bytes": "big"},
+                                    {"cleanup.policy": "shred"}])
+def test_bad_topic_config_names_the_key(open_store, config):
+    store = open_store()
+    with pytest.raises(InvalidConfigError) as e:
+        store.create_topic("t", 1, config)
+    assert list(config)[0].split(".")[0] in str(e.value)
+    assert "t" not in store.topics()
+
+
+def test_topic_config_persisted_and_underscores(open_store):
+    store = open_store()
+    store.create_topic("t", 2, {"segment_bytes": 12345})
+    store.close()
+    store = open_store()
+    assert store.topics() == ["t"]
+    assert store.partitions_for("t") == 2
+    assert store.topic_config("t")["segment.bytes"] == 12345
+
+
+def test_unknown_partition_and_closed(open_store):
+    store = open_store()
+    store.create_topic("t", 2)
+    with pytest.raises(UnknownTopicOrPartitionError) as e:
+        store.log("t", 2)
+    assert e.value.code == 3
+    with pytest.raises(UnknownTopicOrPartitionError):
+        store.log("nope", 0)
+    log = store.log("t", 0)
+    store.close()
+    with pytest.raises(LogClosedError):
+        log.append(b"x")
+
+
+def test_delete_topic(open_store, data_dir):
+    store = open_store()
+    store.create_topic("t", 2)
+    store.log("t", 1).append_batch(values(3))
+    store.delete_topic("t")
+    assert store.topics() == []
+    assert not (data_dir / "t-0").exists() and not (data_dir / "t-1").exists()
+    store.create_topic("t", 1)
+    assert store.log("t", 0).log_end_offset == 0
+
+
+def test_exclusive_store_refuses_second_writer(data_dir, child_env):
+    import subprocess
+    import sys
+    store = kafkalog.LogStore(data_dir, {"lock.timeout.ms": 200}, exclusive=True, maintenance=False)
+    try:
+        code = ("import kafkalog,sys\n"
+                "try:\n kafkalog.LogStore(sys.argv[1], {'lock.timeout.ms': 200})\n"
+                "except kafkalog.errors.LockTimeoutError as e:\n print('refused', e); sys.exit(3)\n")
+        r = subprocess.run([sys.executable, "-c", code, str(data_dir)], env=child_env, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 3, r.stderr
+        assert "refused" in r.stdout
+    finally:
+        store.close()
+
+
+def test_threads_share_a_log(open_store):
+    store, log = fresh(open_store)
+    errors = []
+
+    def worker(k):
+        try:
+            for i in range(300):
+                if i % 3 == 0:
+                    log.append_batch([b"%d-%d" % (k, i)])
+                else:
+                    log.append(b"%d-%d" % (k, i))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    recs = list(log.records())
+    assert [r.offset for r in recs] == list(range(1200))
+    assert sorted(r.value for r in recs) == sorted(b"%d-%d" % (k, i) for k in range(4) for i in range(300))
+
+
+def test_read_columns_matches_records(open_store):
+    store, log = fresh(open_store, topic_config={"segment.bytes": 5000})
+    for i in range(30):
+        log.append_batch(values(20, i * 20), keys=[None if j % 3 == 0 else b"k%d" % j for j in range(20)],
+                         timestamps=[T0 + i * 20 + j for j in range(20)], compression=["none", "lz4"][i % 2])
+    cols = log.read_columns(15, 590)
+    recs = list(log.records(15, 590))
+    assert cols["offset"].tolist() == [r.offset for r in recs]
+    assert cols["timestamp"].tolist() == [r.timestamp for r in recs]
+    vo, vals = cols["value_offsets"], cols["values"]
+    assert [bytes(vals[vo[i]:vo[i + 1]]) for i in range(len(recs))] == [r.value for r in recs]
+    ko, keys, kv = cols["key_offsets"], cols["keys"], cols["key_valid"]
+    assert [bytes(keys[ko[i]:ko[i + 1]]) if kv[i] else None for i in range(len(recs))] == [r.key for r in recs]
+    assert isinstance(cols["offset"], np.ndarray)
