@@ -106,7 +106,7 @@ class Log:
         self._dir_dirty = False
         self._lso_stamp = None
         self._staged: BatchBuilder | None = None
-        self._staged_base = 0
+        self._ts_lo, self._ts_hi = 0, LONG_MAX
         self._deleted_files: list[tuple[float, Path]] = []
         self._apply_config(config)
         self._plock = FileLock(self.dir / _PARTITION_LOCK) if mode == SHARED else None
@@ -209,6 +209,12 @@ class Log:
         self._recovery_point = self._leo if had_clean_shutdown else min(max(rp, self._lso), self._leo)
         self._checkpointed_recovery_point = self._recovery_point
         self._new_active()
+        if self.mode == EXCLUSIVE:
+            self._staged = BatchBuilder(compression=self._topic_codec or 0)
+            self._staged.base_offset = self._leo
+            self._staged.max_batch_bytes = self._max_message_bytes
+            self._staged.target_bytes = min(STAGED_BATCH_BYTES, self._max_message_bytes)
+            self._refresh_time_bounds()
         if writer:
             active = segments[-1]
             active.offset_index.resize(self._index_bytes)
@@ -355,48 +361,67 @@ class Log:
 
     def append(self, value, key=None, timestamp: int | None = None, headers=None) -> int:
         """Append one record; returns its offset. In exclusive mode it is staged (see the module docstring)."""
+        # Fast path without the Log's lock: BatchBuilder.stage/take/reserve are atomic under the GIL, and every
+        # writer of the segment (the drain included) holds the lock and claims its offsets through the builder.
+        staged = self._staged
+        if staged is not None and (timestamp is None or self._ts_lo <= timestamp <= self._ts_hi):
+            off = staged.stage(value, key, -1 if timestamp is None else timestamp, headers)
+            if off >= 0:
+                if staged.full:
+                    with self._lock:
+                        self._drain()
+                return off
         with self._lock:
-            if self._closed:
-                self._check_open()
-            if self.mode != EXCLUSIVE:
+            self._check_writable()
+            if timestamp is not None and not self._log_append_time:
+                self._check_timestamp(timestamp)
+            if self._staged is None:
                 return self.append_batch([value], None if key is None else [key],
                                          None if timestamp is None else [timestamp],
                                          None if headers is None else [headers])
-            ts = -1
-            if timestamp is not None and not self._log_append_time:
-                ts = timestamp
-                self._check_timestamp(ts)
-            size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
-            if size > self._max_message_bytes - RECORD_BATCH_OVERHEAD - 21 and headers is None:
-                raise RecordTooLargeError(f"record of {size} bytes exceeds max.message.bytes="
-                                          f"{self._max_message_bytes} for {self.topic}-{self.partition}")
-            staged = self._staged
-            if staged is None:
-                staged = self._staged = BatchBuilder(compression=self._topic_codec or 0)
-            elif staged.count and staged.size_in_bytes + size > self._max_message_bytes - 64:
+            ts = -1 if timestamp is None else timestamp
+            off = self._staged.stage(value, key, ts, headers)
+            if off < 0:  # the staged batch is as large as max.message.bytes allows: write it, stage again
                 self._drain()
-            if not staged.count:
-                self._staged_base = self._leo
-            delta = staged.append(value, key, ts, headers)
-            if staged.size_in_bytes >= STAGED_BATCH_BYTES:
+                off = self._staged.stage(value, key, ts, headers)
+            if self._staged.full:
                 self._drain()
-            return self._staged_base + delta
+            return off
+
+    def _refresh_time_bounds(self) -> None:
+        """Timestamp bounds the staged fast path checks without reading the clock. They only ever err on the
+        strict side (a record outside them takes the exact check), so a stale bound never admits a bad timestamp."""
+        if self._log_append_time:
+            self._ts_lo, self._ts_hi = -1, LONG_MAX
+            return
+        now = _now_ms()
+        self._ts_lo = 0 if self._ts_before == LONG_MAX else LONG_MAX
+        self._ts_hi = LONG_MAX if self._ts_after == LONG_MAX else now + self._ts_after
 
     def _drain(self) -> None:
+        """Write the staged records (lock held). take() is atomic, so records staged meanwhile by other threads
+        land in the next batch with the next offsets."""
         staged = self._staged
         if staged is None or not staged.count:
             return
-        try:
-            data = staged.build(self._staged_base)
-            if len(data) > self._max_message_bytes:
-                raise RecordTooLargeError(f"record batch of {len(data)} bytes exceeds max.message.bytes="
-                                          f"{self._max_message_bytes}")
-            if self._log_append_time:
-                data = bytearray(data)
-                set_log_append_time(data, 0, _now_ms())
-            self._write(data, self._staged_base + staged.count - 1, staged.max_timestamp, staged.count)
-        finally:
-            staged.reset()
+        batch = staged.take()
+        self._refresh_time_bounds()
+        data = batch.build(batch.base_offset)
+        if self._log_append_time:
+            data = bytearray(data)
+            set_log_append_time(data, 0, _now_ms())
+        self._write(data, batch.base_offset + batch.count - 1, batch.max_timestamp, batch.count)
+
+    def _claim(self, n: int) -> int:
+        """First of n offsets for a batch written now (lock held, after _sync): the staged path's builder hands
+        them out, so a record staged concurrently by another thread cannot take the same offsets."""
+        if self._staged is None:
+            return self._leo
+        while True:
+            first = self._staged.reserve(n)
+            if first >= 0:
+                return first
+            self._drain()
 
     def append_batch(self, values, keys=None, timestamps=None, headers=None, compression=None) -> int:
         """Append many records as one batch in one call; returns the base offset."""
@@ -411,15 +436,18 @@ class Log:
                 self._check_timestamp(max(timestamps))
             with self._locked_append():
                 self._sync()
-                base = self._leo
                 now = _now_ms()
                 data = build_batch(values, keys, None if self._log_append_time else timestamps, headers,
-                                   base_offset=base, compression=codec or 0, default_timestamp=now,
+                                   base_offset=self._leo, compression=codec or 0, default_timestamp=now,
                                    timestamp_type=1 if self._log_append_time else 0)
                 if len(data) > self._max_message_bytes:
                     raise RecordTooLargeError(
                         f"record batch of {len(data)} bytes exceeds max.message.bytes={self._max_message_bytes} "
                         f"for {self.topic}-{self.partition}")
+                base = self._claim(len(values))  # only once nothing can fail before the write
+                if base != self._leo:
+                    data = bytearray(data)
+                    set_base_offset(data, 0, base)
                 batch = RecordBatch(data)
                 self._write(data, base + len(values) - 1, batch.max_timestamp, len(values))
                 return base
@@ -434,7 +462,7 @@ class Log:
         total = len(buf)
         pos = 0
         for batch in iter_batches(buf):
-            batch.validate()
+            batch.validate(decompress=True)  # as Kafka's broker: compressed records are checked too
             if batch.magic != 2:
                 raise InvalidRecordError(f"batch at byte {pos}: magic {batch.magic} (only v2 batches are accepted)")
             if batch.record_count <= 0 or batch.last_offset_delta != batch.record_count - 1:
@@ -459,11 +487,11 @@ class Log:
             self._check_writable()
             with self._locked_append():
                 self._sync()
-                first = nxt = self._leo
                 now = _now_ms()
                 max_ts = -1
                 if self._topic_codec is not None and any(b.compression != self._topic_codec for _, b in batches):
                     buf, batches = _recompress(batches, self._topic_codec)
+                first = nxt = self._claim(sum(b.record_count for _, b in batches))
                 for pos, batch in batches:
                     set_base_offset(buf, pos, nxt)
                     if self._log_append_time:
@@ -676,7 +704,7 @@ class Log:
         """Records in [start, end) as numpy columns (Arrow binary layout for keys/values), no per-record objects:
         offset, timestamp, key_offsets, keys, key_valid, value_offsets, values, value_valid."""
         parts = []
-        for view, start, stop in self._chunks(start_offset, end_offset, chunk_bytes=8 << 20):
+        for view, start, stop in self._chunks(start_offset, end_offset, chunk_bytes=INT32_MAX):
             cols = decode_columns(view)
             off = cols["offset"]
             if len(off) and (off[0] < start or off[-1] >= stop):
@@ -828,11 +856,14 @@ class Log:
             if self._closed:
                 return
             try:
+                if self._staged is not None:
+                    self._staged.close()  # atomic: nothing is staged after this; what is staged is flushed next
                 if self.mode != READ:
                     self._flush_locked()
                     self.checkpoint_recovery_point()
             finally:
                 self._closed = True
+                self._staged = None
                 for seg in self._segments:
                     if self.mode == READ or not seg.writable:
                         seg.close_without_finalizing()

@@ -633,6 +633,44 @@ def test_threads_share_a_log(open_store):
     assert sorted(r.value for r in recs) == sorted(b"%d-%d" % (k, i) for k in range(4) for i in range(300))
 
 
+def test_threads_staged_appends_get_their_own_offsets(open_store):
+    """The staged append() path takes no Python lock: each returned offset must hold exactly that record, while
+    other threads append batches, read and flush at the same time."""
+    store, log = fresh(open_store)
+    got = {}
+    errors = []
+
+    def appender(k):
+        try:
+            for i in range(3000):
+                v = b"%d-%d" % (k, i)
+                got[log.append(v, key=b"k%d" % k)] = v
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def batcher():
+        try:
+            for i in range(100):
+                vals = [b"b-%d-%d" % (i, j) for j in range(7)]
+                base = log.append_batch(vals)
+                for j, v in enumerate(vals):
+                    got[base + j] = v
+                if i % 10 == 0:
+                    log.flush()
+                    len(log.read(0))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=appender, args=(k,)) for k in range(3)] + [threading.Thread(target=batcher)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(got) == 3 * 3000 + 700
+    assert {r.offset: r.value for r in log.records()} == got
+
+
 def test_read_columns_matches_records(open_store):
     store, log = fresh(open_store, topic_config={"segment.bytes": 5000})
     for i in range(30):

@@ -1,0 +1,233 @@
+"""Record batch v2 (magic 2): what Python sees of records.pyx.
+
+RecordBatch => BaseOffset Int64 | BatchLength Int32 | PartitionLeaderEpoch Int32 | Magic Int8 | CRC Uint32 |
+    Attributes Int16 | LastOffsetDelta Int32 | BaseTimestamp Int64 | MaxTimestamp Int64 | ProducerId Int64 |
+    ProducerEpoch Int16 | BaseSequence Int32 | RecordsCount Int32 | Records
+Record => Length Varint | Attributes Int8 | TimestampDelta Varlong | OffsetDelta Varint | Key (Varint length, -1 null) |
+    Value (Varint length, -1 null) | HeaderCount Varint | [HeaderKey String | HeaderValue Bytes]
+Big-endian; CRC-32C over [Attributes, end); with a codec only the records section is compressed.
+Codecs: 0 none, 1 gzip, 2 snappy (xerial framing), 3 lz4 (Kafka's frame), 4 zstd.
+"""
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final, Literal, TypeAlias, TypedDict
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer
+
+__all__ = [
+    "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
+    "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "iter_batches", "set_base_offset",
+    "set_log_append_time", "set_partition_leader_epoch",
+]
+
+RECORD_BATCH_OVERHEAD: Final[int]  # 61: the v2 batch header
+LOG_OVERHEAD: Final[int]  # 12: BaseOffset + BatchLength, the bytes BatchLength does not count
+COMPRESSION_CODECS: Final[dict[str, int]]  # {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+Compression: TypeAlias = int | Literal["none", "gzip", "snappy", "lz4", "zstd"] | None
+Header: TypeAlias = tuple[str, bytes | None]
+BytesLike: TypeAlias = Buffer
+
+def debug_build() -> bool:
+    """True when compiled with KAFKALOG_DEBUG=1 (bounds checks and C-level KL_CHECK asserts)."""
+
+def crc32c(data: Buffer, crc: int = 0) -> int:
+    """CRC-32C (Castagnoli) of data; pass a previous result as crc to continue over more bytes."""
+
+def build_batch(
+    values: Sequence[BytesLike | None] | Iterable[BytesLike | None],
+    keys: Sequence[BytesLike | None] | None = None,
+    timestamps: Sequence[int | None] | None = None,
+    headers: Sequence[Sequence[tuple[str | bytes, BytesLike | None]] | None] | None = None,
+    *,
+    base_offset: int = 0,
+    compression: Compression = 0,
+    compression_level: int | None = None,
+    timestamp_type: Literal[0, 1] = 0,
+    default_timestamp: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    partition_leader_epoch: int = -1,
+    is_transactional: bool = False,
+) -> bytes:
+    """One record batch v2 holding values (with keys, timestamps, headers: each None or one item per value).
+
+    A timestamp of None or -1 takes default_timestamp; default_timestamp -1 means now (ms, read once per batch).
+    BaseTimestamp is the first record's timestamp (deltas may be negative), MaxTimestamp the largest.
+    compression_level: gzip 1..9 (default zlib's 6), lz4 1..17 (default 9 = the fast compressor, others HC),
+    zstd -131072..22 (default 3). Raises ValueError for no values or mismatched lengths, TypeError for non-bytes
+    items, UnsupportedCompressionTypeError for an unknown codec, InvalidConfigError for a level out of range,
+    InvalidTimestampError below -1, RecordTooLargeError past 2 GiB.
+    """
+
+class BatchBuilder:
+    """Accumulates records one at a time into one batch (the single-record Log.append path). Not thread-safe.
+
+    build_batch() and a BatchBuilder fed the same records produce the same bytes.
+    """
+
+    def __init__(
+        self,
+        compression: Compression = 0,
+        compression_level: int | None = None,
+        timestamp_type: Literal[0, 1] = 0,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        is_transactional: bool = False,
+    ) -> None: ...
+    def append(self, value: BytesLike | None, key: BytesLike | None = None, timestamp: int = -1,
+               headers: Sequence[tuple[str | bytes, BytesLike | None]] | None = None) -> int:
+        """Encode one record; returns its offset delta. timestamp -1 = now (ms). A failed append changes nothing."""
+    base_offset: int
+    max_batch_bytes: int
+    target_bytes: int
+    def stage(self, value: BytesLike | None, key: BytesLike | None = None, timestamp: int = -1,
+              headers: Sequence[tuple[str | bytes, BytesLike | None]] | None = None) -> int:
+        """Encode one record and return base_offset + delta; -1 (nothing encoded) when the record would push a
+        non-empty batch past max_batch_bytes. A record alone above it raises RecordTooLargeError."""
+    @property
+    def full(self) -> bool:
+        """The batch reached target_bytes."""
+    def take(self) -> BatchBuilder:
+        """Atomically move the staged records into a new builder; continue at base_offset + count."""
+    def reserve(self, n: int) -> int:
+        """Atomically claim n offsets when nothing is staged (returns the first), else -1."""
+    def close(self) -> None:
+        """stage() raises LogClosedError from now on."""
+    @property
+    def count(self) -> int: ...
+    @property
+    def size_in_bytes(self) -> int:
+        """Exact size of the batch without compression, header included."""
+    @property
+    def first_timestamp(self) -> int:
+        """BaseTimestamp (the first record's), -1 when empty."""
+    @property
+    def max_timestamp(self) -> int:
+        """Largest record timestamp, -1 when empty."""
+    @property
+    def compression(self) -> int: ...
+    def build(self, base_offset: int = 0, partition_leader_epoch: int = -1) -> bytes:
+        """The batch of the records so far (ValueError when empty); the records stay until reset()."""
+    def reset(self) -> None: ...
+    def __len__(self) -> int: ...
+
+class Record:
+    """One decoded record. timestamp is the batch MaxTimestamp for LogAppendTime batches."""
+
+    offset: Final[int]
+    timestamp: Final[int]
+    timestamp_type: Final[Literal[0, 1]]
+    key: Final[bytes | None]
+    value: Final[bytes | None]
+    headers: Final[list[Header]]
+    def __init__(self, offset: int, timestamp: int, timestamp_type: int = 0, key: bytes | None = None,
+                 value: bytes | None = None, headers: Iterable[Header] | None = None) -> None: ...
+    def __eq__(self, other: object) -> bool: ...
+
+class RecordBatch:
+    """A view of one batch at byte position offset of any buffer (bytes, bytearray, memoryview, mmap, numpy).
+
+    Raises CorruptRecordError when the header is truncated, has an illegal length or a magic other than 2.
+    The view keeps the buffer exported while it lives.
+    """
+
+    def __init__(self, buffer: Buffer, offset: int = 0) -> None: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def batch_length(self) -> int: ...
+    @property
+    def size_in_bytes(self) -> int:
+        """batch_length + 12."""
+    @property
+    def partition_leader_epoch(self) -> int: ...
+    @property
+    def magic(self) -> int: ...
+    @property
+    def crc(self) -> int:
+        """The stored CRC."""
+    @property
+    def attributes(self) -> int: ...
+    @property
+    def compression(self) -> int: ...
+    @property
+    def timestamp_type(self) -> Literal[0, 1]: ...
+    @property
+    def is_transactional(self) -> bool: ...
+    @property
+    def is_control(self) -> bool: ...
+    @property
+    def last_offset_delta(self) -> int: ...
+    @property
+    def base_timestamp(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def producer_epoch(self) -> int: ...
+    @property
+    def base_sequence(self) -> int: ...
+    @property
+    def record_count(self) -> int: ...
+    def __len__(self) -> int: ...
+    def is_valid(self) -> bool:
+        """CRC, codec, count and (uncompressed) record framing; never decompresses."""
+    def validate(self, *, decompress: bool = False) -> None:
+        """Raise CorruptRecordError (CRC, length, magic), InvalidRecordError (count, framing) or
+        UnsupportedCompressionTypeError, naming the problem, the base offset and the position. With decompress=True a
+        compressed batch's record framing is checked too."""
+    def records(self) -> Iterator[Record]:
+        """Lazily decoded records (decompressed once when iteration starts); InvalidRecordError on bad framing."""
+    def __iter__(self) -> Iterator[Record]: ...
+    def tobytes(self) -> bytes: ...
+
+def iter_batches(buffer: Buffer, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
+    """Consecutive batches of buffer[start:end], no CRC check; stops silently at an incomplete tail batch and raises
+    CorruptRecordError at an illegal length or magic."""
+
+def count_records(buffer: Buffer, start: int = 0, end: int | None = None) -> int:
+    """Sum of RecordsCount over the complete batches of buffer[start:end] (headers only)."""
+
+def set_base_offset(buf: Buffer, pos: int, base_offset: int) -> None:
+    """Rewrite BaseOffset of the batch at buf[pos] in place (outside the CRC)."""
+
+def set_partition_leader_epoch(buf: Buffer, pos: int, epoch: int) -> None:
+    """Rewrite PartitionLeaderEpoch of the batch at buf[pos] in place (outside the CRC)."""
+
+def set_log_append_time(buf: Buffer, pos: int, timestamp: int) -> None:
+    """Set the LogAppendTime bit and MaxTimestamp of the complete batch at buf[pos], recomputing its CRC."""
+
+class Columns(TypedDict):
+    offset: npt.NDArray[np.int64]
+    timestamp: npt.NDArray[np.int64]
+    timestamp_type: npt.NDArray[np.int8]
+    key_offsets: npt.NDArray[np.int32]  # n + 1, Arrow binary layout
+    key_valid: npt.NDArray[np.bool_]  # False = null key
+    keys: npt.NDArray[np.uint8]
+    value_offsets: npt.NDArray[np.int32]
+    value_valid: npt.NDArray[np.bool_]
+    values: npt.NDArray[np.uint8]
+    header_offsets: npt.NDArray[np.int32]  # n + 1: record i owns headers [header_offsets[i], header_offsets[i+1])
+    header_key_offsets: npt.NDArray[np.int32]  # h + 1; header keys are never null (UTF-8)
+    header_keys: npt.NDArray[np.uint8]
+    header_value_offsets: npt.NDArray[np.int32]  # h + 1
+    header_value_valid: npt.NDArray[np.bool_]
+    header_values: npt.NDArray[np.uint8]
+    batches: int
+    next_position: int  # byte position after the last complete batch decoded
+
+def decode_columns(buffer: Buffer, start: int = 0, end: int | None = None) -> Columns:
+    """Every record of the consecutive batches in buffer[start:end] as numpy columns, without per-record Python
+    objects. Checks each batch's CRC, decompresses any codec, stops silently at an incomplete tail batch."""

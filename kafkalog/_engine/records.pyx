@@ -1,0 +1,1950 @@
+# Record batch v2 (magic 2), all integers big-endian, in Kafka notation:
+#
+#   RecordBatch =>
+#     BaseOffset => Int64             the log rewrites it on append, so it is outside the CRC
+#     BatchLength => Int32            bytes after this field: total size = BatchLength + 12
+#     PartitionLeaderEpoch => Int32   stamped by the leader, also outside the CRC
+#     Magic => Int8                   2
+#     CRC => Uint32                   CRC-32C (Castagnoli) of [Attributes, end)
+#     Attributes => Int16             bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control, 6 delete horizon
+#     LastOffsetDelta => Int32
+#     BaseTimestamp => Int64          timestamp of the FIRST record (not the minimum): deltas may be negative
+#     MaxTimestamp => Int64           largest record timestamp, or the append time with LogAppendTime
+#     ProducerId => Int64
+#     ProducerEpoch => Int16
+#     BaseSequence => Int32
+#     RecordsCount => Int32           plaintext even when the records are compressed
+#     Records => [Record]             with a codec: ONE compressed stream holding all the records
+#
+#   Record =>
+#     Length => Varint                bytes after this field
+#     Attributes => Int8              unused, 0
+#     TimestampDelta => Varlong       record timestamp - BaseTimestamp
+#     OffsetDelta => Varint           record offset - BaseOffset
+#     KeyLength => Varint             -1 = null key
+#     Key => Bytes
+#     ValueLength => Varint           -1 = null value
+#     Value => Bytes
+#     HeaderCount => Varint
+#     Headers => [HeaderKeyLength => Varint | HeaderKey => String (UTF-8, never null) |
+#                 HeaderValueLength => Varint (-1 = null) | HeaderValue => Bytes]
+#
+# Varints are zigzag LEB128 (include/kafkalog/kl_varint.h). Compressed record streams, as Kafka's Java client writes:
+#   gzip   one gzip member (readers accept several)
+#   snappy xerial framing: 82 'SNAPPY' 00 | Version => Int32 (1) | Compat => Int32 (1) | [Length => Int32 | raw block]
+#   lz4    LZ4 frame, independent 64 KB blocks, no content size or checksum (Kafka rejects linked blocks)
+#   zstd   zstd frame(s), streamed, so usually WITHOUT a content size
+"""Record batch v2: build, view, validate, iterate and column-decode Kafka record batches."""
+
+from cpython.buffer cimport PyBUF_READ, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.memoryview cimport PyMemoryView_FromMemory, PyMemoryView_GET_BUFFER
+from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check, PyUnicode_DecodeUTF8
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memset
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+
+cimport numpy as cnp
+
+cdef extern from "kafkalog/kl_alloc.h" nogil:
+    void *kl_malloc_large(size_t n)
+
+from .clib cimport (
+    KL_ATTRIBUTES_OFFSET, KL_BASE_OFFSET_OFFSET, KL_BASE_SEQUENCE_OFFSET, KL_BASE_TIMESTAMP_OFFSET, KL_CHECK,
+    KL_CODEC_GZIP, KL_CODEC_LZ4, KL_CODEC_NONE, KL_CODEC_SNAPPY, KL_CODEC_ZSTD, KL_COMPRESSION_CODEC_MASK,
+    KL_CONTROL_FLAG_MASK, KL_CRC_OFFSET, KL_DEBUG_ENABLED, KL_HEADER_SIZE_UP_TO_MAGIC, KL_INT32_MAX,
+    KL_LAST_OFFSET_DELTA_OFFSET, KL_LENGTH_OFFSET, KL_LOG_OVERHEAD, KL_MAGIC_OFFSET, KL_MAGIC_V2,
+    KL_MAX_TIMESTAMP_OFFSET, KL_MIN_BATCH_LENGTH, KL_PARTITION_LEADER_EPOCH_OFFSET, KL_PRODUCER_EPOCH_OFFSET,
+    KL_PRODUCER_ID_OFFSET, KL_RECORDS_COUNT_OFFSET, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_LOG_APPEND_TIME,
+    KL_TIMESTAMP_TYPE_MASK, KL_TRANSACTIONAL_FLAG_MASK, kl_crc32c, kl_load_i16, kl_load_i32, kl_load_i64,
+    kl_load_u32, kl_load_u32le, kl_read_varint, kl_read_varlong, kl_store_i16, kl_store_i32, kl_store_i64,
+    kl_store_u32, kl_varint_size, kl_varlong_size, kl_write_varint, kl_write_varlong,
+)
+
+import threading
+import zlib
+
+import cramjam
+import lz4.frame as _lz4_frame
+import zstandard as _zstd
+
+from kafkalog.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogClosedError,
+    RecordTooLargeError,
+    UnsupportedCompressionTypeError,
+)
+
+cnp.import_array()
+
+__all__ = [
+    "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
+    "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "iter_batches", "set_base_offset",
+    "set_log_append_time", "set_partition_leader_epoch",
+]
+
+RECORD_BATCH_OVERHEAD = KL_RECORD_BATCH_OVERHEAD
+LOG_OVERHEAD = KL_LOG_OVERHEAD
+COMPRESSION_CODECS = {"none": KL_CODEC_NONE, "gzip": KL_CODEC_GZIP, "snappy": KL_CODEC_SNAPPY,
+                      "lz4": KL_CODEC_LZ4, "zstd": KL_CODEC_ZSTD}
+_CODEC_NAMES = {v: k for k, v in COMPRESSION_CODECS.items()}
+
+# A v2 batch is at least its header; Kafka's smaller KL_MIN_BATCH_LENGTH is the legacy (magic 0) floor.
+cdef int32_t _MIN_V2_LENGTH = KL_RECORD_BATCH_OVERHEAD - KL_LOG_OVERHEAD
+# Smallest encoded record (length, attributes, timestamp delta, offset delta, key/value lengths, header count):
+# bounds the record count a records section can hold before anything is allocated for it.
+cdef Py_ssize_t _MIN_RECORD_SIZE = 7
+cdef Py_ssize_t _NOGIL_BYTES = 65536      # below this, dropping the GIL costs more than it frees
+cdef Py_ssize_t _XERIAL_BLOCK = 32768     # xerial SnappyOutputStream's default block size
+cdef uint32_t _LZ4_MAGIC = 0x184D2204
+
+
+def debug_build():
+    """True when compiled with KAFKALOG_DEBUG=1 (bounds checks and C-level KL_CHECK asserts)."""
+    return bool(KL_DEBUG_ENABLED)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Header parse and checks (the C contract in records.pxd)
+
+cdef int parse_batch_header(const unsigned char *p, Py_ssize_t avail, BatchHeader *h) noexcept nogil:
+    memset(h, 0, sizeof(BatchHeader))
+    if avail < KL_HEADER_SIZE_UP_TO_MAGIC:
+        return KL_BATCH_INCOMPLETE
+    h.base_offset = kl_load_i64(p + KL_BASE_OFFSET_OFFSET)
+    h.batch_length = kl_load_i32(p + KL_LENGTH_OFFSET)
+    h.partition_leader_epoch = kl_load_i32(p + KL_PARTITION_LEADER_EPOCH_OFFSET)
+    h.magic = <int8_t>p[KL_MAGIC_OFFSET]
+    # Kafka's order: a length below any format's minimum is corruption before the magic means anything.
+    if h.batch_length < KL_MIN_BATCH_LENGTH:
+        return KL_BATCH_BAD_LENGTH
+    if h.magic != KL_MAGIC_V2:
+        return KL_BATCH_BAD_MAGIC
+    if h.batch_length < _MIN_V2_LENGTH:
+        return KL_BATCH_BAD_LENGTH
+    if avail >= KL_RECORD_BATCH_OVERHEAD:
+        h.crc = kl_load_u32(p + KL_CRC_OFFSET)
+        h.attributes = kl_load_i16(p + KL_ATTRIBUTES_OFFSET)
+        h.last_offset_delta = kl_load_i32(p + KL_LAST_OFFSET_DELTA_OFFSET)
+        h.base_timestamp = kl_load_i64(p + KL_BASE_TIMESTAMP_OFFSET)
+        h.max_timestamp = kl_load_i64(p + KL_MAX_TIMESTAMP_OFFSET)
+        h.producer_id = kl_load_i64(p + KL_PRODUCER_ID_OFFSET)
+        h.producer_epoch = kl_load_i16(p + KL_PRODUCER_EPOCH_OFFSET)
+        h.base_sequence = kl_load_i32(p + KL_BASE_SEQUENCE_OFFSET)
+        h.records_count = kl_load_i32(p + KL_RECORDS_COUNT_OFFSET)
+    if avail - KL_LOG_OVERHEAD < h.batch_length:
+        return KL_BATCH_INCOMPLETE
+    return KL_BATCH_OK
+
+
+cdef inline int _check_fields(const unsigned char *p, const BatchHeader *h) noexcept nogil:
+    """CRC, codec and count checks of a complete, parsed batch (everything but record framing)."""
+    cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+    if kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET, size - KL_ATTRIBUTES_OFFSET) != h.crc:
+        return KL_BATCH_BAD_CRC
+    if (h.attributes & KL_COMPRESSION_CODEC_MASK) > KL_CODEC_ZSTD:
+        return KL_BATCH_BAD_CODEC
+    # Compaction may drop records but keeps LastOffsetDelta, so the count may be smaller, never larger.
+    if h.records_count < 0 or h.last_offset_delta < 0 or h.records_count > <int64_t>h.last_offset_delta + 1:
+        return KL_BATCH_BAD_COUNT
+    return KL_BATCH_OK
+
+
+cdef int check_batch(const unsigned char *p, Py_ssize_t avail, BatchHeader *h) noexcept nogil:
+    cdef int rc = parse_batch_header(p, avail, h)
+    cdef int32_t done
+    if rc != KL_BATCH_OK:
+        return rc
+    rc = _check_fields(p, h)
+    if rc != KL_BATCH_OK:
+        return rc
+    if (h.attributes & KL_COMPRESSION_CODEC_MASK) == KL_CODEC_NONE:
+        if _walk_records(p + KL_RECORD_BATCH_OVERHEAD, p + <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD,
+                         h.records_count, &done) != _REC_OK:
+            return KL_BATCH_BAD_RECORDS
+    return KL_BATCH_OK
+
+
+cdef str batch_error_message(int code):
+    if code == KL_BATCH_OK:
+        return "ok"
+    if code == KL_BATCH_INCOMPLETE:
+        return "incomplete batch (the bytes end inside it)"
+    if code == KL_BATCH_BAD_LENGTH:
+        return "illegal batch length (smaller than a v2 batch header)"
+    if code == KL_BATCH_BAD_MAGIC:
+        return "unsupported magic (only record batch v2 is supported)"
+    if code == KL_BATCH_BAD_CRC:
+        return "CRC-32C mismatch"
+    if code == KL_BATCH_BAD_COUNT:
+        return "records count inconsistent with the last offset delta"
+    if code == KL_BATCH_BAD_CODEC:
+        return "unknown compression codec"
+    if code == KL_BATCH_BAD_RECORDS:
+        return "Incorrect declared batch size: record framing does not add up to the batch length"
+    return f"unknown batch error {code}"
+
+
+cdef int stamp_log_append_time(unsigned char *p, Py_ssize_t avail, int64_t timestamp) noexcept nogil:
+    cdef BatchHeader h
+    cdef int rc = parse_batch_header(p, avail, &h)
+    cdef int16_t attrs
+    if rc != KL_BATCH_OK:
+        return rc
+    attrs = h.attributes | KL_TIMESTAMP_TYPE_MASK
+    if attrs == h.attributes and h.max_timestamp == timestamp:
+        return KL_BATCH_OK      # Kafka's setMaxTimestamp skips the CRC pass when nothing changes
+    kl_store_i16(p + KL_ATTRIBUTES_OFFSET, attrs)
+    kl_store_i64(p + KL_MAX_TIMESTAMP_OFFSET, timestamp)
+    kl_store_u32(p + KL_CRC_OFFSET, kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET,
+                                             <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD - KL_ATTRIBUTES_OFFSET))
+    return KL_BATCH_OK
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Record framing
+
+cdef enum:
+    _REC_OK = 0
+    _REC_EOF = 1            # the records end before `count` records were read
+    _REC_BAD_SIZE = 2       # a record's Length is malformed, negative or runs past the records
+    _REC_BAD_BODY = 3       # the fields inside a record do not add up to its Length
+    _REC_BAD_HEADERS = 4    # negative header count / key length, or more headers than bytes
+    _REC_LEFTOVER = 5       # bytes remain after `count` records
+    _REC_OVERFLOW = 6       # decode_columns: a column passed the int32 offsets of the Arrow layout
+    _REC_NOMEM = 7
+
+
+cdef struct RecordView:
+    int64_t ts_delta
+    int32_t offset_delta
+    int32_t key_len             # -1 = null
+    int32_t value_len           # -1 = null
+    int32_t header_count
+    const unsigned char *key
+    const unsigned char *value
+    const unsigned char *headers    # first header; they are already checked by _read_record
+    const unsigned char *end        # end of this record = start of the next
+
+
+cdef inline int _varint(const unsigned char *p, const unsigned char *end, int32_t *out) noexcept nogil:
+    # Most record fields fit one or two bytes (small deltas and lengths): skip the general loop for them.
+    cdef uint32_t z
+    if p < end and p[0] < 0x80:
+        z = p[0]
+    elif end - p >= 2 and p[1] < 0x80:
+        z = (p[0] & 0x7f) | (<uint32_t>p[1] << 7)
+        out[0] = <int32_t>(z >> 1) ^ -<int32_t>(z & 1)
+        return 2
+    else:
+        return kl_read_varint(p, end, out)
+    out[0] = <int32_t>(z >> 1) ^ -<int32_t>(z & 1)
+    return 1
+
+
+cdef inline int _varlong(const unsigned char *p, const unsigned char *end, int64_t *out) noexcept nogil:
+    cdef uint32_t z
+    if p < end and p[0] < 0x80:
+        z = p[0]
+    elif end - p >= 2 and p[1] < 0x80:
+        z = (p[0] & 0x7f) | (<uint32_t>p[1] << 7)
+        out[0] = <int64_t>(z >> 1) ^ -<int64_t>(z & 1)
+        return 2
+    else:
+        return kl_read_varlong(p, end, out)
+    out[0] = <int64_t>(z >> 1) ^ -<int64_t>(z & 1)
+    return 1
+
+
+cdef inline int _read_record(const unsigned char *p, const unsigned char *end, RecordView *r) noexcept nogil:
+    cdef int32_t body
+    cdef int k = _varint(p, end, &body)
+    if k < 0:
+        return _REC_EOF if p == end else _REC_BAD_SIZE
+    p += k
+    if body < 0 or body > end - p:
+        return _REC_BAD_SIZE
+    end = p + body
+    r.end = end
+    if p >= end:
+        return _REC_BAD_BODY
+    p += 1                      # attributes
+    k = _varlong(p, end, &r.ts_delta)
+    if k < 0:
+        return _REC_BAD_BODY
+    p += k
+    k = _varint(p, end, &r.offset_delta)
+    if k < 0:
+        return _REC_BAD_BODY
+    p += k
+    # Like Kafka, any negative key/value length reads as null.
+    k = _varint(p, end, &r.key_len)
+    if k < 0:
+        return _REC_BAD_BODY
+    p += k
+    r.key = p
+    if r.key_len >= 0:
+        if r.key_len > end - p:
+            return _REC_BAD_BODY
+        p += r.key_len
+    else:
+        r.key_len = -1
+    k = _varint(p, end, &r.value_len)
+    if k < 0:
+        return _REC_BAD_BODY
+    p += k
+    r.value = p
+    if r.value_len >= 0:
+        if r.value_len > end - p:
+            return _REC_BAD_BODY
+        p += r.value_len
+    else:
+        r.value_len = -1
+    k = _varint(p, end, &r.header_count)
+    if k < 0:
+        return _REC_BAD_BODY
+    p += k
+    if r.header_count < 0 or r.header_count > end - p:
+        return _REC_BAD_HEADERS
+    r.headers = p
+    if r.header_count:
+        return _check_headers(p, end, r.header_count)
+    return _REC_OK if p == end else _REC_BAD_BODY
+
+
+cdef int _check_headers(const unsigned char *p, const unsigned char *end, int32_t count) noexcept nogil:
+    """The headers of one record fill [p, end) exactly."""
+    cdef int32_t i, hk, hv
+    cdef int k
+    for i in range(count):
+        k = _varint(p, end, &hk)
+        if k < 0:
+            return _REC_BAD_BODY
+        p += k
+        if hk < 0:
+            return _REC_BAD_HEADERS
+        if hk > end - p:
+            return _REC_BAD_BODY
+        p += hk
+        k = _varint(p, end, &hv)
+        if k < 0:
+            return _REC_BAD_BODY
+        p += k
+        if hv >= 0:
+            if hv > end - p:
+                return _REC_BAD_BODY
+            p += hv
+    return _REC_OK if p == end else _REC_BAD_BODY
+
+
+cdef inline const unsigned char *_next_header(const unsigned char *p, const unsigned char **key, int32_t *key_len,
+                                              const unsigned char **value, int32_t *value_len) noexcept nogil:
+    """Decode one header that _read_record already checked (so no bounds checks here)."""
+    p += kl_read_varint(p, p + 5, key_len)
+    key[0] = p
+    p += key_len[0]
+    p += kl_read_varint(p, p + 5, value_len)
+    value[0] = p
+    if value_len[0] >= 0:
+        p += value_len[0]
+    else:
+        value_len[0] = -1
+    return p
+
+
+cdef int _walk_records(const unsigned char *p, const unsigned char *end, int32_t count, int32_t *done) noexcept nogil:
+    cdef RecordView r
+    cdef int rc
+    cdef int32_t i
+    for i in range(count):
+        done[0] = i
+        rc = _read_record(p, end, &r)
+        if rc != _REC_OK:
+            return rc
+        p = r.end
+    done[0] = count
+    return _REC_OK if p == end else _REC_LEFTOVER
+
+
+cdef str _record_message(int rc, int32_t index, int32_t count):
+    if rc == _REC_EOF:
+        return f"Incorrect declared batch size, premature EOF reached (read {index} of {count} records)"
+    if rc == _REC_LEFTOVER:
+        return f"Incorrect declared batch size, records still remaining after the {count} declared records"
+    if rc == _REC_BAD_SIZE:
+        return f"Invalid record size in record {index}: its length runs past the end of the records"
+    if rc == _REC_BAD_HEADERS:
+        return f"Found invalid number of record headers (or a negative header key size) in record {index}"
+    if rc == _REC_OVERFLOW:
+        return "decoded columns exceed 2 GiB (int32 offsets)"
+    return f"Invalid record {index}: its fields do not add up to its length"
+
+
+cdef str _where(const BatchHeader *h, Py_ssize_t pos):
+    return f"record batch at offset {h.base_offset} (position {pos})"
+
+
+cdef object _batch_error(int code, const unsigned char *p, Py_ssize_t avail, Py_ssize_t pos, const BatchHeader *h):
+    """The exception for a KL_BATCH_* code, naming the problem, the batch's offset and its position."""
+    cdef int32_t done = 0
+    cdef int rc
+    cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+    if code == KL_BATCH_INCOMPLETE:
+        if avail < KL_HEADER_SIZE_UP_TO_MAGIC:
+            return CorruptRecordError(f"truncated record batch at position {pos}: {avail} bytes, "
+                                      f"a batch header needs {KL_HEADER_SIZE_UP_TO_MAGIC}")
+        return CorruptRecordError(f"truncated {_where(h, pos)}: {size} bytes declared, {avail} available")
+    if code == KL_BATCH_BAD_LENGTH:
+        return CorruptRecordError(f"{_where(h, pos)} has illegal batch length {h.batch_length} "
+                                  f"(a v2 batch needs at least {_MIN_V2_LENGTH})")
+    if code == KL_BATCH_BAD_MAGIC:
+        return CorruptRecordError(f"{_where(h, pos)} has magic {h.magic}; only record batch v2 (magic 2) is supported")
+    if code == KL_BATCH_BAD_CRC:
+        return CorruptRecordError(
+            f"{_where(h, pos)} is corrupt: stored CRC 0x{h.crc:08x}, computed 0x"
+            f"{kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET, size - KL_ATTRIBUTES_OFFSET):08x}")
+    if code == KL_BATCH_BAD_CODEC:
+        return UnsupportedCompressionTypeError(
+            f"{_where(h, pos)} uses unknown compression codec {h.attributes & KL_COMPRESSION_CODEC_MASK}")
+    if code == KL_BATCH_BAD_COUNT:
+        return InvalidRecordError(f"{_where(h, pos)} declares {h.records_count} records with last offset delta "
+                                  f"{h.last_offset_delta}")
+    if code == KL_BATCH_BAD_RECORDS:
+        rc = _walk_records(p + KL_RECORD_BATCH_OVERHEAD, p + size, h.records_count, &done)
+        return InvalidRecordError(f"{_where(h, pos)}: {_record_message(rc, done, h.records_count)}")
+    return CorruptRecordError(f"{_where(h, pos)}: {batch_error_message(code)}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Buffers, time
+
+cdef struct Slice:
+    const unsigned char *p
+    Py_ssize_t n            # -1 = null
+
+
+cdef class _Pins:
+    """Keeps the byte strings one call reads from C alive (and their buffers exported) until the call ends."""
+    cdef Py_buffer *views
+    cdef Py_ssize_t nviews, cap
+    cdef list keep
+
+    def __cinit__(self):
+        self.keep = []
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.nviews):
+            PyBuffer_Release(&self.views[i])
+        free(self.views)
+
+    cdef int slice(self, object o, Slice *s, str what) except -1:
+        cdef Py_buffer *v
+        if o is None:
+            s.p = NULL
+            s.n = -1
+            return 0
+        if PyBytes_CheckExact(o):
+            s.p = <const unsigned char *>PyBytes_AS_STRING(o)
+            s.n = PyBytes_GET_SIZE(o)
+            return 0
+        if self.nviews == self.cap:
+            v = <Py_buffer *>realloc(self.views, (self.cap * 2 + 4) * sizeof(Py_buffer))
+            if v == NULL:
+                raise MemoryError()
+            self.views = v
+            self.cap = self.cap * 2 + 4
+        v = &self.views[self.nviews]
+        try:
+            PyObject_GetBuffer(o, v, PyBUF_SIMPLE)
+        except TypeError:
+            raise TypeError(f"{what} must be bytes-like or None, not {type(o).__name__}") from None
+        self.nviews += 1
+        s.p = <const unsigned char *>v.buf
+        s.n = v.len
+        return 0
+
+    cdef int pin(self, object o, Slice *s) except -1:
+        """slice() for an object nobody else holds (a decompressed records section)."""
+        self.keep.append(o)
+        return self.slice(o, s, "records")
+
+    cdef int header_key(self, object o, Slice *s) except -1:
+        if PyUnicode_Check(o):
+            s.p = <const unsigned char *>PyUnicode_AsUTF8AndSize(o, &s.n)
+            return 0
+        if o is None:
+            raise TypeError("a header key must be a str, not None")
+        return self.slice(o, s, "a header key")
+
+
+cdef inline int64_t _now_ms() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+cdef object _read_view(object buffer, const unsigned char **p, Py_ssize_t *n):
+    """A memoryview that keeps `buffer` exported while C code holds p (readable, C-contiguous)."""
+    cdef object mv = memoryview(buffer)
+    cdef Py_buffer *v = PyMemoryView_GET_BUFFER(mv)
+    if not mv.c_contiguous:
+        raise ValueError("record batches need a C-contiguous buffer")
+    p[0] = <const unsigned char *>v.buf
+    n[0] = v.len
+    return mv
+
+
+cdef Py_ssize_t _range_end(object end, Py_ssize_t start, Py_ssize_t n) except -1:
+    cdef Py_ssize_t stop = n if end is None else end
+    if start < 0 or stop < start or stop > n:
+        raise ValueError(f"byte range [{start}, {stop}) is outside the buffer (0..{n})")
+    return stop
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Codecs
+
+cdef int _codec_of(object compression) except -1:
+    cdef long c
+    if compression is None:
+        return KL_CODEC_NONE
+    if isinstance(compression, str):
+        c = COMPRESSION_CODECS.get(compression.lower(), -1)
+    else:
+        c = compression
+    if c < KL_CODEC_NONE or c > KL_CODEC_ZSTD:
+        raise UnsupportedCompressionTypeError(f"unknown compression codec {compression!r} "
+                                              "(0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)")
+    return c
+
+
+cdef object _check_level(int codec, object level):
+    """Kafka's ranges for compression.<codec>.level; None keeps the codec's default."""
+    if level is None or codec == KL_CODEC_NONE or codec == KL_CODEC_SNAPPY:
+        return None
+    level = int(level)
+    lo, hi = {KL_CODEC_GZIP: (-1, 9), KL_CODEC_LZ4: (1, 17), KL_CODEC_ZSTD: (-131072, 22)}[codec]
+    if not lo <= level <= hi:
+        raise InvalidConfigError(f"compression level {level} is out of range for {_CODEC_NAMES[codec]}: {lo}..{hi}")
+    return level
+
+
+_tls = threading.local()
+
+
+cdef object _zstd_compressor(int level):
+    # A compression context is costly to set up relative to a small batch: reuse one per thread and level.
+    cache = getattr(_tls, "zstd_c", None)
+    if cache is None:
+        cache = _tls.zstd_c = {}
+    c = cache.get(level)
+    if c is None:
+        c = cache[level] = _zstd.ZstdCompressor(level=level)
+    return c
+
+
+cdef object _zstd_decompressor():
+    d = getattr(_tls, "zstd_d", None)
+    if d is None:
+        d = _tls.zstd_d = _zstd.ZstdDecompressor()
+    return d
+
+
+cdef object _xerial_compress(const unsigned char *p, Py_ssize_t n):
+    cdef Py_ssize_t nblocks = (n + _XERIAL_BLOCK - 1) // _XERIAL_BLOCK
+    cdef Py_ssize_t cap = 16 + nblocks * (4 + 32 + _XERIAL_BLOCK + _XERIAL_BLOCK // 6)
+    cdef Py_ssize_t pos = 16, i, m, w
+    cdef unsigned char *o
+    out = bytearray(cap)
+    o = <unsigned char *>PyByteArray_AS_STRING(out)
+    memcpy(o, b"\x82SNAPPY\x00", 8)
+    kl_store_i32(o + 8, 1)
+    kl_store_i32(o + 12, 1)
+    src = PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ)
+    dst = memoryview(out)
+    try:
+        for i in range(0, n, _XERIAL_BLOCK):
+            m = min(_XERIAL_BLOCK, n - i)
+            w = cramjam.snappy.compress_raw_into(src[i:i + m], dst[pos + 4:])
+            kl_store_i32(o + pos, <int32_t>w)
+            pos += 4 + w
+    finally:
+        src.release()
+    return dst[:pos]
+
+
+cdef object _compress(int codec, object level, const unsigned char *p, Py_ssize_t n):
+    """The compressed records section (a bytes-like object)."""
+    if codec == KL_CODEC_SNAPPY:
+        return _xerial_compress(p, n)
+    src = PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ)
+    try:
+        if codec == KL_CODEC_GZIP:
+            return zlib.compress(src, -1 if level is None else level, 31)
+        if codec == KL_CODEC_LZ4:
+            # Kafka's default level 9 means the fast compressor; other levels pick LZ4 HC.
+            return _lz4_frame.compress(src, compression_level=0 if level is None or level == 9 else level,
+                                       block_size=_lz4_frame.BLOCKSIZE_MAX64KB, block_linked=False,
+                                       content_checksum=False, store_size=False)
+        if codec == KL_CODEC_ZSTD:
+            return _zstd_compressor(3 if level is None else level).compress(src)
+    finally:
+        src.release()
+    raise UnsupportedCompressionTypeError(f"unknown compression codec {codec}")
+
+
+cdef object _gunzip(object src):
+    parts = []
+    while True:
+        d = zlib.decompressobj(47)      # 32 + 15: gzip or zlib header, detected
+        parts.append(d.decompress(src))
+        if not d.eof:
+            raise InvalidRecordError("truncated gzip stream")
+        src = d.unused_data
+        # Java's GZIPInputStream reads concatenated members and ignores anything else that follows.
+        if len(src) < 2 or src[0] != 0x1f or src[1] != 0x8b:
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+cdef object _unsnappy(const unsigned char *p, Py_ssize_t n, object src):
+    cdef Py_ssize_t pos = 0, total = 0, m
+    cdef int32_t blen
+    if n < 16 or memcmp8(p, b"\x82SNAPPY\x00"):
+        return cramjam.snappy.decompress_raw(src)
+    blocks = []
+    while pos < n:
+        if n - pos >= 16 and not memcmp8(p + pos, b"\x82SNAPPY\x00"):
+            pos += 16           # xerial streams may be concatenated; each repeats the header
+            continue
+        if n - pos < 4:
+            raise InvalidRecordError("truncated snappy (xerial) block length")
+        blen = kl_load_i32(p + pos)
+        pos += 4
+        if blen < 0 or blen > n - pos:
+            raise InvalidRecordError(f"snappy (xerial) block of {blen} bytes runs past the records")
+        block = src[pos:pos + blen]
+        m = cramjam.snappy.decompress_raw_len(block)
+        total += m
+        if total > KL_INT32_MAX:
+            raise InvalidRecordError("snappy records section decompresses past 2 GiB")
+        blocks.append((block, m))
+        pos += blen
+    out = bytearray(total)
+    dst = memoryview(out)
+    pos = 0
+    for block, m in blocks:
+        cramjam.snappy.decompress_raw_into(block, dst[pos:pos + m])
+        pos += m
+    dst.release()
+    return out
+
+
+cdef inline bint memcmp8(const unsigned char *a, const char *b) noexcept:
+    cdef int i
+    for i in range(8):
+        if a[i] != <unsigned char>b[i]:
+            return True
+    return False
+
+
+cdef object _unlz4(const unsigned char *p, Py_ssize_t n, object src):
+    cdef unsigned char flg, bd
+    if n < 7 or kl_load_u32le(p) != _LZ4_MAGIC:
+        raise InvalidRecordError("lz4 records section does not start with an LZ4 frame")
+    flg = p[4]
+    bd = p[5]
+    if (flg >> 6) != 1 or (flg & 0x02) or (bd & 0x8F) or ((bd >> 4) & 7) < 4:
+        raise InvalidRecordError(f"unsupported LZ4 frame descriptor FLG 0x{flg:02x} BD 0x{bd:02x}")
+    if not (flg & 0x20):
+        raise InvalidRecordError("Dependent block stream is unsupported: the LZ4 frame uses linked blocks, "
+                                 "which Kafka rejects (write with block_linked=False)")
+    return _lz4_frame.decompress(src)
+
+
+cdef object _unzstd(object src):
+    # Kafka streams zstd, so frames usually carry no content size: one-shot decompress() cannot size them.
+    d = _zstd_decompressor()
+    parts = []
+    while True:
+        o = d.decompressobj()
+        parts.append(o.decompress(src))
+        if not o.eof:
+            raise InvalidRecordError("truncated zstd frame")
+        src = o.unused_data
+        if not src:
+            break
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+cdef object _decompress(int codec, const unsigned char *p, Py_ssize_t n, const BatchHeader *h, Py_ssize_t pos):
+    """The plaintext records of a compressed batch, as a bytes-like object."""
+    src = PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ)
+    try:
+        if codec == KL_CODEC_GZIP:
+            return _gunzip(src)
+        if codec == KL_CODEC_SNAPPY:
+            return _unsnappy(p, n, src)
+        if codec == KL_CODEC_LZ4:
+            return _unlz4(p, n, src)
+        if codec == KL_CODEC_ZSTD:
+            return _unzstd(src)
+    except InvalidRecordError as e:
+        raise InvalidRecordError(f"{_where(h, pos)}: {e}") from None
+    except (zlib.error, RuntimeError, ValueError, _zstd.ZstdError, cramjam.DecompressionError) as e:
+        raise InvalidRecordError(f"{_where(h, pos)}: cannot decompress {_CODEC_NAMES[codec]} records: {e}") from e
+    finally:
+        src.release()
+    raise UnsupportedCompressionTypeError(f"{_where(h, pos)} uses unknown compression codec {codec}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Writing
+
+cdef struct BatchParams:
+    int64_t base_offset
+    int32_t partition_leader_epoch
+    int16_t attributes
+    int32_t count
+    int64_t base_timestamp
+    int64_t max_timestamp
+    int64_t producer_id
+    int16_t producer_epoch
+    int32_t base_sequence
+
+
+cdef void _write_header(unsigned char *p, Py_ssize_t size, const BatchParams *bp) noexcept nogil:
+    kl_store_i64(p + KL_BASE_OFFSET_OFFSET, bp.base_offset)
+    kl_store_i32(p + KL_LENGTH_OFFSET, <int32_t>(size - KL_LOG_OVERHEAD))
+    kl_store_i32(p + KL_PARTITION_LEADER_EPOCH_OFFSET, bp.partition_leader_epoch)
+    p[KL_MAGIC_OFFSET] = KL_MAGIC_V2
+    kl_store_i16(p + KL_ATTRIBUTES_OFFSET, bp.attributes)
+    kl_store_i32(p + KL_LAST_OFFSET_DELTA_OFFSET, bp.count - 1)
+    kl_store_i64(p + KL_BASE_TIMESTAMP_OFFSET, bp.base_timestamp)
+    kl_store_i64(p + KL_MAX_TIMESTAMP_OFFSET, bp.max_timestamp)
+    kl_store_i64(p + KL_PRODUCER_ID_OFFSET, bp.producer_id)
+    kl_store_i16(p + KL_PRODUCER_EPOCH_OFFSET, bp.producer_epoch)
+    kl_store_i32(p + KL_BASE_SEQUENCE_OFFSET, bp.base_sequence)
+    kl_store_i32(p + KL_RECORDS_COUNT_OFFSET, bp.count)
+    kl_store_u32(p + KL_CRC_OFFSET, kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET, size - KL_ATTRIBUTES_OFFSET))
+
+
+cdef inline void _write_header_big(unsigned char *p, Py_ssize_t size, const BatchParams *bp) noexcept:
+    if size >= _NOGIL_BYTES:
+        with nogil:
+            _write_header(p, size, bp)
+    else:
+        _write_header(p, size, bp)
+
+
+cdef bytes _seal(bytes raw_obj, const unsigned char *raw, Py_ssize_t raw_len, int codec, object level,
+                 const BatchParams *bp):
+    """The finished batch from an uncompressed one (header space + records): compress, then header and CRC.
+
+    raw_obj, when given, is a fresh bytes object holding raw that may be finished in place.
+    """
+    cdef bytes out
+    cdef unsigned char *o
+    cdef Py_buffer v
+    cdef Py_ssize_t size
+    if codec == KL_CODEC_NONE:
+        out = raw_obj if raw_obj is not None else PyBytes_FromStringAndSize(<const char *>raw, raw_len)
+        o = <unsigned char *>PyBytes_AS_STRING(out)
+        _write_header_big(o, raw_len, bp)
+        return out
+    comp = _compress(codec, level, raw + KL_RECORD_BATCH_OVERHEAD, raw_len - KL_RECORD_BATCH_OVERHEAD)
+    PyObject_GetBuffer(comp, &v, PyBUF_SIMPLE)
+    try:
+        size = KL_RECORD_BATCH_OVERHEAD + v.len
+        if size - KL_LOG_OVERHEAD > KL_INT32_MAX:
+            raise RecordTooLargeError(f"compressed batch of {size} bytes exceeds 2 GiB")
+        out = PyBytes_FromStringAndSize(NULL, size)
+        o = <unsigned char *>PyBytes_AS_STRING(out)
+        if size >= _NOGIL_BYTES:
+            with nogil:
+                memcpy(o + KL_RECORD_BATCH_OVERHEAD, v.buf, v.len)
+        else:
+            memcpy(o + KL_RECORD_BATCH_OVERHEAD, v.buf, v.len)
+        _write_header_big(o, size, bp)
+    finally:
+        PyBuffer_Release(&v)
+    return out
+
+
+cdef inline Py_ssize_t _slice_size(Slice s) noexcept nogil:
+    return kl_varint_size(<int32_t>s.n) + (s.n if s.n > 0 else 0)
+
+
+cdef inline unsigned char *_put_slice(unsigned char *w, Slice s) noexcept nogil:
+    w += kl_write_varint(w, <int32_t>s.n)
+    if s.n > 0:
+        memcpy(w, s.p, s.n)
+        w += s.n
+    return w
+
+
+cdef inline Py_ssize_t _body_size(int64_t ts_delta, int32_t offset_delta, Slice key, Slice value,
+                                  Py_ssize_t header_bytes) noexcept nogil:
+    return (1 + kl_varlong_size(ts_delta) + kl_varint_size(offset_delta) + _slice_size(key) + _slice_size(value)
+            + header_bytes)
+
+
+cdef unsigned char *_write_record(unsigned char *w, int32_t body, int64_t ts_delta, int32_t offset_delta, Slice key,
+                                  Slice value, const Slice *headers, int32_t header_count) noexcept nogil:
+    cdef int32_t j
+    w += kl_write_varint(w, body)
+    w[0] = 0
+    w += 1
+    w += kl_write_varlong(w, ts_delta)
+    w += kl_write_varint(w, offset_delta)
+    w = _put_slice(w, key)
+    w = _put_slice(w, value)
+    w += kl_write_varint(w, header_count)
+    for j in range(2 * header_count):
+        w = _put_slice(w, headers[j])
+    return w
+
+
+cdef int _check_len(Py_ssize_t n, str what) except -1:
+    if n > KL_INT32_MAX:
+        raise RecordTooLargeError(f"{what} of {n} bytes exceeds the 2 GiB a record batch can hold")
+    return 0
+
+
+cdef class _HeaderTable(_Pins):
+    """Header (key, value) slices of the records of one build, flattened."""
+    cdef Slice *hs
+    cdef Py_ssize_t nh, hcap
+
+    def __dealloc__(self):
+        free(self.hs)
+
+    cdef Py_ssize_t add(self, object headers, int32_t *count) except -1:
+        """Append one record's headers; returns their encoded size (HeaderCount included)."""
+        cdef Py_ssize_t total = 0, i, m
+        cdef Slice *grown
+        seq = PySequence_Fast(headers, "headers must be a sequence of (str, bytes | None) pairs")
+        self.keep.append(seq)
+        m = PySequence_Fast_GET_SIZE(seq)
+        if self.nh + 2 * m > self.hcap:
+            grown = <Slice *>realloc(self.hs, (self.hcap * 2 + 2 * m + 8) * sizeof(Slice))
+            if grown == NULL:
+                raise MemoryError()
+            self.hs = grown
+            self.hcap = self.hcap * 2 + 2 * m + 8
+        for i in range(m):
+            pair = <object>PySequence_Fast_ITEMS(seq)[i]
+            try:
+                k, v = pair
+            except (TypeError, ValueError):
+                raise TypeError(f"a header must be a (str, bytes | None) pair, not {pair!r}") from None
+            self.header_key(k, &self.hs[self.nh])
+            self.slice(v, &self.hs[self.nh + 1], "a header value")
+            _check_len(self.hs[self.nh].n, "a header key")
+            _check_len(self.hs[self.nh + 1].n, "a header value")
+            total += _slice_size(self.hs[self.nh]) + _slice_size(self.hs[self.nh + 1])
+            self.nh += 2
+        count[0] = <int32_t>m
+        return total + kl_varint_size(<int32_t>m)
+
+
+cdef struct _Rec:
+    Slice key
+    Slice value
+    int64_t timestamp
+    Py_ssize_t header_bytes     # encoded headers, HeaderCount included
+    Py_ssize_t first_header     # index of its first slice in the header table
+    int32_t header_count
+    int32_t body
+
+
+cdef void _write_records(unsigned char *raw, Py_ssize_t total, const _Rec *recs, Py_ssize_t n, int64_t base_ts,
+                         const Slice *headers) noexcept nogil:
+    cdef unsigned char *w = raw + KL_RECORD_BATCH_OVERHEAD
+    cdef Py_ssize_t i
+    for i in range(n):
+        w = _write_record(w, recs[i].body, recs[i].timestamp - base_ts, <int32_t>i, recs[i].key, recs[i].value,
+                          headers + recs[i].first_header, recs[i].header_count)
+    KL_CHECK(w == raw + total)
+
+
+cdef int16_t _attributes(int codec, int timestamp_type, bint transactional) except? -1:
+    if timestamp_type != 0 and timestamp_type != 1:
+        raise ValueError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}")
+    return <int16_t>(codec | (KL_TIMESTAMP_TYPE_MASK if timestamp_type else 0)
+                     | (KL_TRANSACTIONAL_FLAG_MASK if transactional else 0))
+
+
+cdef inline int64_t _timestamp_of(object t, int64_t default) except? -2:
+    cdef int64_t ts
+    if t is None:
+        return default
+    ts = t
+    if ts == -1:
+        return default
+    if ts < -1:
+        raise InvalidTimestampError(f"invalid negative timestamp {ts}")
+    return ts
+
+
+def build_batch(values, keys=None, timestamps=None, headers=None, *, int64_t base_offset=0, compression=0,
+                compression_level=None, int timestamp_type=0, int64_t default_timestamp=-1,
+                int64_t producer_id=-1, int producer_epoch=-1, int32_t base_sequence=-1,
+                int32_t partition_leader_epoch=-1, bint is_transactional=False):
+    """One record batch v2 (bytes) holding ``values`` with their keys, timestamps and headers."""
+    cdef int codec = _codec_of(compression)
+    cdef _HeaderTable pins = _HeaderTable()
+    cdef Py_ssize_t n, i, total, body
+    cdef PyObject **vitems
+    cdef PyObject **kitems = NULL
+    cdef PyObject **titems = NULL
+    cdef PyObject **hitems = NULL
+    cdef _Rec *recs
+    cdef _Rec *r
+    cdef int64_t base_ts, max_ts
+    cdef BatchParams bp
+    cdef unsigned char *w
+    cdef bytes raw_obj = None
+    cdef unsigned char *raw
+    level = _check_level(codec, compression_level)
+    bp.attributes = _attributes(codec, timestamp_type, is_transactional)
+    if default_timestamp == -1:
+        default_timestamp = _now_ms()
+    elif default_timestamp < -1:
+        raise InvalidTimestampError(f"invalid negative timestamp {default_timestamp}")
+
+    vseq = PySequence_Fast(values, "values must be a sequence")
+    n = PySequence_Fast_GET_SIZE(vseq)
+    if n == 0:
+        raise ValueError("a record batch needs at least one record")
+    if n > KL_INT32_MAX:
+        raise RecordTooLargeError(f"{n} records do not fit one batch")
+    vitems = PySequence_Fast_ITEMS(vseq)
+    if keys is not None:
+        kseq = PySequence_Fast(keys, "keys must be a sequence")
+        if PySequence_Fast_GET_SIZE(kseq) != n:
+            raise ValueError(f"{PySequence_Fast_GET_SIZE(kseq)} keys for {n} values")
+        kitems = PySequence_Fast_ITEMS(kseq)
+    if timestamps is not None:
+        tseq = PySequence_Fast(timestamps, "timestamps must be a sequence")
+        if PySequence_Fast_GET_SIZE(tseq) != n:
+            raise ValueError(f"{PySequence_Fast_GET_SIZE(tseq)} timestamps for {n} values")
+        titems = PySequence_Fast_ITEMS(tseq)
+    if headers is not None:
+        hseq = PySequence_Fast(headers, "headers must be a sequence")
+        if PySequence_Fast_GET_SIZE(hseq) != n:
+            raise ValueError(f"{PySequence_Fast_GET_SIZE(hseq)} header lists for {n} values")
+        hitems = PySequence_Fast_ITEMS(hseq)
+
+    recs = <_Rec *>malloc(n * sizeof(_Rec))
+    if recs == NULL:
+        raise MemoryError()
+    try:
+        # Pass 1: pin the byte strings, size every record.
+        for i in range(n):
+            r = &recs[i]
+            pins.slice(<object>vitems[i], &r.value, "a value")
+            if kitems != NULL:
+                pins.slice(<object>kitems[i], &r.key, "a key")
+            else:
+                r.key.p = NULL
+                r.key.n = -1
+            r.timestamp = _timestamp_of(<object>titems[i], default_timestamp) if titems != NULL \
+                else default_timestamp
+            r.first_header = pins.nh
+            if hitems != NULL and <object>hitems[i] is not None:
+                r.header_bytes = pins.add(<object>hitems[i], &r.header_count)
+            else:
+                r.header_bytes = 1
+                r.header_count = 0
+        base_ts = recs[0].timestamp
+        max_ts = base_ts
+        total = KL_RECORD_BATCH_OVERHEAD
+        for i in range(n):
+            r = &recs[i]
+            _check_len(r.key.n, "a key")
+            _check_len(r.value.n, "a value")
+            if r.timestamp > max_ts:
+                max_ts = r.timestamp
+            body = _body_size(r.timestamp - base_ts, <int32_t>i, r.key, r.value, r.header_bytes)
+            _check_len(body, "a record")
+            r.body = <int32_t>body
+            total += kl_varint_size(r.body) + body
+            _check_len(total - KL_LOG_OVERHEAD, "the batch")
+        # Pass 2: write. Uncompressed, the records go straight into the bytes object returned.
+        if codec == KL_CODEC_NONE:
+            raw_obj = PyBytes_FromStringAndSize(NULL, total)
+            raw = <unsigned char *>PyBytes_AS_STRING(raw_obj)
+        else:
+            raw = <unsigned char *>malloc(total)
+            if raw == NULL:
+                raise MemoryError()
+        try:
+            if total >= _NOGIL_BYTES:
+                with nogil:
+                    _write_records(raw, total, recs, n, base_ts, pins.hs)
+            else:
+                _write_records(raw, total, recs, n, base_ts, pins.hs)
+            bp.base_offset = base_offset
+            bp.partition_leader_epoch = partition_leader_epoch
+            bp.count = <int32_t>n
+            bp.base_timestamp = base_ts
+            bp.max_timestamp = max_ts
+            bp.producer_id = producer_id
+            bp.producer_epoch = <int16_t>producer_epoch
+            bp.base_sequence = base_sequence
+            return _seal(raw_obj, raw, total, codec, level, &bp)
+        finally:
+            if raw_obj is None:
+                free(raw)
+    finally:
+        free(recs)
+
+
+cdef class BatchBuilder:
+    """Accumulates records one at a time into one record batch v2 (the single-record ``Log.append`` path).
+
+    Records are encoded into an internal C buffer as they are appended; ``build()`` adds the header (and compresses).
+    Not thread-safe: one builder belongs to one writer.
+    """
+    cdef unsigned char *_buf    # KL_RECORD_BATCH_OVERHEAD bytes of header space, then the encoded records
+    cdef Py_ssize_t _len, _cap
+    cdef int32_t _count
+    cdef bint _closed                      # close() was called: stage() refuses
+    cdef public int64_t base_offset        # absolute offset of record 0, for stage()
+    cdef public Py_ssize_t max_batch_bytes  # stage()/append() refuse to grow the batch past this (max.message.bytes)
+    cdef public Py_ssize_t target_bytes     # ``full`` once the batch holds this many bytes (Kafka's batch.size)
+    cdef int64_t _first_ts, _max_ts
+    cdef int _codec
+    cdef object _level
+    cdef int16_t _attributes
+    cdef int64_t _producer_id
+    cdef int16_t _producer_epoch
+    cdef int32_t _base_sequence
+
+    def __cinit__(self):
+        self.max_batch_bytes = KL_INT32_MAX
+        self.target_bytes = 16384
+        self._cap = 4096
+        self._buf = <unsigned char *>malloc(self._cap)
+        if self._buf == NULL:
+            raise MemoryError()
+        self._len = KL_RECORD_BATCH_OVERHEAD
+        self._first_ts = -1
+        self._max_ts = -1
+
+    def __dealloc__(self):
+        free(self._buf)
+
+    def __init__(self, compression=0, compression_level=None, int timestamp_type=0, int64_t producer_id=-1,
+                 int producer_epoch=-1, int32_t base_sequence=-1, bint is_transactional=False):
+        self._codec = _codec_of(compression)
+        self._level = _check_level(self._codec, compression_level)
+        self._attributes = _attributes(self._codec, timestamp_type, is_transactional)
+        self._producer_id = producer_id
+        self._producer_epoch = <int16_t>producer_epoch
+        self._base_sequence = base_sequence
+
+    cdef int _reserve(self, Py_ssize_t extra) except -1:
+        cdef Py_ssize_t cap = self._cap
+        cdef unsigned char *grown
+        while cap - self._len < extra:
+            cap *= 2
+        grown = <unsigned char *>realloc(self._buf, cap)
+        if grown == NULL:
+            raise MemoryError()
+        self._buf = grown
+        self._cap = cap
+        return 0
+
+    def append(self, value, key=None, int64_t timestamp=-1, headers=None):
+        """Encode one record; returns its offset delta. timestamp -1 = now (ms)."""
+        return self._append(value, key, timestamp, headers)
+
+    def stage(self, value, key=None, int64_t timestamp=-1, headers=None):
+        """The Log's staged-append fast path: encode one record and return its absolute offset
+        (``base_offset`` + delta), or -1 without encoding it when it would push a non-empty batch past
+        ``max_batch_bytes`` (write the batch, then stage again). A record that alone exceeds it raises
+        RecordTooLargeError. ``full`` tells when the batch reached ``target_bytes``."""
+        cdef int64_t delta
+        if self._closed:
+            raise LogClosedError("the log was closed")
+        delta = self._append(value, key, timestamp, headers)
+        return -1 if delta < 0 else self.base_offset + delta
+
+    @property
+    def full(self):
+        """True once the encoded batch reached ``target_bytes`` (time to write it)."""
+        return self._len >= self.target_bytes
+
+    cdef int64_t _append(self, value, key, int64_t timestamp, headers) except -2:
+        cdef Py_buffer kv, vv
+        cdef Slice k, v
+        cdef Py_ssize_t body, header_bytes = 1, need
+        cdef int32_t header_count = 0
+        cdef _HeaderTable table = None
+        cdef const Slice *hs = NULL
+        cdef int64_t first_ts
+        if timestamp == -1:
+            timestamp = _now_ms()
+        elif timestamp < -1:
+            raise InvalidTimestampError(f"invalid negative timestamp {timestamp}")
+        if self._count == KL_INT32_MAX:
+            raise RecordTooLargeError("a record batch holds at most 2**31 - 1 records")
+        memset(&kv, 0, sizeof(Py_buffer))    # PyBuffer_Release of an unfilled (obj NULL) view is a no-op
+        memset(&vv, 0, sizeof(Py_buffer))
+        try:
+            if PyBytes_CheckExact(value):
+                v.p = <const unsigned char *>PyBytes_AS_STRING(value)
+                v.n = PyBytes_GET_SIZE(value)
+            elif value is None:
+                v.p = NULL
+                v.n = -1
+            else:
+                _get_buffer(value, &vv, &v, "a value")
+            if key is None:
+                k.p = NULL
+                k.n = -1
+            elif PyBytes_CheckExact(key):
+                k.p = <const unsigned char *>PyBytes_AS_STRING(key)
+                k.n = PyBytes_GET_SIZE(key)
+            else:
+                _get_buffer(key, &kv, &k, "a key")
+            _check_len(k.n, "a key")
+            _check_len(v.n, "a value")
+            if headers is not None:
+                table = _HeaderTable()
+                header_bytes = table.add(headers, &header_count)
+                hs = table.hs
+            first_ts = self._first_ts if self._count else timestamp
+            body = _body_size(timestamp - first_ts, self._count, k, v, header_bytes)
+            need = kl_varint_size(<int32_t>min(body, KL_INT32_MAX)) + body
+            _check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
+            if self._len + need > self.max_batch_bytes:
+                if self._count:
+                    return -1
+                raise RecordTooLargeError(f"a record of {need} encoded bytes makes a batch of "
+                                          f"{self._len + need} bytes, above max.message.bytes="
+                                          f"{self.max_batch_bytes}")
+            if self._cap - self._len < need:
+                self._reserve(need)
+            _write_record(self._buf + self._len, <int32_t>body, timestamp - first_ts, self._count, k, v,
+                          hs, header_count)
+        finally:
+            PyBuffer_Release(&kv)
+            PyBuffer_Release(&vv)
+        self._len += need
+        self._first_ts = first_ts
+        if self._count == 0 or timestamp > self._max_ts:
+            self._max_ts = timestamp
+        self._count += 1
+        return self._count - 1
+
+    @property
+    def count(self):
+        """Records appended since the last reset."""
+        return self._count
+
+    @property
+    def size_in_bytes(self):
+        """Exact size of the batch build() would return without compression (header included)."""
+        return self._len
+
+    @property
+    def first_timestamp(self):
+        """Timestamp of the first record (the batch's BaseTimestamp), -1 when empty."""
+        return self._first_ts if self._count else -1
+
+    @property
+    def max_timestamp(self):
+        """Largest record timestamp, -1 when empty."""
+        return self._max_ts if self._count else -1
+
+    @property
+    def compression(self):
+        return self._codec
+
+    def build(self, int64_t base_offset=0, int32_t partition_leader_epoch=-1):
+        """The batch (bytes) of the records appended so far; the builder keeps them until reset()."""
+        cdef BatchParams bp
+        if self._count == 0:
+            raise ValueError("a record batch needs at least one record")
+        bp.base_offset = base_offset
+        bp.partition_leader_epoch = partition_leader_epoch
+        bp.attributes = self._attributes
+        bp.count = self._count
+        bp.base_timestamp = self._first_ts
+        bp.max_timestamp = self._max_ts
+        bp.producer_id = self._producer_id
+        bp.producer_epoch = self._producer_epoch
+        bp.base_sequence = self._base_sequence
+        return _seal(None, self._buf, self._len, self._codec, self._level, &bp)
+
+    # Log.append's fast path stages records without a Python lock: stage(), take(), reserve() and close() each
+    # run entirely under the GIL (no GIL release, no Python callbacks once the builder's state is touched), so
+    # each is atomic with respect to the others. kafkalog targets GIL builds of CPython (3.11).
+
+    def take(self):
+        """Atomically move the staged records into a new builder (returned) and continue at base_offset + count;
+        the Log builds and writes the returned one under its lock."""
+        cdef BatchBuilder out = BatchBuilder.__new__(BatchBuilder)
+        cdef unsigned char *buf = out._buf
+        cdef Py_ssize_t cap = out._cap
+        out._buf, out._cap, out._len, out._count = self._buf, self._cap, self._len, self._count
+        out._first_ts, out._max_ts = self._first_ts, self._max_ts
+        out._codec, out._level, out._attributes = self._codec, self._level, self._attributes
+        out._producer_id, out._producer_epoch, out._base_sequence = (self._producer_id, self._producer_epoch,
+                                                                     self._base_sequence)
+        out.base_offset, out.max_batch_bytes, out.target_bytes = (self.base_offset, self.max_batch_bytes,
+                                                                  self.target_bytes)
+        self._buf, self._cap = buf, cap
+        self.base_offset += self._count
+        self._len = KL_RECORD_BATCH_OVERHEAD
+        self._count = 0
+        self._first_ts = -1
+        self._max_ts = -1
+        return out
+
+    def reserve(self, int64_t n):
+        """Atomically claim offsets [base_offset, base_offset + n) for a batch written past the staged path;
+        returns the first, or -1 when records are staged (take() them first)."""
+        cdef int64_t first = self.base_offset
+        if self._count:
+            return -1
+        self.base_offset += n
+        return first
+
+    def close(self):
+        """From now on stage() raises LogClosedError (records staged before stay for a last take())."""
+        self._closed = True
+
+    def reset(self):
+        """Drop the records (the buffer's capacity is kept for the next batch)."""
+        self._len = KL_RECORD_BATCH_OVERHEAD
+        self._count = 0
+        self._first_ts = -1
+        self._max_ts = -1
+
+    def __len__(self):
+        return self._count
+
+    def __repr__(self):
+        return (f"BatchBuilder(count={self._count}, size_in_bytes={self._len}, "
+                f"compression={_CODEC_NAMES[self._codec]!r})")
+
+
+cdef int _get_buffer(object o, Py_buffer *view, Slice *s, str what) except -1:
+    try:
+        PyObject_GetBuffer(o, view, PyBUF_SIMPLE)
+    except TypeError:
+        raise TypeError(f"{what} must be bytes-like or None, not {type(o).__name__}") from None
+    s.p = <const unsigned char *>view.buf
+    s.n = view.len
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading: records, batches
+
+cdef class Record:
+    """One record of a batch: offset, timestamp, timestamp_type, key, value (bytes or None) and headers."""
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly int timestamp_type
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly list headers
+
+    def __init__(self, int64_t offset, int64_t timestamp, int timestamp_type=0, key=None, value=None,
+                 headers=None):
+        self.offset = offset
+        self.timestamp = timestamp
+        self.timestamp_type = timestamp_type
+        self.key = key
+        self.value = value
+        self.headers = [] if headers is None else list(headers)
+
+    def __eq__(self, other):
+        if not isinstance(other, Record):
+            return NotImplemented
+        cdef Record o = <Record>other
+        return (self.offset == o.offset and self.timestamp == o.timestamp and self.timestamp_type == o.timestamp_type
+                and self.key == o.key and self.value == o.value and self.headers == o.headers)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, timestamp_type={self.timestamp_type}, "
+                f"key={self.key!r}, value={self.value!r}, headers={self.headers!r})")
+
+
+cdef inline object _bytes_or_none(const unsigned char *p, int32_t n):
+    if n < 0:
+        return None
+    return PyBytes_FromStringAndSize(<const char *>p, n)
+
+
+cdef list _headers_list(const unsigned char *p, int32_t count):
+    cdef list out = []
+    cdef const unsigned char *k
+    cdef const unsigned char *v
+    cdef int32_t kn = 0, vn = 0, i
+    for i in range(count):
+        p = _next_header(p, &k, &kn, &v, &vn)
+        # Java decodes header keys with replacement characters; so do we.
+        out.append((PyUnicode_DecodeUTF8(<const char *>k, kn, "replace"), _bytes_or_none(v, vn)))
+    return out
+
+
+cdef class RecordBatch:
+    """A view of one record batch v2 inside a buffer (bytes, bytearray, memoryview, mmap, numpy array).
+
+    The view keeps the buffer exported (a bytearray cannot be resized, an mmap not closed) while it lives.
+    Reading properties is thread-safe; the batch bytes must not be modified while records are iterated.
+    """
+    cdef object _mv
+    cdef const unsigned char *_p
+    cdef Py_ssize_t _pos
+    cdef BatchHeader _h
+
+    def __init__(self, buffer, Py_ssize_t offset=0):
+        cdef const unsigned char *base
+        cdef Py_ssize_t n
+        cdef int rc
+        mv = _read_view(buffer, &base, &n)
+        if offset < 0 or offset > n:
+            raise ValueError(f"position {offset} is outside the buffer (0..{n})")
+        rc = parse_batch_header(base + offset, n - offset, &self._h)
+        if rc != KL_BATCH_OK:
+            raise _batch_error(rc, base + offset, n - offset, offset, &self._h)
+        self._mv = mv
+        self._p = base + offset
+        self._pos = offset
+
+    @property
+    def position(self):
+        """Byte position of the batch in its buffer."""
+        return self._pos
+
+    @property
+    def base_offset(self):
+        return self._h.base_offset
+
+    @property
+    def last_offset(self):
+        return self._h.base_offset + self._h.last_offset_delta
+
+    @property
+    def next_offset(self):
+        return self._h.base_offset + self._h.last_offset_delta + 1
+
+    @property
+    def batch_length(self):
+        return self._h.batch_length
+
+    @property
+    def size_in_bytes(self):
+        return <Py_ssize_t>self._h.batch_length + KL_LOG_OVERHEAD
+
+    @property
+    def partition_leader_epoch(self):
+        return self._h.partition_leader_epoch
+
+    @property
+    def magic(self):
+        return self._h.magic
+
+    @property
+    def crc(self):
+        return self._h.crc
+
+    @property
+    def attributes(self):
+        return self._h.attributes
+
+    @property
+    def compression(self):
+        return self._h.attributes & KL_COMPRESSION_CODEC_MASK
+
+    @property
+    def timestamp_type(self):
+        return 1 if self._h.attributes & KL_TIMESTAMP_TYPE_MASK else 0
+
+    @property
+    def is_transactional(self):
+        return bool(self._h.attributes & KL_TRANSACTIONAL_FLAG_MASK)
+
+    @property
+    def is_control(self):
+        return bool(self._h.attributes & KL_CONTROL_FLAG_MASK)
+
+    @property
+    def last_offset_delta(self):
+        return self._h.last_offset_delta
+
+    @property
+    def base_timestamp(self):
+        return self._h.base_timestamp
+
+    @property
+    def max_timestamp(self):
+        return self._h.max_timestamp
+
+    @property
+    def producer_id(self):
+        return self._h.producer_id
+
+    @property
+    def producer_epoch(self):
+        return self._h.producer_epoch
+
+    @property
+    def base_sequence(self):
+        return self._h.base_sequence
+
+    @property
+    def record_count(self):
+        return self._h.records_count
+
+    def __len__(self):
+        return self._h.records_count
+
+    cdef int _check(self) noexcept:
+        cdef BatchHeader h
+        cdef int rc
+        cdef Py_ssize_t size = <Py_ssize_t>self._h.batch_length + KL_LOG_OVERHEAD
+        if size >= _NOGIL_BYTES:
+            with nogil:
+                rc = check_batch(self._p, size, &h)
+        else:
+            rc = check_batch(self._p, size, &h)
+        return rc
+
+    def is_valid(self):
+        """CRC and structure (count, codec, record framing when uncompressed); never decompresses."""
+        return self._check() == KL_BATCH_OK
+
+    def validate(self, *, bint decompress=False):
+        """Raise CorruptRecordError (CRC, length) or InvalidRecordError (count, framing) naming the problem.
+
+        With decompress=True a compressed batch's records are decompressed and their framing checked too.
+        """
+        cdef int rc = self._check()
+        cdef int32_t done = 0
+        cdef Slice s
+        cdef _Pins pins
+        if rc != KL_BATCH_OK:
+            raise _batch_error(rc, self._p, self.size_in_bytes, self._pos, &self._h)
+        if decompress and self.compression != KL_CODEC_NONE:
+            pins = _Pins()
+            self._plaintext(pins, &s)
+            rc = _walk_records(s.p, s.p + s.n, self._h.records_count, &done)
+            if rc != _REC_OK:
+                raise InvalidRecordError(f"{_where(&self._h, self._pos)}: "
+                                         f"{_record_message(rc, done, self._h.records_count)}")
+
+    cdef int _plaintext(self, _Pins pins, Slice *s) except -1:
+        """The records section, decompressed (and pinned) if needed."""
+        cdef Py_ssize_t n = <Py_ssize_t>self._h.batch_length + KL_LOG_OVERHEAD - KL_RECORD_BATCH_OVERHEAD
+        cdef int codec = self._h.attributes & KL_COMPRESSION_CODEC_MASK
+        if codec == KL_CODEC_NONE:
+            s.p = self._p + KL_RECORD_BATCH_OVERHEAD
+            s.n = n
+            return 0
+        return pins.pin(_decompress(codec, self._p + KL_RECORD_BATCH_OVERHEAD, n, &self._h, self._pos), s)
+
+    def records(self):
+        """Iterate the records lazily: decompressed once when iteration starts, then decoded one by one."""
+        return _RecordIterator(self)
+
+    def __iter__(self):
+        return _RecordIterator(self)
+
+    def tobytes(self):
+        """A copy of the batch's bytes."""
+        return PyBytes_FromStringAndSize(<const char *>self._p, self.size_in_bytes)
+
+    def __repr__(self):
+        return (f"RecordBatch(base_offset={self._h.base_offset}, last_offset={self.last_offset}, "
+                f"record_count={self._h.records_count}, compression={_CODEC_NAMES.get(self.compression)!r}, "
+                f"size_in_bytes={self.size_in_bytes}, position={self._pos})")
+
+
+cdef class _RecordIterator:
+    cdef RecordBatch batch
+    cdef _Pins pins
+    cdef const unsigned char *p
+    cdef const unsigned char *end
+    cdef int32_t index
+    cdef bint started, log_append_time
+
+    def __cinit__(self, RecordBatch batch):
+        self.batch = batch
+        self.log_append_time = (batch._h.attributes & KL_TIMESTAMP_TYPE_MASK) != 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef RecordView r
+        cdef Record rec
+        cdef Slice s
+        cdef int rc
+        cdef const BatchHeader *h = &self.batch._h
+        if not self.started:
+            self.pins = _Pins()
+            self.batch._plaintext(self.pins, &s)
+            self.p = s.p
+            self.end = s.p + s.n
+            self.started = True
+            if h.records_count == 0 and self.p != self.end:
+                raise InvalidRecordError(f"{_where(h, self.batch._pos)}: {_record_message(_REC_LEFTOVER, 0, 0)}")
+        if self.index >= h.records_count:
+            raise StopIteration
+        rc = _read_record(self.p, self.end, &r)
+        if rc == _REC_OK:
+            self.p = r.end
+            self.index += 1
+            # Kafka checks for leftovers as soon as the last declared record is read.
+            if self.index == h.records_count and self.p != self.end:
+                rc = _REC_LEFTOVER
+        if rc != _REC_OK:
+            self.index = h.records_count
+            raise InvalidRecordError(f"{_where(h, self.batch._pos)}: "
+                                     f"{_record_message(rc, self.index, h.records_count)}")
+        rec = Record.__new__(Record)
+        rec.offset = h.base_offset + r.offset_delta
+        if self.log_append_time:
+            rec.timestamp = h.max_timestamp
+            rec.timestamp_type = KL_TIMESTAMP_LOG_APPEND_TIME
+        else:
+            rec.timestamp = h.base_timestamp + r.ts_delta
+        rec.key = _bytes_or_none(r.key, r.key_len)
+        rec.value = _bytes_or_none(r.value, r.value_len)
+        rec.headers = _headers_list(r.headers, r.header_count) if r.header_count else []
+        return rec
+
+
+cdef class _BatchIterator:
+    cdef object mv
+    cdef const unsigned char *base
+    cdef Py_ssize_t pos, end
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef BatchHeader h
+        cdef RecordBatch b
+        cdef int rc = parse_batch_header(self.base + self.pos, self.end - self.pos, &h)
+        if rc == KL_BATCH_INCOMPLETE:
+            self.pos = self.end     # a partial batch can only be the tail: stop there for good
+            raise StopIteration
+        if rc != KL_BATCH_OK:
+            raise _batch_error(rc, self.base + self.pos, self.end - self.pos, self.pos, &h)
+        b = RecordBatch.__new__(RecordBatch)
+        b._mv = self.mv
+        b._p = self.base + self.pos
+        b._pos = self.pos
+        b._h = h
+        self.pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+        return b
+
+
+def iter_batches(buffer, Py_ssize_t start=0, end=None):
+    """Shallow iteration over the consecutive batches in buffer[start:end] (no CRC check).
+
+    Stops silently at an incomplete batch at the tail; raises CorruptRecordError at an illegal length or magic.
+    """
+    cdef _BatchIterator it = _BatchIterator.__new__(_BatchIterator)
+    cdef const unsigned char *base
+    cdef Py_ssize_t n
+    it.mv = _read_view(buffer, &base, &n)
+    it.base = base
+    it.pos = start
+    it.end = _range_end(end, start, n)
+    return it
+
+
+def count_records(buffer, Py_ssize_t start=0, end=None):
+    """Sum of RecordsCount over the complete batches in buffer[start:end] (headers only, no CRC check)."""
+    cdef const unsigned char *base
+    cdef Py_ssize_t n, stop, pos = start
+    cdef int64_t total = 0
+    cdef BatchHeader h
+    cdef int rc
+    mv = _read_view(buffer, &base, &n)
+    stop = _range_end(end, start, n)
+    while True:
+        rc = parse_batch_header(base + pos, stop - pos, &h)
+        if rc == KL_BATCH_INCOMPLETE:
+            return total
+        if rc != KL_BATCH_OK:
+            raise _batch_error(rc, base + pos, stop - pos, pos, &h)
+        total += h.records_count
+        pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# In-place rewrites (zero-copy append: only fields the log owns change)
+
+cdef unsigned char *_writable_header(Py_buffer *v, object buf, Py_ssize_t pos, bint whole) except NULL:
+    cdef BatchHeader h
+    cdef int rc
+    PyObject_GetBuffer(buf, v, PyBUF_WRITABLE)
+    if pos < 0 or pos > v.len:
+        PyBuffer_Release(v)
+        raise ValueError(f"position {pos} is outside the buffer (0..{v.len})")
+    rc = parse_batch_header(<unsigned char *>v.buf + pos, v.len - pos, &h)
+    if rc == KL_BATCH_INCOMPLETE and not whole and v.len - pos >= KL_RECORD_BATCH_OVERHEAD:
+        rc = KL_BATCH_OK    # the fields outside the CRC need only the header
+    if rc != KL_BATCH_OK:
+        err = _batch_error(rc, <unsigned char *>v.buf + pos, v.len - pos, pos, &h)
+        PyBuffer_Release(v)
+        raise err
+    return <unsigned char *>v.buf + pos
+
+
+def set_base_offset(buf, Py_ssize_t pos, int64_t base_offset):
+    """Rewrite BaseOffset of the batch at buf[pos] in place (outside the CRC, which stays valid)."""
+    cdef Py_buffer v
+    kl_store_i64(_writable_header(&v, buf, pos, False) + KL_BASE_OFFSET_OFFSET, base_offset)
+    PyBuffer_Release(&v)
+
+
+def set_partition_leader_epoch(buf, Py_ssize_t pos, int32_t epoch):
+    """Rewrite PartitionLeaderEpoch of the batch at buf[pos] in place (outside the CRC, which stays valid)."""
+    cdef Py_buffer v
+    kl_store_i32(_writable_header(&v, buf, pos, False) + KL_PARTITION_LEADER_EPOCH_OFFSET, epoch)
+    PyBuffer_Release(&v)
+
+
+def set_log_append_time(buf, Py_ssize_t pos, int64_t timestamp):
+    """Mark the batch at buf[pos] LogAppendTime with MaxTimestamp = timestamp and recompute its CRC, in place.
+
+    Every record then reads with that timestamp. The existing CRC is not checked first.
+    """
+    cdef Py_buffer v
+    cdef unsigned char *p = _writable_header(&v, buf, pos, True)
+    if v.len - pos >= _NOGIL_BYTES:
+        with nogil:
+            stamp_log_append_time(p, v.len - pos, timestamp)
+    else:
+        stamp_log_append_time(p, v.len - pos, timestamp)
+    PyBuffer_Release(&v)
+
+
+def crc32c(data, uint32_t crc=0):
+    """CRC-32C (Castagnoli) of data; pass a previous result as crc to continue over more bytes."""
+    cdef Py_buffer v
+    cdef uint32_t out
+    PyObject_GetBuffer(data, &v, PyBUF_SIMPLE)
+    if v.len >= _NOGIL_BYTES:
+        with nogil:
+            out = kl_crc32c(crc, <const unsigned char *>v.buf, v.len)
+    else:
+        out = kl_crc32c(crc, <const unsigned char *>v.buf, v.len)
+    PyBuffer_Release(&v)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Column decode (no per-record Python objects): Arrow-style offsets + validity + data buffers
+
+cdef struct _BatchRef:
+    const unsigned char *records
+    Py_ssize_t records_len
+    Py_ssize_t pos
+    BatchHeader h
+
+
+cdef struct _Grow:
+    unsigned char *p
+    Py_ssize_t len, cap
+
+
+cdef inline int _grow_put(_Grow *g, const void *src, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t cap
+    cdef unsigned char *q
+    if g.cap - g.len < n:
+        cap = g.cap * 2 + n + 64
+        q = <unsigned char *>realloc(g.p, cap)
+        if q == NULL:
+            return -1
+        g.p = q
+        g.cap = cap
+    memcpy(g.p + g.len, src, n)
+    g.len += n
+    return 0
+
+
+cdef enum:
+    _C_OFFSET = 0
+    _C_TIMESTAMP
+    _C_TIMESTAMP_TYPE
+    _C_KEY_OFFSETS
+    _C_KEY_VALID
+    _C_KEYS
+    _C_VALUE_OFFSETS
+    _C_VALUE_VALID
+    _C_VALUES
+    _C_HEADER_OFFSETS
+    _C_HEADER_KEY_OFFSETS
+    _C_HEADER_KEYS
+    _C_HEADER_VALUE_OFFSETS
+    _C_HEADER_VALUE_VALID
+    _C_HEADER_VALUES
+    _C_COUNT
+
+
+cdef class _Columns:
+    """The C buffers of one decode_columns call; freed here unless handed over to numpy."""
+    cdef _Grow g[_C_COUNT]
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(_C_COUNT):
+            free(self.g[i].p)
+
+    cdef int alloc(self, int col, Py_ssize_t cap) except -1:
+        self.g[col].p = <unsigned char *>kl_malloc_large(cap)
+        if self.g[col].p == NULL:
+            raise MemoryError()
+        self.g[col].cap = cap
+        return 0
+
+    cdef object array(self, int col, int typenum, Py_ssize_t itemsize):
+        cdef _Grow *g = &self.g[col]
+        cdef cnp.npy_intp dim = g.len // itemsize
+        cdef unsigned char *p = <unsigned char *>realloc(g.p, g.len if g.len > 0 else 1)
+        if p == NULL:
+            p = g.p     # shrinking failed: keep the larger block
+        g.p = NULL
+        cap = PyCapsule_New(p, NULL, _free_capsule)
+        arr = cnp.PyArray_SimpleNewFromData(1, &dim, typenum, p)
+        cnp.set_array_base(<cnp.ndarray>arr, cap)
+        return arr
+
+
+cdef void _free_capsule(object cap) noexcept:
+    free(PyCapsule_GetPointer(cap, NULL))
+
+
+cdef inline int _put_var(_Grow *data, _Grow *offsets, _Grow *valid, const unsigned char *p,
+                         int32_t n) noexcept nogil:
+    """Append one variable-length item (n = -1: null) to Arrow-style data/offsets/validity buffers."""
+    cdef uint8_t ok = n >= 0
+    cdef int32_t end
+    if ok:
+        if data.len + n > KL_INT32_MAX:
+            return _REC_OVERFLOW
+        if _grow_put(data, p, n) < 0:
+            return _REC_NOMEM
+    end = <int32_t>data.len
+    if _grow_put(offsets, &end, 4) < 0 or (valid != NULL and _grow_put(valid, &ok, 1) < 0):
+        return _REC_NOMEM
+    return _REC_OK
+
+
+cdef int _fill_columns(const _BatchRef *refs, Py_ssize_t nb, _Grow *g, Py_ssize_t *bad_batch,
+                       int32_t *bad_record) noexcept nogil:
+    cdef Py_ssize_t b
+    cdef int32_t i, j, kn = 0, vn = 0
+    cdef int rc
+    cdef RecordView r
+    cdef const unsigned char *p
+    cdef const unsigned char *end
+    cdef const unsigned char *hp
+    cdef const unsigned char *k
+    cdef const unsigned char *v
+    cdef int64_t *offsets = <int64_t *>g[_C_OFFSET].p
+    cdef int64_t *timestamps = <int64_t *>g[_C_TIMESTAMP].p
+    cdef int8_t *types = <int8_t *>g[_C_TIMESTAMP_TYPE].p
+    cdef int32_t *key_offsets = <int32_t *>g[_C_KEY_OFFSETS].p
+    cdef int32_t *value_offsets = <int32_t *>g[_C_VALUE_OFFSETS].p
+    cdef int32_t *header_offsets = <int32_t *>g[_C_HEADER_OFFSETS].p
+    cdef uint8_t *key_valid = <uint8_t *>g[_C_KEY_VALID].p
+    cdef uint8_t *value_valid = <uint8_t *>g[_C_VALUE_VALID].p
+    cdef unsigned char *keys = g[_C_KEYS].p
+    cdef unsigned char *values = g[_C_VALUES].p
+    cdef Py_ssize_t n = 0, key_len = 0, value_len = 0, nheaders = 0
+    cdef bint append_time
+    cdef int8_t tstype
+    key_offsets[0] = 0
+    value_offsets[0] = 0
+    header_offsets[0] = 0
+    for b in range(nb):
+        bad_batch[0] = b
+        p = refs[b].records
+        end = p + refs[b].records_len
+        append_time = (refs[b].h.attributes & KL_TIMESTAMP_TYPE_MASK) != 0
+        tstype = KL_TIMESTAMP_LOG_APPEND_TIME if append_time else 0
+        for i in range(refs[b].h.records_count):
+            bad_record[0] = i
+            rc = _read_record(p, end, &r)
+            if rc != _REC_OK:
+                return rc
+            p = r.end
+            offsets[n] = refs[b].h.base_offset + r.offset_delta
+            timestamps[n] = refs[b].h.max_timestamp if append_time else refs[b].h.base_timestamp + r.ts_delta
+            types[n] = tstype
+            # keys/values hold at most the records bytes (sized in pass 1), so no growth checks here
+            key_valid[n] = r.key_len >= 0
+            if r.key_len > 0:
+                memcpy(keys + key_len, r.key, r.key_len)
+                key_len += r.key_len
+            value_valid[n] = r.value_len >= 0
+            if r.value_len > 0:
+                memcpy(values + value_len, r.value, r.value_len)
+                value_len += r.value_len
+            if key_len > KL_INT32_MAX or value_len > KL_INT32_MAX:
+                return _REC_OVERFLOW
+            n += 1
+            key_offsets[n] = <int32_t>key_len
+            value_offsets[n] = <int32_t>value_len
+            hp = r.headers
+            for j in range(r.header_count):
+                hp = _next_header(hp, &k, &kn, &v, &vn)
+                rc = _put_var(&g[_C_HEADER_KEYS], &g[_C_HEADER_KEY_OFFSETS], NULL, k, kn)
+                if rc == _REC_OK:
+                    rc = _put_var(&g[_C_HEADER_VALUES], &g[_C_HEADER_VALUE_OFFSETS], &g[_C_HEADER_VALUE_VALID],
+                                  v, vn)
+                if rc != _REC_OK:
+                    return rc
+            nheaders += r.header_count
+            if nheaders > KL_INT32_MAX:
+                return _REC_OVERFLOW
+            header_offsets[n] = <int32_t>nheaders
+        if p != end:
+            bad_record[0] = refs[b].h.records_count
+            return _REC_LEFTOVER
+    g[_C_OFFSET].len = n * 8
+    g[_C_TIMESTAMP].len = n * 8
+    g[_C_TIMESTAMP_TYPE].len = n
+    g[_C_KEY_OFFSETS].len = (n + 1) * 4
+    g[_C_VALUE_OFFSETS].len = (n + 1) * 4
+    g[_C_HEADER_OFFSETS].len = (n + 1) * 4
+    g[_C_KEY_VALID].len = n
+    g[_C_VALUE_VALID].len = n
+    g[_C_KEYS].len = key_len
+    g[_C_VALUES].len = value_len
+    return _REC_OK
+
+
+def decode_columns(buffer, Py_ssize_t start=0, end=None):
+    """Decode every record of the consecutive batches in buffer[start:end] into numpy columns.
+
+    Each batch's CRC is checked and compressed batches are decompressed; stops silently at an incomplete tail
+    batch. Keys, values and header keys/values use Arrow's binary layout: int32 offsets (n + 1), a bool validity
+    array (False = null) and a uint8 data buffer. Returns a dict: offset, timestamp (int64), timestamp_type (int8),
+    key_offsets, key_valid, keys, value_offsets, value_valid, values, header_offsets (int32, n + 1: record i owns
+    headers [header_offsets[i], header_offsets[i+1])), header_key_offsets, header_keys, header_value_offsets,
+    header_value_valid, header_values, plus batches (int) and next_position (byte position after the last batch).
+    """
+    cdef const unsigned char *base
+    cdef Py_ssize_t n, stop, pos = start, size, nb = 0, cap = 0, total_records = 0, total_bytes = 0
+    cdef Py_ssize_t bad_batch = 0
+    cdef int32_t bad_record = 0
+    cdef _BatchRef *refs = NULL
+    cdef _BatchRef *grown
+    cdef _BatchRef *ref
+    cdef BatchHeader h
+    cdef int rc, codec
+    cdef Slice s
+    cdef _Pins pins = _Pins()
+    cdef _Columns cols = _Columns()
+    mv = _read_view(buffer, &base, &n)
+    stop = _range_end(end, start, n)
+    try:
+        # Pass 1: headers, CRCs, decompression; sizes every column.
+        while True:
+            rc = parse_batch_header(base + pos, stop - pos, &h)
+            if rc == KL_BATCH_INCOMPLETE:
+                break
+            if rc == KL_BATCH_OK:
+                if h.batch_length >= _NOGIL_BYTES:
+                    with nogil:
+                        rc = _check_fields(base + pos, &h)
+                else:
+                    rc = _check_fields(base + pos, &h)
+            if rc != KL_BATCH_OK:
+                raise _batch_error(rc, base + pos, stop - pos, pos, &h)
+            if nb == cap:
+                grown = <_BatchRef *>realloc(refs, (cap * 2 + 16) * sizeof(_BatchRef))
+                if grown == NULL:
+                    raise MemoryError()
+                refs = grown
+                cap = cap * 2 + 16
+            ref = &refs[nb]
+            size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+            ref.h = h
+            ref.pos = pos
+            ref.records = base + pos + KL_RECORD_BATCH_OVERHEAD
+            ref.records_len = size - KL_RECORD_BATCH_OVERHEAD
+            codec = h.attributes & KL_COMPRESSION_CODEC_MASK
+            if codec != KL_CODEC_NONE:
+                pins.pin(_decompress(codec, ref.records, ref.records_len, &h, pos), &s)
+                ref.records = s.p
+                ref.records_len = s.n
+            if h.records_count > ref.records_len // _MIN_RECORD_SIZE:
+                # cannot fit: name the same framing error iteration would, before sizing columns by the count
+                rc = _walk_records(ref.records, ref.records + ref.records_len, h.records_count, &bad_record)
+                raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, bad_record, h.records_count)}")
+            total_records += h.records_count
+            total_bytes += ref.records_len
+            nb += 1
+            pos += size
+        cols.alloc(_C_OFFSET, total_records * 8)
+        cols.alloc(_C_TIMESTAMP, total_records * 8)
+        cols.alloc(_C_TIMESTAMP_TYPE, total_records)
+        cols.alloc(_C_KEY_OFFSETS, (total_records + 1) * 4)
+        cols.alloc(_C_VALUE_OFFSETS, (total_records + 1) * 4)
+        cols.alloc(_C_HEADER_OFFSETS, (total_records + 1) * 4)
+        cols.alloc(_C_KEY_VALID, total_records)
+        cols.alloc(_C_VALUE_VALID, total_records)
+        cols.alloc(_C_KEYS, total_bytes)
+        cols.alloc(_C_VALUES, total_bytes)
+        cols.alloc(_C_HEADER_KEY_OFFSETS, 4)
+        cols.alloc(_C_HEADER_VALUE_OFFSETS, 4)
+        (<int32_t *>cols.g[_C_HEADER_KEY_OFFSETS].p)[0] = 0
+        cols.g[_C_HEADER_KEY_OFFSETS].len = 4
+        (<int32_t *>cols.g[_C_HEADER_VALUE_OFFSETS].p)[0] = 0
+        cols.g[_C_HEADER_VALUE_OFFSETS].len = 4
+        # Pass 2: decode into the columns, without the GIL.
+        with nogil:
+            rc = _fill_columns(refs, nb, cols.g, &bad_batch, &bad_record)
+        if rc == _REC_NOMEM:
+            raise MemoryError()
+        if rc != _REC_OK:
+            raise InvalidRecordError(f"{_where(&refs[bad_batch].h, refs[bad_batch].pos)}: "
+                                     f"{_record_message(rc, bad_record, refs[bad_batch].h.records_count)}")
+    finally:
+        free(refs)
+    return {
+        "offset": cols.array(_C_OFFSET, cnp.NPY_INT64, 8),
+        "timestamp": cols.array(_C_TIMESTAMP, cnp.NPY_INT64, 8),
+        "timestamp_type": cols.array(_C_TIMESTAMP_TYPE, cnp.NPY_INT8, 1),
+        "key_offsets": cols.array(_C_KEY_OFFSETS, cnp.NPY_INT32, 4),
+        "key_valid": cols.array(_C_KEY_VALID, cnp.NPY_BOOL, 1),
+        "keys": cols.array(_C_KEYS, cnp.NPY_UINT8, 1),
+        "value_offsets": cols.array(_C_VALUE_OFFSETS, cnp.NPY_INT32, 4),
+        "value_valid": cols.array(_C_VALUE_VALID, cnp.NPY_BOOL, 1),
+        "values": cols.array(_C_VALUES, cnp.NPY_UINT8, 1),
+        "header_offsets": cols.array(_C_HEADER_OFFSETS, cnp.NPY_INT32, 4),
+        "header_key_offsets": cols.array(_C_HEADER_KEY_OFFSETS, cnp.NPY_INT32, 4),
+        "header_keys": cols.array(_C_HEADER_KEYS, cnp.NPY_UINT8, 1),
+        "header_value_offsets": cols.array(_C_HEADER_VALUE_OFFSETS, cnp.NPY_INT32, 4),
+        "header_value_valid": cols.array(_C_HEADER_VALUE_VALID, cnp.NPY_BOOL, 1),
+        "header_values": cols.array(_C_HEADER_VALUES, cnp.NPY_UINT8, 1),
+        "batches": nb,
+        "next_position": pos,
+    }
