@@ -243,6 +243,9 @@ def check_partition_dir(d: Path) -> list[str]:
     prev_next = None
     for log in logs:
         base = int(log.name[:20])
+        if prev_next is not None and base != prev_next:
+            problems.append(f"{log}: segment starts at offset {base} but the previous one ends at {prev_next - 1} "
+                            f"({'gap' if base > prev_next else 'overlap'})")
         batch_at = {}
         max_ts = -1
         for pos, batch, problem in _walk_log(log):

@@ -44,6 +44,7 @@ def subprocess_env():
     env = dict(os.environ)
     root = str(Path(kafkalog.__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONSAFEPATH"] = "1"  # never import the source tree in the cwd (it has no compiled engine in CI)
     return env
 
 

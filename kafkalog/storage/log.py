@@ -437,15 +437,16 @@ class Log:
             with self._locked_append():
                 self._sync()
                 now = _now_ms()
+                built_base = self._leo
                 data = build_batch(values, keys, None if self._log_append_time else timestamps, headers,
-                                   base_offset=self._leo, compression=codec or 0, default_timestamp=now,
+                                   base_offset=built_base, compression=codec or 0, default_timestamp=now,
                                    timestamp_type=1 if self._log_append_time else 0)
                 if len(data) > self._max_message_bytes:
                     raise RecordTooLargeError(
                         f"record batch of {len(data)} bytes exceeds max.message.bytes={self._max_message_bytes} "
                         f"for {self.topic}-{self.partition}")
                 base = self._claim(len(values))  # only once nothing can fail before the write
-                if base != self._leo:
+                if base != built_base:  # records staged by other threads were written first
                     data = bytearray(data)
                     set_base_offset(data, 0, base)
                 batch = RecordBatch(data)

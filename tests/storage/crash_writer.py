@@ -1,0 +1,362 @@
+"""Writer/reader processes for tests/storage/test_crash.py: they append, flush, delete-before and read a kafkalog
+store until they are killed with SIGKILL (by the test, or by a named failpoint).
+
+Two ways to run it (always with the test's interpreter, cwd = repo root, PYTHONPATH = repo root):
+
+    python tests/storage/crash_writer.py run SPEC_JSON      run one scenario in this (fresh) interpreter; named
+                                                            failpoints come from KAFKALOG_FAILPOINTS
+    python tests/storage/crash_writer.py serve              fork server: imports kafkalog once, then answers JSON
+                                                            lines on stdin (spawn / wait / check), so that many
+                                                            kill rounds do not each pay the interpreter start-up
+
+A scenario SPEC is ``{"dir": data dir, "journal": path, "log": path, "ops": [[op, {args}], ...]}``. Every op
+writes a ``S <i> <op>`` step line to the journal before it starts; acknowledgements are journal lines too:
+
+    R <lso> <leo>   the store is open (after any recovery)
+    W <leo>         an append call returned: records below <leo> are in the page cache (survive kill -9)
+    F <leo>         flush() returned: records below <leo> are fsynced (journal line fsynced as well)
+    d <x>           about to call delete_records_before(x)
+    D <lso>         delete_records_before returned this log start offset (journal line fsynced)
+    A <base> <n> <wid> <seq0>   (shared writers) an append of n records wid:seq0.. got offsets base..base+n-1
+    O <offset> <wid> <seq>      (reader) a record observed
+    E <message>     a broken invariant seen by this process (the test fails on it)
+    X               the scenario ended normally
+
+Record values are a pure function of the offset (``value_for``) that carries its own checksum, so any record can
+be checked on its own: a record whose value is not ``value_for(offset)`` is corrupt or at a wrong offset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+
+TOPIC = "t"
+
+
+# ---------------------------------------------------------------------------------------------------- payloads
+
+def value_for(offset: int) -> bytes:
+    """The one value a single-writer scenario ever writes at ``offset``: ``offset|padding|sha1(offset|padding)``."""
+    pad = b"." * ((offset * 7919) % 61)
+    body = b"%d|%s" % (offset, pad)
+    return body + b"|" + hashlib.sha1(body).hexdigest().encode()
+
+
+def payload_for(wid: int, seq: int) -> bytes:
+    """Value of a shared writer's record: unique per (writer id, sequence) and self-checking."""
+    body = b"w%d:%d" % (wid, seq)
+    return body + b"|" + hashlib.sha1(body).hexdigest()[:16].encode()
+
+
+def parse_payload(value: bytes):
+    """(wid, seq) of a payload_for() value, or None when the value is not one (corrupt)."""
+    try:
+        body, _, digest = value.rpartition(b"|")
+        if hashlib.sha1(body).hexdigest()[:16].encode() != digest or not body.startswith(b"w"):
+            return None
+        wid, seq = body[1:].split(b":")
+        return int(wid), int(seq)
+    except (ValueError, AttributeError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------- journal
+
+class Journal:
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def note(self, *parts, sync: bool = False) -> None:
+        os.write(self.fd, (" ".join(str(p) for p in parts) + "\n").encode())
+        if sync:
+            os.fsync(self.fd)
+
+
+def read_journal(path) -> list[list[str]]:
+    """Lines of a journal split in words; a torn last line (no newline) is dropped."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read().decode()
+    except FileNotFoundError:
+        return []
+    lines = data.split("\n")
+    return [ln.split(" ") for ln in lines[:-1] if ln]
+
+
+# ---------------------------------------------------------------------------------------------------- scenarios
+
+class Ctx:
+    def __init__(self, spec):
+        self.spec = spec
+        self.dir = spec["dir"]
+        self.journal = Journal(spec["journal"])
+        self.store = None
+        self.log = None
+        self.mode = None
+
+    def fail(self, msg: str) -> None:
+        self.journal.note("E", msg.replace("\n", " "), sync=True)
+        os._exit(3)
+
+
+def op_open(ctx, mode="exclusive", maintenance=False, config=None, topic_config=None):
+    from kafkalog import LogStore
+    ctx.mode = mode
+    kw = {"exclusive": mode == "exclusive", "read_only": mode == "read", "maintenance": maintenance}
+    ctx.store = LogStore(ctx.dir, config, **kw)
+    if TOPIC not in ctx.store.topics():
+        if mode == "read":
+            ctx.fail("read-only open: topic missing")
+        ctx.store.create_topic(TOPIC, 1, topic_config or {})
+    ctx.log = ctx.store.log(TOPIC, 0)
+    ctx.journal.note("R", ctx.log.log_start_offset, ctx.log.log_end_offset, sync=True)
+
+
+def op_append(ctx, n=1, how="batch", per=1):
+    """n records of value_for(offset): ``batch`` = append_batch of ``per`` records, ``single`` = append()."""
+    log = ctx.log
+    done = 0
+    while done < n:
+        leo = log.log_end_offset
+        if how == "batch":
+            k = min(per, n - done)
+            base = log.append_batch([value_for(leo + i) for i in range(k)])
+            if base != leo:
+                ctx.fail(f"append_batch returned base {base}, log end was {leo}")
+            ctx.journal.note("W", base + k)
+            done += k
+        else:
+            off = log.append(value_for(leo))
+            if off != leo:
+                ctx.fail(f"append returned offset {off}, log end was {leo}")
+            if ctx.mode != "exclusive":
+                ctx.journal.note("W", off + 1)  # not staged in shared mode: in the page cache now
+            done += 1
+
+
+def op_flush(ctx):
+    leo = ctx.log.log_end_offset
+    ctx.log.flush()
+    ctx.journal.note("F", leo, sync=True)
+
+
+def op_delete(ctx, to):
+    ctx.journal.note("d", to, sync=True)
+    got = ctx.log.delete_records_before(to)
+    ctx.journal.note("D", got, sync=True)
+
+
+def op_roll(ctx):
+    ctx.log.roll()
+
+
+def op_close(ctx):
+    ctx.store.close()
+    ctx.journal.note("C", sync=True)
+
+
+def op_selfkill(ctx):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def op_arm(ctx, name, action="kill"):
+    """Turn a named failpoint on from here on (for a forked child, which imported kafkalog before the fork)."""
+    from kafkalog.storage import failpoints
+    failpoints.enable(name, action)
+
+
+def op_sleep(ctx, s):
+    time.sleep(s)
+
+
+def op_random(ctx, seed, steps=None, max_batch=25):
+    """Random appends (single and batch), flushes, delete-befores and rolls until ``steps`` ops or a kill."""
+    rng = random.Random(seed)
+    log, j = ctx.log, ctx.journal
+    i = 0
+    while steps is None or i < steps:
+        i += 1
+        r = rng.random()
+        if r < 0.40:
+            leo = log.log_end_offset
+            n = rng.randint(1, max_batch)
+            base = log.append_batch([value_for(leo + k) for k in range(n)])
+            if base != leo:
+                ctx.fail(f"append_batch returned base {base}, log end was {leo}")
+            j.note("W", base + n)
+        elif r < 0.72:
+            leo = log.log_end_offset
+            off = log.append(value_for(leo))
+            if off != leo:
+                ctx.fail(f"append returned offset {off}, log end was {leo}")
+            if ctx.mode != "exclusive":
+                j.note("W", off + 1)
+        elif r < 0.82:
+            op_flush(ctx)
+        elif r < 0.90:
+            lso, leo = log.log_start_offset, log.log_end_offset
+            x = leo if rng.random() < 0.15 else rng.randint(max(lso, leo - 400), leo)
+            op_delete(ctx, x)
+        elif r < 0.95:
+            log.roll()
+        else:
+            time.sleep(rng.random() * 0.002)
+
+
+def op_shared_writer(ctx, wid, seed, stop_file, max_batch=6):
+    """A shared-mode writer appending payload_for(wid, seq) records until ``stop_file`` exists."""
+    rng = random.Random(seed)
+    log, j = ctx.log, ctx.journal
+    seq = 0
+    while not os.path.exists(stop_file):
+        r = rng.random()
+        if r < 0.6:
+            n = rng.randint(1, max_batch)
+            base = log.append_batch([payload_for(wid, seq + k) for k in range(n)])
+        elif r < 0.95:
+            n = 1
+            base = log.append(payload_for(wid, seq))
+        else:
+            log.flush()
+            continue
+        j.note("A", base, n, wid, seq)
+        seq += n
+        if rng.random() < 0.3:
+            time.sleep(rng.random() * 0.001)
+
+
+def op_reader(ctx, stop_file, poll_s=0.0005):
+    """Read every record as it appears; report each one and anything out of order or corrupt."""
+    from kafkalog.errors import KafkaError
+    log, j = ctx.log, ctx.journal
+    pos = log.log_start_offset
+    last_leo = 0
+    while True:
+        stopping = os.path.exists(stop_file)
+        leo = log.log_end_offset
+        if leo < last_leo:
+            j.note("E", f"log end offset went back from {last_leo} to {leo}")
+        last_leo = max(last_leo, leo)
+        try:
+            for rec in log.records(pos):
+                if rec.offset != pos:
+                    j.note("E", f"expected offset {pos}, got {rec.offset}")
+                got = parse_payload(rec.value)
+                if got is None:
+                    j.note("E", f"corrupt value at offset {rec.offset}: {rec.value[:40]!r}")
+                    continue
+                j.note("O", rec.offset, got[0], got[1])
+                pos = rec.offset + 1
+        except KafkaError as e:
+            j.note("E", f"read from {pos} raised {type(e).__name__}: {e}")
+        if stopping:
+            return
+        time.sleep(poll_s)
+
+
+OPS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}
+
+
+def run_spec(spec) -> None:
+    ctx = Ctx(spec)
+    for i, (name, args) in enumerate(spec["ops"]):
+        ctx.journal.note("S", i, name)
+        OPS[name](ctx, **args)
+    ctx.journal.note("X", sync=True)
+
+
+# ---------------------------------------------------------------------------------------------------- fork server
+
+def _child(spec) -> None:
+    """In a forked child: redirect output to the spec's log, run, and never return."""
+    code = 0
+    try:
+        fd = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if "check" in spec:
+            from kafkalog import cli
+            code = cli.main(["check", spec["check"]])
+        else:
+            run_spec(spec)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve() -> None:
+    import kafkalog  # noqa: F401  (imported once, before any fork)
+    from kafkalog import cli  # noqa: F401
+
+    children: set[int] = set()
+
+    def reply(obj) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        cmd = req["cmd"]
+        if cmd == "spawn":
+            pid = os.fork()
+            if pid == 0:
+                _child(req["spec"])
+            children.add(pid)
+            reply({"pid": pid})
+        elif cmd == "wait":
+            pid = req["pid"]
+            deadline = time.monotonic() + req.get("timeout", 60)
+            status = None
+            while True:
+                got, st = os.waitpid(pid, os.WNOHANG)
+                if got == pid:
+                    status = os.waitstatus_to_exitcode(st)
+                    children.discard(pid)
+                    break
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.001)
+            reply({"status": status})
+        else:
+            reply({"error": f"unknown command {cmd!r}"})
+    for pid in children:  # the test is gone: leave no writer behind
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+
+
+def main(argv) -> int:
+    if len(argv) >= 2 and argv[1] == "serve":
+        serve()
+        return 0
+    if len(argv) == 3 and argv[1] == "run":
+        run_spec(json.loads(argv[2]))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

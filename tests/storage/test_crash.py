@@ -1,0 +1,816 @@
+"""Crash tests of the storage layer: real files, real fsync, real SIGKILL.
+
+1. random-point kills of writers that append, flush, delete-before and roll, each followed by a reopen that must
+   keep every acknowledged record and delete;
+2. kills at exact steps through the named failpoints (KAFKALOG_FAILPOINTS in a fresh interpreter);
+3. torn and garbage tails written into the active .log after a kill;
+4. two shared writers and a reader in three processes, one writer killed mid-stream.
+
+The writers are tests/storage/crash_writer.py. Kill rounds use its fork server (one interpreter start-up, one fork
+per writer); failpoint scenarios start a fresh interpreter so that the failpoint comes from the environment.
+``KAFKALOG_CRASH_SEED`` replays a run (the seed is in every failure message), ``KAFKALOG_CRASH_ROUNDS`` sets the
+number of random kills.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import kafkalog
+from kafkalog import LogStore
+from kafkalog.errors import CorruptRecordError, OffsetOutOfRangeError
+
+ROOT = Path(kafkalog.__file__).resolve().parents[1]
+WRITER = Path(__file__).resolve().with_name("crash_writer.py")
+
+_spec = importlib.util.spec_from_file_location("kafkalog_crash_writer", WRITER)
+cw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cw)
+
+TOPIC = cw.TOPIC
+value_for = cw.value_for
+SEED = int(os.environ.get("KAFKALOG_CRASH_SEED", str(random.SystemRandom().randrange(2**31))))
+ROUNDS = int(os.environ.get("KAFKALOG_CRASH_ROUNDS", "56"))
+PARENT_CONFIG = {"lock.timeout.ms": 10000}
+CLEAN_MARKER = ".kafka_cleanshutdown"
+LSO_CHECKPOINT = "log-start-offset-checkpoint"
+
+
+def _env(failpoints: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "KAFKALOG_FAILPOINTS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if failpoints:
+        env["KAFKALOG_FAILPOINTS"] = failpoints
+    return env
+
+
+# ---------------------------------------------------------------------------------------------------- processes
+
+class Zygote:
+    """Client of ``crash_writer.py serve``: forks writer processes that the test kills with SIGKILL."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, str(WRITER), "serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, cwd=ROOT, env=_env(), text=True, bufsize=1)
+        self._lock = threading.Lock()
+
+    def _call(self, **req) -> dict:
+        with self._lock:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"crash_writer fork server died (exit {self.proc.poll()})")
+        out = json.loads(line)
+        if "error" in out:
+            raise RuntimeError(out["error"])
+        return out
+
+    def spawn(self, spec: dict) -> int:
+        return self._call(cmd="spawn", spec=spec)["pid"]
+
+    def wait(self, pid: int, timeout: float = 60.0):
+        """Exit code as subprocess reports it (-9 = SIGKILL), or None while it still runs after ``timeout``."""
+        return self._call(cmd="wait", pid=pid, timeout=timeout)["status"]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    z = Zygote()
+    yield z
+    z.close()
+
+
+def _text(path) -> str:
+    try:
+        return Path(path).read_text(errors="replace")[-4000:]
+    except FileNotFoundError:
+        return ""
+
+
+def make_spec(tmp: Path, name: str, data: Path, ops: list) -> dict:
+    return {"dir": str(data), "journal": str(tmp / f"{name}.journal"), "log": str(tmp / f"{name}.out"), "ops": ops}
+
+
+def run_fresh(spec: dict, failpoint: str | None = None, timeout: float = 60) -> int:
+    """Run a scenario in a fresh interpreter, the failpoint (if any) set to kill through KAFKALOG_FAILPOINTS."""
+    p = subprocess.run([sys.executable, str(WRITER), "run", json.dumps(spec)], cwd=ROOT,
+                       env=_env(f"{failpoint}=kill" if failpoint else None), capture_output=True, text=True,
+                       timeout=timeout)
+    Path(spec["log"]).write_text(p.stdout + p.stderr)
+    return p.returncode
+
+
+class Journal:
+    """A writer's journal, parsed (see crash_writer.py)."""
+
+    def __init__(self, path):
+        self.lines = cw.read_journal(path)
+        self.path = path
+
+    def values(self, tag: str) -> list[int]:
+        return [int(ln[1]) for ln in self.lines if ln[0] == tag]
+
+    def max(self, tag: str, default: int = 0) -> int:
+        return max(self.values(tag), default=default)
+
+    def has(self, tag: str) -> bool:
+        return any(ln[0] == tag for ln in self.lines)
+
+    def errors(self) -> list[str]:
+        return [" ".join(ln[1:]) for ln in self.lines if ln[0] == "E"]
+
+    def last_step(self) -> str | None:
+        steps = [ln[2] for ln in self.lines if ln[0] == "S"]
+        return steps[-1] if steps else None
+
+
+def assert_killed(status, spec, what="the writer") -> Journal:
+    j = Journal(spec["journal"])
+    assert not j.errors(), f"{what} saw broken invariants: {j.errors()} (seed {SEED})"
+    assert status == -signal.SIGKILL, (f"{what} exited with {status}, expected SIGKILL (seed {SEED}); its output:\n"
+                                       f"{_text(spec['log'])}")
+    return j
+
+
+def wait_for_tag(journal_path, tag: str, pid: int, zygote: Zygote, log_path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(ln[0] == tag for ln in cw.read_journal(journal_path)):
+            return
+        st = zygote.wait(pid, timeout=0)
+        if st is not None:
+            pytest.fail(f"writer {pid} ended ({st}) before {tag!r}: {cw.read_journal(journal_path)[-5:]}\n"
+                        f"{_text(log_path)}")
+        time.sleep(0.002)
+    pytest.fail(f"writer {pid}: no {tag!r} line in {timeout}s")
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+
+def partition_dir(data: Path) -> Path:
+    return data / f"{TOPIC}-0"
+
+
+def log_files(data: Path) -> list[str]:
+    return sorted(p.name for p in partition_dir(data).iterdir() if p.name.endswith(".log"))
+
+
+def leftovers(data: Path) -> list[str]:
+    return sorted(p.name for p in partition_dir(data).iterdir() if p.name.endswith((".deleted", ".tmp", ".swap")))
+
+
+def verify_log(log, *, min_leo: int = 0, min_lso: int = 0, where: str = "") -> tuple[int, int]:
+    """Every record from the log start to the log end present once, in order, intact; nothing readable below the
+    start. Returns (log start offset, log end offset)."""
+    lso, leo = log.log_start_offset, log.log_end_offset
+    ctx = f"{where} (lso={lso}, leo={leo}, seed {SEED})"
+    assert lso <= leo, f"log start above log end {ctx}"
+    assert leo >= min_leo, f"acknowledged records lost: log end {leo} < {min_leo} {ctx}"
+    assert lso >= min_lso, f"acknowledged delete-before undone: log start {lso} < {min_lso} {ctx}"
+    expected = lso
+    for rec in log.records():
+        assert rec.offset == expected, f"offset {rec.offset} where {expected} was expected {ctx}"
+        assert rec.value == value_for(rec.offset), f"corrupt record at {rec.offset}: {rec.value[:60]!r} {ctx}"
+        expected += 1
+    assert expected == leo, f"records end at {expected}, log end offset is {leo} {ctx}"
+    if lso > 0:
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read(lso - 1)
+        with pytest.raises(OffsetOutOfRangeError):
+            next(iter(log.records(lso - 1)))
+    if leo > lso:
+        first = next(iter(log.records(lso)))
+        assert first.offset == lso and first.value == value_for(lso), ctx
+    cols = log.read_columns()
+    assert list(cols["offset"]) == list(range(lso, leo)), f"read_columns offsets differ from records() {ctx}"
+    assert log.offset_for_time(-2).offset == lso and log.offset_for_time(-1).offset == leo, ctx
+    return lso, leo
+
+
+def check_cli(data: Path, zygote: Zygote | None = None, tmp: Path | None = None) -> None:
+    """``kafkalog check DATA_DIR`` exits 0: in a fresh ``python -m kafkalog`` or, faster, in a forked process that
+    runs the same ``kafkalog.cli.main``."""
+    if zygote is None:
+        p = subprocess.run([sys.executable, "-m", "kafkalog", "check", str(data)], cwd=ROOT, env=_env(),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, f"kafkalog check {data} exited {p.returncode} (seed {SEED}):\n{p.stdout}{p.stderr}"
+        return
+    out = tmp / f"check-{time.monotonic_ns()}.out"
+    pid = zygote.spawn({"check": str(data), "log": str(out)})
+    rc = zygote.wait(pid, timeout=120)
+    assert rc == 0, f"kafkalog check {data} exited {rc} (seed {SEED}):\n{_text(out)}"
+
+
+def make_store(data: Path, n: int, topic_config: dict | None = None, delete_before: int | None = None,
+               roll_at_end: bool = False, per: int = 5) -> None:
+    """A cleanly closed store holding value_for(0..n-1) (and a log start offset, when asked)."""
+    with LogStore(data, exclusive=True, maintenance=False) as store:
+        if TOPIC not in store.topics():
+            store.create_topic(TOPIC, 1, topic_config or {})
+        log = store.log(TOPIC, 0)
+        while log.log_end_offset < n:
+            leo = log.log_end_offset
+            log.append_batch([value_for(leo + i) for i in range(min(per, n - leo))])
+        if delete_before is not None:
+            assert log.delete_records_before(delete_before) == delete_before
+        if roll_at_end:
+            log.roll()
+        log.flush()
+
+
+def reopen_verify(data: Path, mode: str = "exclusive", **kw) -> tuple[int, int, bool]:
+    with LogStore(data, PARENT_CONFIG, exclusive=mode == "exclusive", maintenance=False) as store:
+        lso, leo = verify_log(store.log(TOPIC, 0), **kw)
+        return lso, leo, store.had_clean_shutdown
+
+
+def append_more_and_verify(data: Path, n: int = 40, mode: str = "exclusive") -> int:
+    """The log keeps working after the crash: appends continue at the log end and survive a clean reopen."""
+    with LogStore(data, PARENT_CONFIG, exclusive=mode == "exclusive", maintenance=False) as store:
+        log = store.log(TOPIC, 0)
+        lso0, leo0 = verify_log(log, where="before appending after the crash")
+        for i in range(0, n, 4):
+            leo = log.log_end_offset
+            assert log.append_batch([value_for(leo + k) for k in range(4)]) == leo == leo0 + i
+    lso, leo, clean = reopen_verify(data, min_leo=leo0 + n, where="clean reopen after appending")
+    assert clean and leo == leo0 + n and lso == lso0
+    assert not leftovers(data), f"leftover files after a clean close: {leftovers(data)}"
+    return leo
+
+
+# ---------------------------------------------------------------------------------------------------- batch bytes
+
+def batches_of(path: Path) -> list[tuple[int, int, int, int]]:
+    """(position, size, base offset, last offset) of each complete batch at the start of a .log file, parsed here
+    (the oracle does not use the engine): BaseOffset Int64, Length Int32, ..., LastOffsetDelta Int32 at 23."""
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos + 61 <= len(data):
+        base = int.from_bytes(data[pos:pos + 8], "big", signed=True)
+        length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True)
+        if length < 49 or pos + 12 + length > len(data) or data[pos + 16] != 2:
+            break
+        delta = int.from_bytes(data[pos + 23:pos + 27], "big", signed=True)
+        out.append((pos, 12 + length, base, base + delta))
+        pos += 12 + length
+    return out
+
+
+def active_log(data: Path) -> Path:
+    return partition_dir(data) / log_files(data)[-1]
+
+
+def corrupt_copy_of_last_batch(path: Path, next_offset: int) -> bytes:
+    """The last batch of ``path`` re-addressed to ``next_offset`` with one record byte flipped: a complete batch
+    whose header is well-formed and whose CRC does not match (only a CRC check can reject it)."""
+    pos, size, _, _ = batches_of(path)[-1]
+    raw = bytearray(path.read_bytes()[pos:pos + size])
+    raw[0:8] = next_offset.to_bytes(8, "big")
+    raw[size - 2] ^= 0x5A
+    return bytes(raw)
+
+
+# ==================================================================================================== 1. random kills
+
+RANDOM_TOPIC_CONFIG = {"segment.bytes": 3000, "index.interval.bytes": 200, "segment.index.bytes": 96}
+
+
+def _kill_round(zygote, tmp, data, rnd, rng, state) -> None:
+    writer_mode = rng.choice(["exclusive", "shared"])
+    spec = make_spec(tmp, f"r{rnd}", data, [
+        ["open", {"mode": writer_mode, "maintenance": rng.random() < 0.3}],
+        ["random", {"seed": rng.randrange(2**32)}],
+    ])
+    where = f"round {rnd} (writer {writer_mode})"
+    pid = zygote.spawn(spec)
+    if rng.random() < (0.5 if state["unrecovered"] else 0.12):
+        time.sleep(rng.uniform(0, 0.03))  # during start-up: the open, the recovery of the previous crash
+    else:
+        wait_for_tag(spec["journal"], "R", pid, zygote, spec["log"])
+        time.sleep(rng.uniform(0, 0.3))
+    os.kill(pid, signal.SIGKILL)
+    j = assert_killed(zygote.wait(pid), spec, where)
+    state["kills"] += 1
+    opened = j.has("R")
+    min_leo = max(state["leo"], j.max("W"), j.max("F"))
+    min_lso = max(state["lso"], j.max("D"))
+    # a delete-before that was running may or may not be in effect; nothing else may move the start
+    allowed_lso = {min_lso} | {x for x in j.values("d") if x > min_lso}
+
+    if rng.random() < 0.3:
+        # a reader looks at the crashed store before any writer recovered it
+        with LogStore(data, read_only=True) as ro:
+            ro_lso, ro_leo = verify_log(ro.log(TOPIC, 0), min_leo=min_leo, min_lso=min_lso,
+                                        where=f"{where}, read-only before recovery")
+        assert ro_lso in allowed_lso, f"{where}: read-only log start {ro_lso} not in {sorted(allowed_lso)}"
+        if rng.random() < 0.5:
+            # leave the recovery to the next writer (which may be killed while it recovers)
+            state["leo"], state["lso"], state["unrecovered"] = ro_leo, ro_lso, True
+            return
+
+    reopen_mode = rng.choice(["exclusive", "shared"])
+    where += f", reopened {reopen_mode}"
+    with LogStore(data, PARENT_CONFIG, exclusive=reopen_mode == "exclusive", maintenance=False) as store:
+        if opened:
+            assert not store.had_clean_shutdown, f"{where}: a killed writer's store was reported clean"
+        lso, leo = verify_log(store.log(TOPIC, 0), min_leo=min_leo, min_lso=min_lso, where=where)
+    assert lso in allowed_lso, f"{where}: log start {lso} is not an acknowledged or attempted one {sorted(allowed_lso)}"
+    assert not leftovers(data), f"{where}: leftovers after reopen and close: {leftovers(data)}"
+    check_cli(data, zygote, tmp)
+    state["leo"], state["lso"], state["unrecovered"] = leo, lso, False
+
+
+def _random_kills(zygote, tmp_path, rounds, seed):
+    rng = random.Random(seed)
+    data = tmp_path / "data"
+    make_store(data, 0, RANDOM_TOPIC_CONFIG)
+    state = {"leo": 0, "lso": 0, "kills": 0, "unrecovered": False}
+    for rnd in range(rounds):
+        _kill_round(zygote, tmp_path, data, rnd, rng, state)
+    # a last reopen by a writer, and the real command line
+    lso, leo, _ = reopen_verify(data, min_leo=state["leo"], min_lso=state["lso"], where="final reopen")
+    check_cli(data)
+    return state
+
+
+def test_random_kills(zygote, tmp_path):
+    state = _random_kills(zygote, tmp_path, ROUNDS, SEED)
+    assert state["kills"] >= min(50, ROUNDS)
+    assert state["leo"] > 0, "the writers never got anything acknowledged: the kill rounds tested nothing"
+
+
+@pytest.mark.slow
+def test_random_kills_soak(zygote, tmp_path):
+    state = _random_kills(zygote, tmp_path, 10 * ROUNDS, SEED + 1)
+    assert state["kills"] >= 10 * ROUNDS
+
+
+# ==================================================================================================== 2. failpoints
+
+SMALL_SEGMENTS = {"segment.bytes": 1024, "index.interval.bytes": 128}
+
+
+def _run_to_failpoint(tmp, data, failpoint, ops, step) -> Journal:
+    spec = make_spec(tmp, "fp", data, ops)
+    j = assert_killed(run_fresh(spec, failpoint), spec, f"writer with {failpoint}=kill")
+    assert j.last_step() == step, f"killed in step {j.last_step()!r}, expected in {step!r}: {j.lines[-4:]}"
+    return j
+
+
+def fp_append_before_write(tmp, data, z):
+    make_store(data, 50)
+    _run_to_failpoint(tmp, data, "append:before-write",
+                      [["open", {}], ["append", {"n": 10, "how": "batch", "per": 10}]], "append")
+    _, leo, clean = reopen_verify(data, min_leo=50)
+    assert not clean and leo == 50, f"nothing was written before the kill, yet log end is {leo}"
+    append_more_and_verify(data)
+
+
+def fp_append_after_write(tmp, data, z):
+    make_store(data, 50)
+    _run_to_failpoint(tmp, data, "append:after-write",
+                      [["open", {"mode": "shared"}], ["append", {"n": 10, "how": "batch", "per": 10}]], "append")
+    _, leo, clean = reopen_verify(data, min_leo=50)
+    # the batch was completely written (page cache) before the kill: recovery keeps valid batches
+    assert not clean and leo == 60, f"a complete, valid batch was dropped by recovery: log end {leo}, expected 60"
+    append_more_and_verify(data)
+
+
+def fp_flush_after_fsync(tmp, data, z):
+    make_store(data, 50)
+    j = _run_to_failpoint(tmp, data, "flush:after-fsync",
+                          [["open", {}], ["append", {"n": 30, "how": "single"}], ["flush", {}]], "flush")
+    assert not j.has("F")
+    _, leo, clean = reopen_verify(data, min_leo=80)
+    assert not clean and leo == 80
+    append_more_and_verify(data)
+
+
+def fp_roll_after_trim(tmp, data, z):
+    make_store(data, 40, SMALL_SEGMENTS)
+    before = log_files(data)
+    j = _run_to_failpoint(tmp, data, "roll:after-trim",
+                          [["open", {}], ["append", {"n": 400, "how": "batch", "per": 3}]], "append")
+    assert log_files(data) == before, "the kill was to happen before the new segment was created"
+    index = active_log(data).with_suffix(".index")
+    assert index.stat().st_size < 10485760, "the active segment's index was to be trimmed before the kill"
+    acked = max(40, j.max("W"))
+    _, leo, clean = reopen_verify(data, min_leo=acked)
+    assert not clean and leo == acked, f"log end {leo}: the batch that triggered the roll was never written ({acked})"
+    append_more_and_verify(data, n=120)  # rolls again, through the segment whose indexes were trimmed
+    check_cli(data, z, tmp)
+
+
+def fp_delete_records_after_checkpoint(tmp, data, z):
+    make_store(data, 300, SMALL_SEGMENTS)
+    before = log_files(data)
+    bases = [int(n[:20]) for n in before]
+    assert len(bases) >= 4
+    x = bases[2] + 2
+    _run_to_failpoint(tmp, data, "delete-records:after-checkpoint", [["open", {}], ["delete", {"to": x}]], "delete")
+    assert f"{TOPIC} 0 {x}" in (data / LSO_CHECKPOINT).read_text()
+    assert log_files(data) == before, "no segment was to be removed before the kill"
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        log = store.log(TOPIC, 0)
+        lso, leo = verify_log(log, min_leo=300, min_lso=x, where="after kill at delete-records:after-checkpoint")
+        assert lso == x and leo == 300
+        assert [s.base_offset for s in log.segments()][0] < x, "segments below the start were to remain on disk"
+        removed = log.run_retention()
+        assert removed == 2, f"retention removed {removed} segments below the log start offset {x}, expected 2"
+        assert [s.base_offset for s in log.segments()][0] == bases[2]
+        verify_log(log, min_leo=300, min_lso=x, where="after retention")
+    assert not leftovers(data)
+    assert log_files(data) == before[2:]
+    append_more_and_verify(data)
+    check_cli(data, z, tmp)
+
+
+def fp_delete_after_rename(tmp, data, z):
+    make_store(data, 300, SMALL_SEGMENTS)
+    bases = [int(n[:20]) for n in log_files(data)]
+    x = bases[3] + 1
+    _run_to_failpoint(tmp, data, "delete:after-rename", [["open", {}], ["delete", {"to": x}]], "delete")
+    assert any(p.endswith(".deleted") for p in leftovers(data)), "the kill was to leave .deleted files behind"
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        assert not [p for p in leftovers(data) if p.endswith(".deleted")], \
+            f"the loader left .deleted files after an unclean open: {leftovers(data)}"
+        lso, leo = verify_log(store.log(TOPIC, 0), min_leo=300, min_lso=x, where="after kill at delete:after-rename")
+        assert lso == x and leo == 300
+    assert not leftovers(data)
+    assert int(log_files(data)[0][:20]) <= x
+    append_more_and_verify(data)
+    check_cli(data, z, tmp)
+
+
+def fp_recover_after_segment(tmp, data, z):
+    make_store(data, 100)  # one segment: the recovery that is killed is the one that truncates the tail
+    spec = make_spec(tmp, "w1", data, [["open", {}], ["append", {"n": 60, "how": "batch", "per": 5}], ["flush", {}],
+                                       ["append", {"n": 20, "how": "batch", "per": 5}], ["selfkill", {}]])
+    j = assert_killed(z.wait(z.spawn(spec)), spec)
+    assert j.max("W") == 180 and j.max("F") == 160
+    with open(active_log(data), "ab") as f:
+        f.write(random.Random(SEED).randbytes(777))
+    _run_to_failpoint(tmp, data, "recover:after-segment", [["open", {}]], "open")
+    assert not (data / CLEAN_MARKER).exists()
+    _, leo, clean = reopen_verify(data, min_leo=180, where="after a kill during recovery")
+    assert not clean and leo == 180
+    append_more_and_verify(data)
+    check_cli(data, z, tmp)
+
+
+def _checkpoint_kill(tmp, data, z, failpoint):
+    make_store(data, 300, SMALL_SEGMENTS, delete_before=100)
+    j = _run_to_failpoint(tmp, data, failpoint,
+                          [["open", {}], ["append", {"n": 20, "how": "batch", "per": 5}], ["flush", {}],
+                           ["delete", {"to": 200}]], "delete")
+    assert j.max("F") == 320 and not j.has("D")
+    assert (data / (LSO_CHECKPOINT + ".tmp")).exists(), "the kill was to leave the checkpoint's .tmp behind"
+    assert f"{TOPIC} 0 100" in (data / LSO_CHECKPOINT).read_text()
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        log = store.log(TOPIC, 0)
+        lso, leo = verify_log(log, min_leo=320, min_lso=100, where=f"after kill at {failpoint}")
+        assert lso == 100 and leo == 320, "the old checkpoint (log start 100) must still be the one in effect"
+        assert log.delete_records_before(200) == 200
+    lso, _, _ = reopen_verify(data, min_leo=320, min_lso=200)
+    assert lso == 200
+    append_more_and_verify(data)
+    check_cli(data, z, tmp)
+
+
+def fp_checkpoint_before_fsync(tmp, data, z):
+    _checkpoint_kill(tmp, data, z, "checkpoint:before-fsync")
+
+
+def fp_checkpoint_before_rename(tmp, data, z):
+    _checkpoint_kill(tmp, data, z, "checkpoint:before-rename")
+
+
+def fp_checkpoint_at_close(tmp, data, z):
+    """checkpoint:before-rename while close() writes the recovery-point checkpoint (the first checkpoint write of
+    that process): the old checkpoint stays in effect, the store is unclean and recovers from the old point."""
+    make_store(data, 50)
+    _run_to_failpoint(tmp, data, "checkpoint:before-rename",
+                      [["open", {}], ["append", {"n": 30, "how": "batch", "per": 5}], ["close", {}]], "close")
+    assert (data / "recovery-point-offset-checkpoint.tmp").exists()
+    assert f"{TOPIC} 0 50" in (data / "recovery-point-offset-checkpoint").read_text()
+    assert not (data / CLEAN_MARKER).exists()
+    path = active_log(data)
+    with open(path, "ab") as f:
+        f.write(corrupt_copy_of_last_batch(path, 80))
+    _, leo, clean = reopen_verify(data, min_leo=80, where="after kill writing the recovery-point checkpoint")
+    assert not clean and leo == 80, f"log end {leo}: a recovery from the recovery point 50 removes the bad batch"
+    append_more_and_verify(data)
+    check_cli(data, z, tmp)
+
+
+def fp_close_before_marker(tmp, data, z):
+    make_store(data, 50)
+    j = _run_to_failpoint(tmp, data, "close:before-marker",
+                          [["open", {}], ["append", {"n": 30, "how": "single"}], ["close", {}]], "close")
+    assert not j.has("C")
+    assert not (data / CLEAN_MARKER).exists()
+    # a well-formed batch with a bad CRC after the end: only a recovery (CRC check) removes it, a clean open would not
+    path = active_log(data)
+    with open(path, "ab") as f:
+        f.write(corrupt_copy_of_last_batch(path, 80))
+    _, leo, clean = reopen_verify(data, min_leo=80, where="after kill at close:before-marker")
+    assert not clean, "the store was killed before its clean-shutdown marker: the next open must be unclean"
+    assert leo == 80, f"the open did not recover: log end {leo} includes a batch with a bad CRC"
+    append_more_and_verify(data)
+    check_cli(data)
+
+
+FAILPOINT_CASES = {
+    "append:before-write": fp_append_before_write,
+    "append:after-write": fp_append_after_write,
+    "flush:after-fsync": fp_flush_after_fsync,
+    "roll:after-trim": fp_roll_after_trim,
+    "delete-records:after-checkpoint": fp_delete_records_after_checkpoint,
+    "delete:after-rename": fp_delete_after_rename,
+    "recover:after-segment": fp_recover_after_segment,
+    "checkpoint:before-fsync": fp_checkpoint_before_fsync,
+    "checkpoint:before-rename": fp_checkpoint_before_rename,
+    "close:before-marker": fp_close_before_marker,
+    "checkpoint:before-rename@close": fp_checkpoint_at_close,
+}
+
+
+@pytest.mark.parametrize("failpoint", list(FAILPOINT_CASES))
+def test_failpoint_kill(failpoint, tmp_path, zygote):
+    """A kill at the named step (``name@where``: a second place that hits the same failpoint)."""
+    FAILPOINT_CASES[failpoint](tmp_path, tmp_path / "data", zygote)
+
+
+def test_recovery_killed_after_truncating_a_sealed_segment_keeps_a_prefix(tmp_path, zygote):
+    """Recovery truncates a sealed segment at a bad batch and must then drop every later segment. Killed between
+    the two (recover:after-segment), the next recovery must still end the log at the bad batch: the later
+    segments hold records that follow lost ones, and must not come back behind a gap."""
+    data = tmp_path / "data"
+    make_store(data, 100, SMALL_SEGMENTS, roll_at_end=True)  # recovery point 100 = base of an empty segment
+    spec = make_spec(tmp_path, "w1", data, [["open", {}], ["append", {"n": 150, "how": "batch", "per": 3}],
+                                            ["selfkill", {}]])
+    j = assert_killed(zygote.wait(zygote.spawn(spec)), spec)
+    assert j.max("W") == 250
+    seg = partition_dir(data) / "00000000000000000100.log"
+    batches = batches_of(seg)
+    assert len(log_files(data)) >= 3 and len(batches) >= 3
+    # a lost page in never-fsynced data (above the recovery point): the second batch of segment 100 goes bad
+    pos, size, bad_base, _ = batches[1]
+    raw = bytearray(seg.read_bytes())
+    raw[pos + size - 3] ^= 0xFF
+    seg.write_bytes(bytes(raw))
+    _run_to_failpoint(tmp_path, data, "recover:after-segment", [["open", {}]], "open")
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        log = store.log(TOPIC, 0)
+        lso, leo = verify_log(log, min_leo=bad_base, where="second recovery after a kill during the first")
+        assert leo == bad_base, f"log end {leo}: recovery must stop at the bad batch at {bad_base}"
+    check_cli(data, zygote, tmp_path)
+
+
+# ==================================================================================================== 3. torn tails
+
+def _garbage(path, rng, last):
+    return rng.randbytes(rng.randint(1, 5000))
+
+
+def _zeros(path, rng, last):
+    return bytes(rng.randint(1, 8192))
+
+
+def _truncated_copy(path, rng, last):
+    pos, size, _, _ = batches_of(path)[-1]
+    raw = bytearray(path.read_bytes()[pos:pos + size])
+    raw[0:8] = last.to_bytes(8, "big")  # as the next batch would have started
+    return bytes(raw[:rng.randint(1, size - 1)])
+
+
+TAILS = {"garbage": _garbage, "zeros": _zeros, "truncated-copy": _truncated_copy,
+         "flipped-crc": None, "flipped-payload": None, "bad-crc-copy": None}
+
+
+@pytest.mark.parametrize("reopen_mode", ["exclusive", "shared"])
+@pytest.mark.parametrize("tail", list(TAILS))
+def test_torn_tail(tail, reopen_mode, zygote, tmp_path):
+    rng = random.Random(f"{SEED}-{tail}-{reopen_mode}")
+    data = tmp_path / "data"
+    make_store(data, 200, {"segment.bytes": 4096, "index.interval.bytes": 256})  # clean close: recovery point 200
+    spec = make_spec(tmp_path, "w", data, [
+        ["open", {"mode": rng.choice(["exclusive", "shared"])}],
+        ["append", {"n": 150, "how": "batch", "per": 7}], ["flush", {}],
+        ["append", {"n": 40, "how": "single"}],
+        ["append", {"n": 20, "how": "batch", "per": 4}], ["selfkill", {}]])
+    pid = zygote.spawn(spec)
+    j = assert_killed(zygote.wait(pid), spec)
+    written = j.max("W")
+    assert written == 410 and j.max("F") == 350
+    path = active_log(data)
+    batches = batches_of(path)
+    assert batches and batches[-1][3] + 1 == written and batches[-1][0] + batches[-1][1] == path.stat().st_size
+    last_pos, last_size, last_base, _ = batches[-1]
+    if TAILS[tail] is not None:
+        with open(path, "ab") as f:
+            f.write(TAILS[tail](path, rng, written))
+        expected = written
+    elif tail == "bad-crc-copy":
+        with open(path, "ab") as f:
+            f.write(corrupt_copy_of_last_batch(path, written))
+        expected = written
+    else:
+        raw = bytearray(path.read_bytes())
+        if tail == "flipped-crc":
+            raw[last_pos + 17 + rng.randrange(4)] ^= 1 << rng.randrange(8)  # Crc => Uint32 at byte 17
+        else:
+            raw[last_pos + 61 + rng.randrange(last_size - 61)] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(raw))
+        expected = last_base  # the last batch is no longer valid: the valid prefix ends before it
+    assert expected >= j.max("F"), "the test may only damage data that was never fsynced"
+
+    # a reader before any recovery: it may stop at the damage, never hand out a damaged record
+    with LogStore(data, read_only=True) as ro:
+        log = ro.log(TOPIC, 0)
+        n = 0
+        try:
+            for rec in log.records():
+                assert rec.value == value_for(rec.offset) and rec.offset == n, f"reader got {rec!r} (seed {SEED})"
+                n += 1
+        except CorruptRecordError:
+            pass
+        assert n >= expected - 20
+
+    with LogStore(data, PARENT_CONFIG, exclusive=reopen_mode == "exclusive", maintenance=False) as store:
+        assert not store.had_clean_shutdown
+        log = store.log(TOPIC, 0)
+        lso, leo = verify_log(log, min_leo=j.max("F"), where=f"after a {tail} tail")
+        assert leo == expected, f"recovered log end {leo}, the valid prefix ends at {expected} (seed {SEED})"
+        assert log.append_batch([value_for(expected + k) for k in range(5)]) == expected
+        assert log.append(value_for(expected + 5)) == expected + 5
+        log.flush()
+    _, leo, clean = reopen_verify(data, min_leo=expected + 6, where=f"reopen after repairing a {tail} tail")
+    assert clean and leo == expected + 6
+    check_cli(data, zygote, tmp_path)
+
+
+# ==================================================================================================== 4. processes
+
+MP_TOPIC_CONFIG = {"segment.bytes": 8192, "index.interval.bytes": 512}
+
+
+class MultiProcess:
+    """Shared writers and a reader on one store, all forked by the zygote."""
+
+    def __init__(self, zygote, tmp, data):
+        self.z, self.tmp, self.data = zygote, tmp, data
+        self.stop = tmp / "stop"
+        self.writers: dict[int, tuple[int, dict]] = {}  # wid -> (pid, spec)
+        self.killed: set[int] = set()
+        self.reader = None
+
+    def start_writer(self, wid, extra_ops=()):
+        spec = make_spec(self.tmp, f"w{wid}", self.data, [
+            ["open", {"mode": "shared"}], *extra_ops,
+            ["shared_writer", {"wid": wid, "seed": SEED + wid, "stop_file": str(self.stop)}], ["close", {}]])
+        pid = self.z.spawn(spec)
+        self.writers[wid] = (pid, spec)
+        wait_for_tag(spec["journal"], "R", pid, self.z, spec["log"])
+        return pid
+
+    def start_reader(self):
+        spec = make_spec(self.tmp, "reader", self.data, [
+            ["open", {"mode": "read"}], ["reader", {"stop_file": str(self.stop)}]])
+        pid = self.z.spawn(spec)
+        self.reader = (pid, spec)
+        wait_for_tag(spec["journal"], "R", pid, self.z, spec["log"])
+
+    def appended(self, wid) -> int:
+        return sum(1 for ln in cw.read_journal(self.writers[wid][1]["journal"]) if ln[0] == "A")
+
+    def reader_max(self) -> int:
+        return max((int(ln[1]) for ln in cw.read_journal(self.reader[1]["journal"]) if ln[0] == "O"), default=-1)
+
+    def wait_progress(self, fn, floor, what, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while fn() <= floor:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} made no progress in {timeout}s (seed {SEED})")
+            time.sleep(0.005)
+
+    def kill(self, wid):
+        pid, spec = self.writers[wid]
+        os.kill(pid, signal.SIGKILL)
+        assert_killed(self.z.wait(pid), spec, f"writer {wid}")
+        self.killed.add(wid)
+
+    def finish(self):
+        self.stop.touch()
+        for wid, (pid, spec) in self.writers.items():
+            if wid in self.killed:
+                continue
+            st = self.z.wait(pid, timeout=60)
+            assert st == 0, f"writer {wid} exited {st} (seed {SEED}):\n{_text(spec['log'])}"
+            assert not Journal(spec["journal"]).errors()
+        pid, spec = self.reader
+        st = self.z.wait(pid, timeout=60)
+        assert st == 0, f"reader exited {st} (seed {SEED}):\n{_text(spec['log'])}"
+
+    def verify(self):
+        # the reader: never a torn or corrupt record, offsets in order, no gap
+        rj = cw.read_journal(self.reader[1]["journal"])
+        errors = [" ".join(ln[1:]) for ln in rj if ln[0] == "E"]
+        assert not errors, f"the reader saw: {errors[:5]} (seed {SEED})"
+        observed = [(int(ln[1]), int(ln[2]), int(ln[3])) for ln in rj if ln[0] == "O"]
+        offsets = [o for o, _, _ in observed]
+        assert offsets == list(range(len(offsets))), "the reader saw offsets out of order or with gaps"
+        # the log: every offset holds exactly one record, each payload once, every acknowledged append in place
+        at = {}
+        with LogStore(self.data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+            log = store.log(TOPIC, 0)
+            assert log.log_start_offset == 0
+            for rec in log.records():
+                got = cw.parse_payload(rec.value)
+                assert got is not None, f"corrupt record at {rec.offset}: {rec.value[:40]!r}"
+                assert rec.offset == len(at), f"offset {rec.offset} after {len(at)} records"
+                at[rec.offset] = got
+            assert log.log_end_offset == len(at)
+        seen = {}
+        for off, payload in at.items():
+            assert payload not in seen, f"payload {payload} at offsets {seen[payload]} and {off} (seed {SEED})"
+            seen[payload] = off
+        for wid, (_, spec) in self.writers.items():
+            for ln in cw.read_journal(spec["journal"]):
+                if ln[0] != "A":
+                    continue
+                base, n, w, seq0 = map(int, ln[1:])
+                for k in range(n):
+                    assert at.get(base + k) == (wid, seq0 + k), (
+                        f"writer {wid} was told offset {base + k} for its record {seq0 + k}; the log holds "
+                        f"{at.get(base + k)} there (seed {SEED})")
+        for off, wid, seq in observed:
+            assert at.get(off) == (wid, seq), f"the reader saw ({wid}, {seq}) at {off}; the log holds {at.get(off)}"
+        check_cli(self.data)
+        return at, observed
+
+
+def test_two_shared_writers_and_a_reader_with_kills(zygote, tmp_path):
+    rng = random.Random(SEED)
+    data = tmp_path / "data"
+    make_store(data, 0, MP_TOPIC_CONFIG)
+    mp = MultiProcess(zygote, tmp_path, data)
+    mp.start_reader()
+    mp.start_writer(1)
+    mp.start_writer(2)
+    for w in (1, 2):
+        mp.wait_progress(lambda w=w: mp.appended(w), 20, f"writer {w}")
+    live, next_wid = [1, 2], 3
+    for _ in range(3):
+        time.sleep(rng.uniform(0.05, 0.4))
+        victim = rng.choice(live)
+        mp.kill(victim)
+        live.remove(victim)
+        survivor = live[0]
+        # the survivor keeps appending, the reader keeps reading past what it had when the writer died
+        mp.wait_progress(lambda w=survivor: mp.appended(w), mp.appended(survivor) + 30,
+                         f"writer {survivor} after a kill")
+        mp.wait_progress(mp.reader_max, mp.reader_max() + 30, "the reader after a kill")
+        mp.start_writer(next_wid)
+        live.append(next_wid)
+        next_wid += 1
+    time.sleep(0.2)
+    mp.finish()
+    at, observed = mp.verify()
+    assert len(at) > 200 and len(observed) > 100
+
+
+def test_shared_writer_killed_mid_roll_while_another_appends(zygote, tmp_path):
+    """A shared writer dies between sealing the active segment (its indexes trimmed) and creating the next one
+    (roll:after-trim); the other writer, which still has that segment open, must keep appending to it safely."""
+    data = tmp_path / "data"
+    make_store(data, 0, MP_TOPIC_CONFIG)
+    mp = MultiProcess(zygote, tmp_path, data)
+    mp.start_reader()
+    mp.start_writer(1)
+    mp.wait_progress(lambda: mp.appended(1), 20, "writer 1")
+    mp.start_writer(2, extra_ops=[["arm", {"name": "roll:after-trim"}]])
+    pid2, spec2 = mp.writers[2]
+    st = mp.z.wait(pid2, timeout=30)
+    assert_killed(st, spec2, "writer 2 (killed by roll:after-trim)")
+    mp.killed.add(2)
+    mp.wait_progress(lambda: mp.appended(1), mp.appended(1) + 200, "writer 1 after writer 2 died mid-roll")
+    mp.wait_progress(mp.reader_max, mp.reader_max() + 100, "the reader after writer 2 died mid-roll")
+    mp.finish()
+    mp.verify()
