@@ -41,4 +41,20 @@ static inline int kl_read_varint(const unsigned char *p, const unsigned char *en
     *out = (int32_t)v;
     return n;
 }
+
+/* Cursor-style decoding for hot scans: one-byte fast path, advances *pp; 0 on a truncated or over-long varint. */
+static inline int kl_next_uvarint(const unsigned char **pp, const unsigned char *end, uint64_t *out) {
+    const unsigned char *p = *pp;
+    uint64_t v = 0;
+    int shift = 0;
+    if (p < end && p[0] < 0x80) { *out = p[0]; *pp = p + 1; return 1; }
+    while (p < end && shift < 64) {
+        v |= (uint64_t)(p[0] & 0x7f) << shift;
+        if (!(p[0] & 0x80)) { *out = v; *pp = p + 1; return 1; }
+        p++;
+        shift += 7;
+    }
+    return 0;
+}
+static inline int64_t kl_unzigzag(uint64_t z) { return (int64_t)(z >> 1) ^ -(int64_t)(z & 1); }
 #endif

@@ -1,6 +1,6 @@
 # The C headers in include/kafkalog/, as Cython sees them: byte order, CRC-32C, varints, constants, debug checks.
 # Every compiled module cimports from here; constants are defined once, in kl_constants.h.
-from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t, uint64_t
 
 
 cdef extern from "kafkalog/kl_byteorder.h" nogil:
@@ -27,6 +27,9 @@ cdef extern from "kafkalog/kl_varint.h" nogil:
     # return bytes read, or -1 if the input ends early / the varint is malformed
     int kl_read_varint(const unsigned char *p, const unsigned char *end, int32_t *out)
     int kl_read_varlong(const unsigned char *p, const unsigned char *end, int64_t *out)
+    # cursor decoding for hot scans: advances *pp, 0 on a truncated/over-long varint
+    int kl_next_uvarint(const unsigned char **pp, const unsigned char *end, uint64_t *out)
+    int64_t kl_unzigzag(uint64_t z)
 
 cdef extern from "kafkalog/kl_debug.h" nogil:
     int KL_DEBUG_ENABLED

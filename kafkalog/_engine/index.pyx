@@ -6,7 +6,7 @@ Formats (big-endian, packed, no header, no checksum: an index is always rebuilda
     <20-digit base offset>.timeindex   TimeIndex entry (12 B):   Timestamp => Int64 | RelativeOffset => Int32
 
 RelativeOffset = offset - base offset (0..Int32.MAX). Keys strictly increase: offsets in the offset index, timestamps in
-the time index (whose offsets only never decrease). An entry (T, O) of the time index means "the largest timestamp seen
+the time index (whose offsets never decrease; neither do the offset index's positions). An entry (T, O) of the time index means "the largest timestamp seen
 up to offset O is T".
 
 A writable index is created preallocated to ``roundDown(max_index_size, entry_size)`` bytes of zeros and trimmed to
@@ -21,7 +21,6 @@ Lookups are Kafka's two-section binary search (``AbstractIndex.indexSlotRangeFor
 same few pages instead of the cold middle of the file.
 """
 import errno
-import io
 import os
 import pathlib
 import weakref
@@ -166,7 +165,8 @@ cdef inline bint _follows(const unsigned char *prev, const unsigned char *cur, i
 
 
 cdef inline void _put_offset_entry(unsigned char *p, int32_t rel, int32_t pos) noexcept nogil:
-    # built aside and copied as one 8-byte word: a reader in another process sees the old or the new entry
+    # built aside and copied as one 8-byte word (a single store on 64-bit targets), so a reader in another process
+    # does not see half an entry; refresh() validates what it reads all the same
     cdef unsigned char entry[8]
     kl_store_i32(entry, rel)
     kl_store_i32(entry + 4, pos)
@@ -192,7 +192,8 @@ cdef inline int _check_open(AbstractIndex idx) except -1:
 cdef inline int _check_writable(AbstractIndex idx, str operation) except -1:
     _check_open(idx)
     if not idx.writable:
-        raise io.UnsupportedOperation(f"cannot {operation}: index {idx.path} was opened read-only")
+        # a caller's bug, not a storage failure: deliberately not an OSError (those take a log dir offline)
+        raise ValueError(f"cannot {operation}: index {idx.path} was opened read-only")
     return 0
 
 

@@ -231,3 +231,16 @@ class Columns(TypedDict):
 def decode_columns(buffer: Buffer, start: int = 0, end: int | None = None) -> Columns:
     """Every record of the consecutive batches in buffer[start:end] as numpy columns, without per-record Python
     objects. Checks each batch's CRC, decompresses any codec, stops silently at an incomplete tail batch."""
+
+
+class RecordStream(Iterator[Record]):
+    def __iter__(self) -> RecordStream: ...
+    def __next__(self) -> Record: ...
+
+def iter_records(buffer: BytesLike, start: int = 0, end: int | None = None, min_offset: int = -1,
+                 max_offset: int = 0x7FFFFFFFFFFFFFFF) -> RecordStream:
+    """Records of every batch in buffer[start:end] with offset in [min_offset, max_offset); each batch is validated
+    (CRC, framing) before its first record is returned."""
+
+def chain_records(chunks: Iterable[tuple[BytesLike, int, int]]) -> RecordStream:
+    """iter_records over each (buffer, min_offset, max_offset) chunk, in one C-level loop."""

@@ -49,6 +49,7 @@ from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
+cimport cython
 cimport numpy as cnp
 
 cdef extern from "kafkalog/kl_alloc.h" nogil:
@@ -1255,6 +1256,7 @@ cdef int _get_buffer(object o, Py_buffer *view, Slice *s, str what) except -1:
 # ---------------------------------------------------------------------------------------------------------------
 # Reading: records, batches
 
+@cython.freelist(512)
 cdef class Record:
     """One record of a batch: offset, timestamp, timestamp_type, key, value (bytes or None) and headers."""
     cdef readonly int64_t offset
@@ -1262,7 +1264,7 @@ cdef class Record:
     cdef readonly int timestamp_type
     cdef readonly object key
     cdef readonly object value
-    cdef readonly list headers
+    cdef list _headers   # None until asked for when the record has no headers (most records: no allocation)
 
     def __init__(self, int64_t offset, int64_t timestamp, int timestamp_type=0, key=None, value=None,
                  headers=None):
@@ -1271,7 +1273,14 @@ cdef class Record:
         self.timestamp_type = timestamp_type
         self.key = key
         self.value = value
-        self.headers = [] if headers is None else list(headers)
+        self._headers = [] if headers is None else list(headers)
+
+    @property
+    def headers(self):
+        """list of (str key, bytes-or-None value)."""
+        if self._headers is None:
+            self._headers = []
+        return self._headers
 
     def __eq__(self, other):
         if not isinstance(other, Record):
@@ -1495,6 +1504,13 @@ cdef class _RecordIterator:
         return self
 
     def __next__(self):
+        rec = self._next()
+        if rec is None:
+            raise StopIteration
+        return rec
+
+    cdef Record _next(self):
+        """The next record, or None after the last one (no StopIteration: RecordStream calls this directly)."""
         cdef RecordView r
         cdef Record rec
         cdef Slice s
@@ -1509,7 +1525,7 @@ cdef class _RecordIterator:
             if h.records_count == 0 and self.p != self.end:
                 raise InvalidRecordError(f"{_where(h, self.batch._pos)}: {_record_message(_REC_LEFTOVER, 0, 0)}")
         if self.index >= h.records_count:
-            raise StopIteration
+            return None
         rc = _read_record(self.p, self.end, &r)
         if rc == _REC_OK:
             self.p = r.end
@@ -1530,7 +1546,8 @@ cdef class _RecordIterator:
             rec.timestamp = h.base_timestamp + r.ts_delta
         rec.key = _bytes_or_none(r.key, r.key_len)
         rec.value = _bytes_or_none(r.value, r.value_len)
-        rec.headers = _headers_list(r.headers, r.header_count) if r.header_count else []
+        if r.header_count:
+            rec._headers = _headers_list(r.headers, r.header_count)
         return rec
 
 
@@ -1573,6 +1590,71 @@ def iter_batches(buffer, Py_ssize_t start=0, end=None):
     it.pos = start
     it.end = _range_end(end, start, n)
     return it
+
+
+cdef class RecordStream:
+    """Records of consecutive batches with offsets in [min_offset, max_offset), each batch CRC-checked before its
+    first record; the whole loop runs in C (see iter_records)."""
+    cdef _BatchIterator batches
+    cdef _RecordIterator current
+    cdef int64_t lo, hi
+    cdef bint filter_each
+    cdef object source   # iterator of (buffer, min_offset, max_offset) chunks, or None for a single buffer
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Record rec
+        cdef RecordBatch b
+        cdef int64_t last
+        while True:
+            if self.current is not None:
+                rec = self.current._next()
+                if rec is not None:
+                    if not self.filter_each:
+                        return rec
+                    if rec.offset >= self.hi:
+                        self.current = None
+                        raise StopIteration
+                    if rec.offset >= self.lo:
+                        return rec
+                    continue
+                self.current = None
+            b = next(self.batches, None) if self.batches is not None else None
+            if b is None:
+                if self.source is None:
+                    raise StopIteration
+                buffer, self.lo, self.hi = next(self.source)  # StopIteration here ends the stream
+                self.batches = iter_batches(buffer)
+                continue
+            b.validate()
+            last = b._h.base_offset + b._h.last_offset_delta
+            if last < self.lo:
+                continue
+            if b._h.base_offset >= self.hi:
+                raise StopIteration
+            self.filter_each = b._h.base_offset < self.lo or last >= self.hi
+            self.current = _RecordIterator(b)
+
+
+def iter_records(buffer, Py_ssize_t start=0, end=None, int64_t min_offset=-1,
+                 int64_t max_offset=0x7fffffffffffffff):
+    """Iterate the records of every batch in buffer[start:end] whose offset is in [min_offset, max_offset),
+    validating each batch (CRC, framing) before its first record is returned."""
+    cdef RecordStream rs = RecordStream.__new__(RecordStream)
+    rs.batches = iter_batches(buffer, start, end)
+    rs.lo = min_offset
+    rs.hi = max_offset
+    return rs
+
+
+def chain_records(chunks):
+    """Like iter_records over each (buffer, min_offset, max_offset) that ``chunks`` yields, in one C-level loop:
+    the chunk iterator is only called when a buffer is used up (a Log hands out one view per segment or MiB)."""
+    cdef RecordStream rs = RecordStream.__new__(RecordStream)
+    rs.source = iter(chunks)
+    return rs
 
 
 def count_records(buffer, Py_ssize_t start=0, end=None):

@@ -28,18 +28,18 @@ import pathlib
 
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer, PyBUF_SIMPLE
 from libc.errno cimport errno, EINTR
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport strerror
 from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR
 from posix.fcntl cimport open as c_open
 from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, mmap, munmap
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close
-from posix.unistd cimport fsync, ftruncate, pread, pwrite
+from posix.unistd cimport fdatasync, ftruncate, pread, pwrite
 
 from .clib cimport (KL_CHECK, KL_CODEC_NONE, KL_COMPRESSION_CODEC_MASK, KL_HEADER_SIZE_UP_TO_MAGIC, KL_INT32_MAX,
-                    KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_TYPE_MASK, kl_read_varint,
-                    kl_read_varlong)
+                    KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_TYPE_MASK, kl_next_uvarint,
+                    kl_unzigzag)
 from .index cimport OffsetIndex, TimeIndex
 from .records cimport BatchHeader, batch_error_message, check_batch, parse_batch_header
 
@@ -119,6 +119,37 @@ cdef inline bint _sane(BatchHeader *h, int64_t base_offset, int64_t prev_next) n
     cdef int64_t last = h.base_offset + h.last_offset_delta
     return (h.last_offset_delta >= 0 and h.records_count >= 0 and h.base_offset >= base_offset
             and last - base_offset <= KL_INT32_MAX and (prev_next < 0 or h.base_offset >= prev_next))
+
+
+cdef int64_t _scan_records(const unsigned char *p, const unsigned char *end, int32_t count, int64_t base_ts,
+                           int64_t target, int64_t base_offset, int64_t min_offset, bint exact,
+                           int64_t *found_offset) noexcept nogil:
+    """Timestamp search inside one uncompressed batch, decoding only what it needs per record (length and
+    timestamp delta; the offset delta only for a candidate). Sets *found_offset (-1 when none); returns its ts."""
+    cdef uint64_t z
+    cdef const unsigned char *rec_end
+    cdef int64_t ts, off
+    cdef int32_t i
+    for i in range(count):
+        if not kl_next_uvarint(&p, end, &z):
+            break
+        rec_end = p + kl_unzigzag(z)
+        if rec_end > end or rec_end <= p:
+            break
+        p += 1  # record attributes
+        if not kl_next_uvarint(&p, rec_end, &z):
+            break
+        ts = base_ts + kl_unzigzag(z)
+        if (ts == target) if exact else (ts >= target):
+            if not kl_next_uvarint(&p, rec_end, &z):
+                break
+            off = base_offset + kl_unzigzag(z)
+            if off >= min_offset:
+                found_offset[0] = off
+                return ts
+        p = rec_end
+    found_offset[0] = -1
+    return -1
 
 
 cdef class LogSegment:
@@ -405,9 +436,7 @@ cdef class LogSegment:
         """First record of the batch at pos with ts >= target (== target when exact) and offset >= min_offset."""
         cdef const unsigned char *p
         cdef const unsigned char *end
-        cdef int32_t length, odelta
-        cdef int64_t tdelta, ts
-        cdef int n, i
+        cdef int64_t ts, found_offset = -1
         if h.attributes & KL_TIMESTAMP_TYPE_MASK:
             # LogAppendTime: every record reads as the batch's max timestamp
             if h.max_timestamp >= target and (not exact or h.max_timestamp == target):
@@ -422,27 +451,11 @@ cdef class LogSegment:
             return None
         p = self._ptr(pos + KL_RECORD_BATCH_OVERHEAD)
         end = self._ptr(pos + h.batch_length + KL_LOG_OVERHEAD)
-        for i in range(h.records_count):
-            n = kl_read_varint(p, end, &length)
-            if n < 0 or length < 0:
-                break
-            p += n
-            rec_end = p + length
-            if rec_end > end:
-                break
-            p += 1  # record attributes
-            n = kl_read_varlong(p, rec_end, &tdelta)
-            if n < 0:
-                break
-            p += n
-            n = kl_read_varint(p, rec_end, &odelta)
-            if n < 0:
-                break
-            ts = h.base_timestamp + tdelta
-            if h.base_offset + odelta >= min_offset and (ts == target if exact else ts >= target):
-                return (ts, h.base_offset + odelta)
-            p = rec_end
-        return None
+        ts = _scan_records(p, end, h.records_count, h.base_timestamp, target, h.base_offset, min_offset, exact,
+                           &found_offset)
+        if found_offset < 0:
+            return None
+        return (ts, found_offset)
 
     # ------------------------------------------------------------------------------------------------ recovery
 
@@ -643,9 +656,9 @@ cdef class LogSegment:
         if self.fd < 0 or not self.writable:
             return
         with nogil:
-            rc = fsync(self.fd)
+            rc = fdatasync(self.fd)  # data and the file size (what a reader needs); not mtime
         if rc != 0:
-            raise _os_error("fsync", self.log_path)
+            raise _os_error("fdatasync", self.log_path)
         if indexes:
             self.offset_index.flush()
             self.time_index.flush()

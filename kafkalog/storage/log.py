@@ -36,6 +36,7 @@ from .._engine.records import (
     BatchBuilder,
     RecordBatch,
     build_batch,
+    chain_records,
     decode_columns,
     iter_batches,
     set_base_offset,
@@ -686,20 +687,9 @@ class Log:
             pos = max(pos, last)
 
     def records(self, start_offset: int | None = None, end_offset: int | None = None):
-        """Yield records with offset in [start_offset, end_offset) (default: log start to log end at each chunk),
+        """Iterate records with offset in [start_offset, end_offset) (default: log start to log end at each chunk),
         each batch CRC-checked first. Records have .offset .timestamp .timestamp_type .key .value .headers."""
-        for view, start, stop in self._chunks(start_offset, end_offset):
-            for batch in iter_batches(view):
-                batch.validate()
-                if batch.last_offset < start:
-                    continue
-                for rec in batch:
-                    off = rec.offset
-                    if off < start:
-                        continue
-                    if off >= stop:
-                        return
-                    yield rec
+        return chain_records(self._chunks(start_offset, end_offset))
 
     def read_columns(self, start_offset: int | None = None, end_offset: int | None = None) -> dict:
         """Records in [start, end) as numpy columns (Arrow binary layout for keys/values), no per-record objects:
