@@ -685,3 +685,31 @@ def test_read_columns_matches_records(open_store):
     ko, keys, kv = cols["key_offsets"], cols["keys"], cols["key_valid"]
     assert [bytes(keys[ko[i]:ko[i + 1]]) if kv[i] else None for i in range(len(recs))] == [r.key for r in recs]
     assert isinstance(cols["offset"], np.ndarray)
+
+
+# ---------------------------------------------------------------------------------------------------- flush policy
+
+def test_flush_messages_advances_recovery_point(open_store):
+    store, log = fresh(open_store, topic_config={"flush.messages": 5})
+    log.append_batch(values(3))
+    assert log.recovery_point == 0  # not yet: 3 < flush.messages
+    log.append_batch(values(3))
+    assert log.recovery_point == 6  # fsynced by the policy
+
+
+def test_flush_ms_runs_from_maintenance(open_store):
+    store, log = fresh(open_store, topic_config={"flush.ms": 0})
+    log.append(b"staged")
+    log.append_batch(values(2))
+    assert log.recovery_point == 0
+    store.run_maintenance()
+    assert log.recovery_point == log.log_end_offset == 3
+
+
+def test_explicit_flush_and_checkpoint(open_store, data_dir):
+    store, log = fresh(open_store)
+    log.append(b"x")
+    log.flush()
+    assert log.recovery_point == 1
+    store.run_maintenance()
+    assert (data_dir / "recovery-point-offset-checkpoint").read_text().splitlines()[2] == "t 0 1"
