@@ -139,7 +139,6 @@ class Log:
         ctype = c["compression.type"]
         self._topic_codec = None if ctype == "producer" else codec_id(ctype)
         self._delete_policy = "delete" in c["cleanup.policy"]
-        self._lock_timeout = None
 
     def _reserve(self) -> int:
         return self._segment_bytes + self._max_message_bytes + RECORD_BATCH_OVERHEAD
@@ -637,7 +636,8 @@ class Log:
     def segments(self) -> list[LogSegment]:
         """A snapshot of the segment list (for tools and tests)."""
         with self._lock:
-            self._sync() if not self._closed else None
+            if not self._closed:
+                self._sync()
             return list(self._segments)
 
     def _read_locked(self, offset: int, max_bytes: int) -> memoryview:

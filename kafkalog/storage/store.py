@@ -23,6 +23,7 @@ checkpoints and the clean-shutdown marker. Thread-safe: one LogStore can be shar
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ..config import STORE, TOPIC, Config
+from ..config import TOPIC, Config
 from ..errors import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -47,6 +48,7 @@ from .checkpoints import Checkpoints
 from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, fsync_dir
 from .log import EXCLUSIVE, READ, SHARED, Log
 
+_log = logging.getLogger("kafkalog")
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_LENGTH = 249
 _TOPICS_FILE = ".kafkalog-topics.json"
@@ -388,11 +390,8 @@ class LogStore:
             except LogClosedError:
                 return
             except Exception as e:  # a maintenance failure must not kill the app; it is reported once per round
-                import logging
-                logging.getLogger("kafkalog").warning("maintenance round failed: %s", e)
+                _log.warning("maintenance round failed: %s", e)
 
     def __repr__(self):
         return f"LogStore({str(self.path)!r}, mode={self.mode})"
 
-
-__all__ = ["LogStore", "validate_topic_name", "STORE"]
