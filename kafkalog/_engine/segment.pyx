@@ -637,6 +637,19 @@ cdef class LogSegment:
             self.time_index.refresh()
         return self.size - start
 
+    def revalidate_from(self, int64_t offset):
+        """For a reader of a store nobody has recovered yet: forget what the header-only load took in from the
+        batch holding ``offset`` on, and take it in again through refresh(), which checks every CRC. Files are
+        not touched. Returns the bytes accepted again."""
+        cdef int64_t pos = self._index_position(offset), last = 0, bsize = 0
+        cdef BatchHeader h
+        if not self._walk_to(offset, &pos, &last, &bsize):
+            return 0
+        parse_batch_header(self._ptr(pos), self.size - pos, &h)
+        self.size = pos
+        self.next_offset = h.base_offset
+        return max(self.refresh(), 0)
+
     def _note_batch_foreign(self, int64_t pos, int64_t last_offset, int64_t max_ts, int64_t batch_size):
         # the writer that appended these batches also wrote their index entries: do not index them twice
         if pos == 0:

@@ -190,6 +190,11 @@ class Log:
             segments.append(self._open_loaded(base, writer and last, recover))
         if recover:
             segments, rp = self._recover(segments, rp, had_clean_shutdown)
+        elif self.mode == READ and not had_clean_shutdown:
+            # nobody recovered this store yet: check every batch past the recovery point (in memory only)
+            for seg in segments:
+                if seg.next_offset > rp:
+                    seg.revalidate_from(max(rp, seg.base_offset))
         if writer and segments and segments[-1].next_offset < ckpt_lso:
             # everything below the checkpointed start is gone: start fresh there (testLogEndLessThanStartAfterReopen)
             for seg in segments:

@@ -90,6 +90,8 @@ class LogStore:
             if not self.path.is_dir():
                 raise KafkaStorageError(2, f"no kafkalog data dir at {self.path}")
             self._checkpoints = Checkpoints(self.path, read_only=True)
+            # without the marker a writer is running or crashed: readers CRC-check what follows recovery points
+            self.had_clean_shutdown = (self.path / CLEAN_SHUTDOWN_FILE).exists()
             self._reload_topics()
             return
         try:

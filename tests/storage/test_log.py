@@ -713,3 +713,27 @@ def test_explicit_flush_and_checkpoint(open_store, data_dir):
     assert log.recovery_point == 1
     store.run_maintenance()
     assert (data_dir / "recovery-point-offset-checkpoint").read_text().splitlines()[2] == "t 0 1"
+
+
+def test_reader_of_unrecovered_store_never_sees_a_bad_batch(open_store, data_dir, unclean):
+    """A read-only opener after a crash (nobody recovered yet) CRC-checks past the recovery point itself and
+    changes no file."""
+    store, log = fresh(open_store, topic_config={"retention.ms": -1})
+    log.append_batch(values(5), timestamps=[T0 + i for i in range(5)])
+    log.flush()
+    store.run_maintenance()
+    log.append_batch(values(5, 5), timestamps=[T0 + 5 + i for i in range(5)])
+    store.close()
+    unclean(data_dir)
+    seg_path = data_dir / "t-0" / ("%020d.log" % 0)
+    good = seg_path.read_bytes()
+    bad = bytearray(build_batch([b"evil"], timestamps=[T0 + 99], base_offset=10))
+    bad[-1] ^= 0x55  # complete, plausible header, wrong CRC
+    seg_path.write_bytes(good + bytes(bad))
+    with kafkalog.LogStore(data_dir, read_only=True) as reader:
+        rlog = reader.log("t", 0)
+        assert rlog.log_end_offset == 10
+        assert [r.value for r in rlog.records()] == values(10)
+    assert seg_path.read_bytes() == good + bytes(bad)  # a reader never writes
+    log = open_store().log("t", 0)  # the next writer recovers for real
+    assert log.log_end_offset == 10 and seg_path.read_bytes() == good
