@@ -1,0 +1,1 @@
+"""The embedded client: kafka-python's KafkaProducer / KafkaConsumer / KafkaAdminClient names over a LogStore."""
