@@ -8,6 +8,7 @@
 """
 
 from . import _engine  # noqa: F401  (fails loudly when the compiled engine is missing)
+from .client.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from .config import Config
 from .errors import KafkaError
 from .storage import Log, LogStore
@@ -15,5 +16,5 @@ from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "KafkaError", "Log", "LogStore", "OffsetAndMetadata", "OffsetAndTimestamp", "TopicPartition",
-           "__version__"]
+__all__ = ["Config", "ConfigResource", "ConfigResourceType", "KafkaAdminClient", "KafkaError", "Log", "LogStore",
+           "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "TopicPartition", "__version__"]

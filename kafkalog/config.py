@@ -106,6 +106,20 @@ CONFIG_KEYS = _keys(
     ConfigKey("cleanup.policy", str, "delete", "'delete' enables retention and delete-before; 'compact' is "
               "accepted for Kafka compatibility (no cleaner yet: segments are kept).",
               validator=lambda v: set(v.replace(" ", "").split(",")) <= {"delete", "compact"}),
+    # Kafka topic keys that have no effect on a single node without a cleaner; accepted so that apps and tools
+    # that set them (kafka-python's NewTopic, kafka-topics.sh habits) work unchanged.
+    ConfigKey("min.insync.replicas", int, 1, "Accepted for compatibility; one node is always in sync.", low=1,
+              high=INT_MAX),
+    ConfigKey("unclean.leader.election.enable", bool, False, "Accepted for compatibility; no replicas."),
+    ConfigKey("preallocate", bool, False, "Accepted for compatibility; .log files are not preallocated."),
+    ConfigKey("delete.retention.ms", int, 86400000, "Accepted for compatibility (compaction tombstones).", low=0,
+              high=LONG_MAX),
+    ConfigKey("min.compaction.lag.ms", int, 0, "Accepted for compatibility (no cleaner yet).", low=0,
+              high=LONG_MAX),
+    ConfigKey("max.compaction.lag.ms", int, LONG_MAX, "Accepted for compatibility (no cleaner yet).", low=1,
+              high=LONG_MAX),
+    ConfigKey("min.cleanable.dirty.ratio", str, "0.5", "Accepted for compatibility (no cleaner yet).",
+              validator=lambda v: v.replace(".", "", 1).isdigit() and 0 <= float(v) <= 1),
     ConfigKey("log.retention.check.interval.ms", int, 300000, "How often the store runs retention.", scope=STORE,
               low=1, high=LONG_MAX),
     ConfigKey("log.flush.scheduler.interval.ms", int, 1000,

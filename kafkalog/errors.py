@@ -56,6 +56,10 @@ InvalidTimestampError = _define("InvalidTimestampError", 32, "INVALID_TIMESTAMP"
 UnsupportedVersionError = _define("UnsupportedVersionError", 35, "UNSUPPORTED_VERSION")
 TopicAlreadyExistsError = _define("TopicAlreadyExistsError", 36, "TOPIC_ALREADY_EXISTS", bases=(FileExistsError,))
 InvalidPartitionsError = _define("InvalidPartitionsError", 37, "INVALID_PARTITIONS", bases=(ValueError,))
+InvalidReplicationFactorError = _define("InvalidReplicationFactorError", 38, "INVALID_REPLICATION_FACTOR",
+                                        bases=(ValueError,))
+InvalidReplicaAssignmentError = _define("InvalidReplicaAssignmentError", 39, "INVALID_REPLICA_ASSIGNMENT",
+                                        bases=(ValueError,))
 InvalidConfigError = _define("InvalidConfigError", 40, "INVALID_CONFIG", bases=(ValueError,))
 InvalidRequestError = _define("InvalidRequestError", 42, "INVALID_REQUEST", bases=(ValueError,))
 PolicyViolationError = _define("PolicyViolationError", 44, "POLICY_VIOLATION")

@@ -140,6 +140,22 @@ class Log:
         self._topic_codec = None if ctype == "producer" else codec_id(ctype)
         self._delete_policy = "delete" in c["cleanup.policy"]
 
+    def reconfigure(self, config: Config) -> None:
+        """Run with a new topic config from now on (LogStore.alter_topic_config): segment size, retention, flush,
+        timestamp and cleanup policy apply to the next append, roll and retention round."""
+        with self._lock:
+            self._drain()
+            self.config = config
+            self._apply_config(config)
+            if self._staged is not None:
+                self._size_staged()
+
+    def _size_staged(self) -> None:
+        # a staged batch must fit both max.message.bytes and a segment (a batch never spans two)
+        limit = min(self._max_message_bytes, self._segment_bytes)
+        self._staged.max_batch_bytes = limit
+        self._staged.target_bytes = min(STAGED_BATCH_BYTES, limit)
+
     def _reserve(self) -> int:
         return self._segment_bytes + self._max_message_bytes + RECORD_BATCH_OVERHEAD
 
@@ -217,8 +233,7 @@ class Log:
         if self.mode == EXCLUSIVE:
             self._staged = BatchBuilder(compression=self._topic_codec or 0)
             self._staged.base_offset = self._leo
-            self._staged.max_batch_bytes = self._max_message_bytes
-            self._staged.target_bytes = min(STAGED_BATCH_BYTES, self._max_message_bytes)
+            self._size_staged()
             self._refresh_time_bounds()
         if writer:
             active = segments[-1]

@@ -318,6 +318,35 @@ class LogStore:
             self._checkpoints.forget(name, range(n))
             fsync_dir(self.path)
 
+    def alter_topic_config(self, name: str, overrides) -> Config:
+        """Replace a topic's per-topic config overrides (validated like create_topic's; keys not given fall back
+        to the store's config). Persisted with the topic registry and applied to this process's open logs of the
+        topic; other processes' open logs keep their config until reopened. Returns the effective config."""
+        topic_config = Config(overrides, scope=TOPIC)  # validates: unknown/invalid keys raise InvalidConfigError
+        if self.mode == READ:
+            raise KafkaStorageError(30, f"store {self.path} is opened read-only")
+        with self._lock:
+            self._check_open()
+            init = FileLock(self.path / ".kafkalog-init.lock")
+            init.acquire(what="alter topic config")
+            try:
+                self._topics_stamp = None
+                self._reload_topics()
+                if name not in self._topics:
+                    raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
+                topics = dict(self._topics)
+                topics[name] = dict(topics[name], config=topic_config.overrides)
+                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._topics = topics
+            finally:
+                init.release()
+                init.close()
+            effective = self.config.with_overrides(topic_config.overrides)
+            for (topic, _), log in list(self._logs.items()):
+                if topic == name:
+                    log.reconfigure(effective)
+            return effective
+
     # ------------------------------------------------------------------------------------------------ logs
 
     def _open_log(self, topic: str, partition: int, recover: bool, create: bool = False) -> Log:

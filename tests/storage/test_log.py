@@ -737,3 +737,23 @@ def test_reader_of_unrecovered_store_never_sees_a_bad_batch(open_store, data_dir
     assert seg_path.read_bytes() == good + bytes(bad)  # a reader never writes
     log = open_store().log("t", 0)  # the next writer recovers for real
     assert log.log_end_offset == 10 and seg_path.read_bytes() == good
+
+
+def test_staged_batches_fit_small_segments(open_store):
+    """append() staging never builds a batch larger than segment.bytes (it would not fit any segment)."""
+    store, log = fresh(open_store, topic_config={"segment.bytes": 200})
+    offs = [log.append(b"v%d" % i) for i in range(40)]
+    assert offs == list(range(40))
+    assert log.log_end_offset == 40
+    assert [r.value for r in log.records()] == [b"v%d" % i for i in range(40)]
+    assert all(s.size <= 200 for s in log.segments())
+
+
+def test_alter_topic_config_applies_and_persists(open_store):
+    store, log = fresh(open_store)
+    store.alter_topic_config("t", {"segment.bytes": 1000})
+    for i in range(30):
+        log.append_batch(values(10, i * 10))
+    assert len(log.segments()) > 3
+    store.close()
+    assert open_store().topic_config("t")["segment.bytes"] == 1000
