@@ -9,12 +9,14 @@
 
 from . import _engine  # noqa: F401  (fails loudly when the compiled engine is missing)
 from .client.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+from .client.producer import FutureRecordMetadata, KafkaProducer
 from .config import Config
 from .errors import KafkaError
-from .storage import Log, LogStore
-from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .storage import Log, LogStore, OffsetStore
+from .structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigResource", "ConfigResourceType", "KafkaAdminClient", "KafkaError", "Log", "LogStore",
-           "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "TopicPartition", "__version__"]
+__all__ = ["Config", "ConfigResource", "ConfigResourceType", "ConsumerRecord", "FutureRecordMetadata",
+           "KafkaAdminClient", "KafkaError", "KafkaProducer", "Log", "LogStore", "NewTopic", "OffsetAndMetadata",
+           "OffsetAndTimestamp", "OffsetStore", "RecordMetadata", "TopicPartition", "__version__"]

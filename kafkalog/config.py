@@ -120,6 +120,15 @@ CONFIG_KEYS = _keys(
               high=LONG_MAX),
     ConfigKey("min.cleanable.dirty.ratio", str, "0.5", "Accepted for compatibility (no cleaner yet).",
               validator=lambda v: v.replace(".", "", 1).isdigit() and 0 <= float(v) <= 1),
+    ConfigKey("offsets.topic.num.partitions", int, 1, "Partitions of __consumer_offsets when kafkalog creates it "
+              "(Kafka: 50, one coordinator per partition leader; a data dir is one node).", scope=STORE, low=1,
+              high=INT_MAX),
+    ConfigKey("offset.metadata.max.bytes", int, 4096, "Longest metadata string of an offset commit.", scope=STORE,
+              low=0, high=INT_MAX),
+    ConfigKey("offsets.snapshot.interval.records", int, 1000, "Snapshot __consumer_offsets (and delete the "
+              "records below it) after this many offset records.", scope=STORE, low=1, high=INT_MAX),
+    ConfigKey("offsets.snapshot.interval.bytes", int, 1048576, "... or after this many bytes of keys and values.",
+              scope=STORE, low=1, high=LONG_MAX),
     ConfigKey("log.retention.check.interval.ms", int, 300000, "How often the store runs retention.", scope=STORE,
               low=1, high=LONG_MAX),
     ConfigKey("log.flush.scheduler.interval.ms", int, 1000,

@@ -50,6 +50,8 @@ InvalidFetchSizeError = _define("InvalidFetchSizeError", 4, "INVALID_FETCH_SIZE"
 RequestTimedOutError = _define("RequestTimedOutError", 7, "REQUEST_TIMED_OUT", retriable=True,
                                bases=(TimeoutError,))
 RecordTooLargeError = _define("RecordTooLargeError", 10, "MESSAGE_TOO_LARGE", bases=(ValueError,))
+OffsetMetadataTooLargeError = _define("OffsetMetadataTooLargeError", 12, "OFFSET_METADATA_TOO_LARGE",
+                                      bases=(ValueError,))
 InvalidTopicError = _define("InvalidTopicError", 17, "INVALID_TOPIC_EXCEPTION", bases=(ValueError,))
 RecordBatchTooLargeError = _define("RecordBatchTooLargeError", 18, "RECORD_LIST_TOO_LARGE", bases=(ValueError,))
 InvalidTimestampError = _define("InvalidTimestampError", 32, "INVALID_TIMESTAMP", bases=(ValueError,))

@@ -536,12 +536,14 @@ cdef class AbstractIndex:
         except OSError as exc:
             raise storage_error(exc, "flush index", self.path) from exc
 
-    def close(self):
-        """Trim (when writable), unmap and close the file. Idempotent."""
+    def close(self, bint trim=True):
+        """Trim (when writable and ``trim``), unmap and close the file. Idempotent. ``trim=False`` leaves the file
+        as it is: another process may still be appending entries to it through its own mapping (shared writers),
+        and cutting the file under that mapping would fault it (SIGBUS)."""
         if self._fd < 0:
             return
         try:
-            if self.writable:
+            if self.writable and trim:
                 _unmap(self)
                 _set_length(self, self.entries * self.entry_size)
         finally:

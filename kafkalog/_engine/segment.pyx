@@ -43,7 +43,7 @@ from .clib cimport (KL_CHECK, KL_CODEC_NONE, KL_COMPRESSION_CODEC_MASK, KL_HEADE
 from .index cimport OffsetIndex, TimeIndex
 from .records cimport BatchHeader, batch_error_message, check_batch, parse_batch_header
 
-from kafkalog.errors import CorruptRecordError, InvalidOffsetError, InvalidRecordError, storage_error
+from kafkalog.errors import CorruptRecordError, IndexFullError, InvalidOffsetError, InvalidRecordError, storage_error
 from kafkalog._engine.records import RecordBatch
 
 cdef extern from "sys/mman.h" nogil:
@@ -681,7 +681,10 @@ cdef class LogSegment:
         if not self.writable:
             return
         if self.max_timestamp_so_far >= 0:
-            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, True)
+            try:
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, True)
+            except IndexFullError:
+                pass  # another process sealed this segment first: its final entry is already there
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
 
@@ -706,9 +709,9 @@ cdef class LogSegment:
         if self.fd < 0:
             return
         if self.offset_index is not None:
-            self.offset_index.close()
+            self.offset_index.close(False)  # never cut a file another process may still be indexing into
         if self.time_index is not None:
-            self.time_index.close()
+            self.time_index.close(False)
         c_close(self.fd)
         self.fd = -1
         self._map = Mapping.__new__(Mapping)

@@ -2,6 +2,7 @@
 checkpoints, locks. OSError never leaves this package raw: it becomes KafkaStorageError naming path and operation."""
 
 from .log import Log
+from .offsets import OffsetStore
 from .store import LogStore
 
-__all__ = ["Log", "LogStore"]
+__all__ = ["Log", "LogStore", "OffsetStore"]

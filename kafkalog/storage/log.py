@@ -24,6 +24,7 @@ it is fsynced and survives power loss. ``delete_records_before`` is fsynced befo
 from __future__ import annotations
 
 import bisect
+import errno
 import os
 import random
 import threading
@@ -201,9 +202,21 @@ class Log:
         else:
             bases = self._list_bases()
         segments: list[LogSegment] = []
-        for i, base in enumerate(bases):
-            last = i == len(bases) - 1
-            segments.append(self._open_loaded(base, writer and last, recover))
+        while True:
+            try:
+                for i, base in enumerate(bases):
+                    last = i == len(bases) - 1
+                    segments.append(self._open_loaded(base, writer and last, recover))
+                break
+            except OSError as e:
+                # without the init lock (shared, read) another process may delete a segment between the listing
+                # and its opening: list again
+                for seg in segments:
+                    seg.close_without_finalizing()
+                segments = []
+                if recover or e.errno != errno.ENOENT:
+                    raise
+                bases = self._list_bases()
         if recover:
             segments, rp = self._recover(segments, rp, had_clean_shutdown)
         elif self.mode == READ and not had_clean_shutdown:
@@ -235,10 +248,6 @@ class Log:
             self._staged.base_offset = self._leo
             self._size_staged()
             self._refresh_time_bounds()
-        if writer:
-            active = segments[-1]
-            active.offset_index.resize(self._index_bytes)
-            active.time_index.resize(self._index_bytes)
 
     def _list_bases(self) -> list[int]:
         try:
@@ -299,6 +308,11 @@ class Log:
 
     def _new_active(self) -> None:
         active = self._segments[-1]
+        if active.writable and not self._closed:
+            # the active segment's indexes are full size again (KAFKA-6388): a view that (re)opens an existing
+            # active segment, e.g. after another process rolled or deleted, must be able to index into it
+            active.offset_index.resize(self._index_bytes)
+            active.time_index.resize(self._index_bytes)
         self._active_created_ms = _now_ms()
         self._roll_jitter = random.randint(0, min(self._jitter_ms, self._segment_ms)) if self._jitter_ms else 0
         self._active_base = active.base_offset
@@ -323,6 +337,11 @@ class Log:
             if self._staged is not None and self._staged.count:
                 self._drain()
             return
+        if self.mode == SHARED:
+            # a shared writer's view changes open segments writable (reopen, resize the active indexes): only
+            # under the partition lock, never while another writer rolls, trims or deletes
+            with _PartitionLock(self):
+                return
         self._refresh()
 
     def _refresh(self) -> None:
@@ -333,6 +352,10 @@ class Log:
             if lso > self._lso:
                 self._lso = lso
                 self._drop_segments_below(lso)
+                if self._segments and lso >= self._segments[-1].next_offset:
+                    # another process's delete-before or retention removed every segment this view knows (it rolls
+                    # an active segment that is entirely below the new start): take the directory as it is now
+                    self._reload_segments()
         if not self._segments:
             bases = self._list_bases()
             if not bases:
@@ -351,12 +374,46 @@ class Log:
                 break
             # another process rolled: our active is sealed now (it already wrote the final entries and trimmed)
             active.close_without_finalizing()
-            self._segments[-1] = self._open_segment(active.base_offset, False)
+            try:
+                self._segments[-1] = self._open_segment(active.base_offset, False)
+            except OSError as e:  # ... and deleted it since (delete-before, retention): start over
+                if e.errno != errno.ENOENT:
+                    raise
+                self._reload_segments()
+                if not self._segments:
+                    return
+                continue
             seg = self._open_segment(self._leo, self.mode == SHARED)
             self._segments.append(seg)
             self._bases.append(seg.base_offset)
             self._new_active()
         self._lso = max(self._lso, self._segments[0].base_offset)
+
+    def _reload_segments(self) -> None:
+        """Drop this view's segments and open what the directory holds now (another process deleted segments
+        this view still had open). A file that goes away between the listing and its opening means another
+        deletion ran meanwhile (read-only openers take no lock): list again."""
+        for seg in self._segments:
+            seg.close_without_finalizing()
+        self._segments, self._bases = [], []
+        while True:
+            bases = self._list_bases()
+            segs = []
+            try:
+                for i, base in enumerate(bases):
+                    segs.append(self._open_segment(base, self.mode == SHARED and i == len(bases) - 1))
+            except OSError as e:
+                for seg in segs:
+                    seg.close_without_finalizing()
+                if e.errno != errno.ENOENT:
+                    raise
+                continue
+            break
+        self._segments, self._bases = segs, list(bases)
+        if segs:
+            self._leo = segs[-1].next_offset
+            self._lso = max(self._lso, segs[0].base_offset)
+            self._new_active()
 
     def _drop_segments_below(self, lso: int) -> None:
         while len(self._segments) > 1 and self._segments[1].base_offset <= lso:
@@ -447,7 +504,9 @@ class Log:
         """Append many records as one batch in one call; returns the base offset."""
         if not len(values):
             raise ValueError("append_batch needs at least one value")
-        codec = self._topic_codec if compression is None else codec_id(compression)
+        # a topic whose compression.type names a codec stores that codec whatever the producer used (Kafka's broker
+        # recompresses); 'producer' keeps the caller's choice
+        codec = self._topic_codec if self._topic_codec is not None else codec_id(compression)
         with self._lock:
             self._check_writable()
             if timestamps is not None and not self._log_append_time and (
@@ -455,7 +514,7 @@ class Log:
                 self._check_timestamp(min(timestamps))
                 self._check_timestamp(max(timestamps))
             with self._locked_append():
-                self._sync()
+                self._drain()  # shared mode: the partition lock already took in other processes' appends
                 now = _now_ms()
                 built_base = self._leo
                 data = build_batch(values, keys, None if self._log_append_time else timestamps, headers,
@@ -507,7 +566,7 @@ class Log:
         with self._lock:
             self._check_writable()
             with self._locked_append():
-                self._sync()
+                self._drain()
                 now = _now_ms()
                 max_ts = -1
                 if self._topic_codec is not None and any(b.compression != self._topic_codec for _, b in batches):
@@ -564,7 +623,7 @@ class Log:
         with self._lock:
             self._check_writable()
             with self._locked_append():
-                self._sync()
+                self._drain()  # shared: the partition lock already refreshed
                 if self._segments[-1].size:
                     self._roll()
 
@@ -587,7 +646,11 @@ class Log:
             if seg.writable:
                 seg.flush(False)
             else:
-                _fsync_path(seg.log_path)
+                try:
+                    _fsync_path(seg.log_path)
+                except KafkaStorageError as e:
+                    if e.errno != errno.ENOENT:
+                        raise  # ENOENT: another process deleted it (delete-before): nothing left to make durable
         if self._dir_dirty:
             fsync_dir(self.dir)
             self._dir_dirty = False
@@ -628,14 +691,14 @@ class Log:
     def log_start_offset(self) -> int:
         with self._lock:
             if self.mode != EXCLUSIVE and not self._closed:
-                self._refresh()
+                self._sync()
             return self._lso
 
     @property
     def log_end_offset(self) -> int:
         with self._lock:
             if self.mode != EXCLUSIVE and not self._closed:
-                self._refresh()
+                self._sync()
             staged = self._staged.count if self._staged is not None else 0
             return self._leo + staged
 
@@ -770,7 +833,7 @@ class Log:
                 raise PolicyViolationError(f"delete-records on {self.topic}-{self.partition} needs cleanup.policy "
                                            f"to include 'delete' (it is {self.config['cleanup.policy']!r})")
             with self._locked_append():
-                self._sync()
+                self._drain()  # shared: the partition lock already refreshed
                 hw = self._leo
                 if offset == -1:
                     offset = hw
@@ -826,7 +889,7 @@ class Log:
             if self._closed or self.mode == READ or not self._delete_policy:
                 return 0
             with self._locked_append():
-                self._sync()
+                self._drain()  # shared: the partition lock already refreshed
                 now = _now_ms() if now_ms is None else now_ms
                 segs = self._segments
                 n = 0
@@ -861,8 +924,14 @@ class Log:
 
     # ------------------------------------------------------------------------------------------------ close
 
-    def close(self) -> None:
-        """Flush (writers), write the final time-index entries, trim indexes, release files. Idempotent."""
+    def close(self, finalize: bool | None = None) -> None:
+        """Flush (writers), write the final time-index entries, trim indexes, release files. Idempotent.
+
+        ``finalize`` (default: only in exclusive mode) seals the active segment's indexes; a shared writer must
+        not, while other processes may still be appending to that segment (the store passes True when it is the
+        last writer to close)."""
+        if finalize is None:
+            finalize = self.mode == EXCLUSIVE
         with self._lock:
             if self._closed:
                 return
@@ -876,7 +945,7 @@ class Log:
                 self._closed = True
                 self._staged = None
                 for seg in self._segments:
-                    if self.mode == READ or not seg.writable:
+                    if self.mode == READ or not seg.writable or not finalize:
                         seg.close_without_finalizing()
                     else:
                         seg.close()

@@ -47,6 +47,7 @@ from . import failpoints
 from .checkpoints import Checkpoints
 from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, fsync_dir
 from .log import EXCLUSIVE, READ, SHARED, Log
+from .offsets import OffsetStore
 
 _log = logging.getLogger("kafkalog")
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -79,6 +80,7 @@ class LogStore:
         self.config = config if isinstance(config, Config) else Config(config)
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
+        self._offsets: OffsetStore | None = None
         self._topics: dict[str, dict] = {}
         self._topics_stamp = None
         self._closed = False
@@ -159,6 +161,8 @@ class LogStore:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._offsets is not None:
+            self._offsets.close()
         if self.mode == READ:
             for log in self._logs.values():
                 log.close()
@@ -166,13 +170,15 @@ class LogStore:
         init = FileLock(self.path / ".kafkalog-init.lock")
         init.acquire(what="close store")
         try:
+            # the last writer (no other process holds the store: the init lock keeps new openers out) seals the
+            # active segments; an earlier one must not trim indexes others are still appending to
+            last = self.mode == EXCLUSIVE or self._dir_lock.try_acquire(shared=False)
             points = {}
             for log in self._logs.values():
-                log.close()
+                log.close(finalize=last)
                 points[(log.topic, log.partition)] = log.recovery_point
             self._checkpoints.set_recovery_points(points)
             failpoints.hit("close:before-marker")
-            last = self.mode == EXCLUSIVE or self._dir_lock.try_acquire(shared=False)
             if last:
                 atomic_write(self.path / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":0}')
         finally:
@@ -381,6 +387,15 @@ class LogStore:
             log = self._open_log(topic, partition, recover=self.mode == EXCLUSIVE, create=self.mode != READ)
             self._logs[key] = log
             return log
+
+    @property
+    def offsets(self) -> OffsetStore:
+        """Committed offsets of consumer groups (``__consumer_offsets``), shared by the client and the broker."""
+        with self._lock:
+            self._check_open()
+            if self._offsets is None:
+                self._offsets = OffsetStore(self)
+            return self._offsets
 
     # ------------------------------------------------------------------------------------------------ maintenance
 

@@ -757,3 +757,53 @@ def test_alter_topic_config_applies_and_persists(open_store):
     assert len(log.segments()) > 3
     store.close()
     assert open_store().topic_config("t")["segment.bytes"] == 1000
+
+
+_SHARED_DELETER = r"""
+import json, sys, kafkalog
+path, n, me, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = kafkalog.LogStore(path, {"lock.timeout.ms": 20000}, maintenance=False)
+log = s.log("t")
+got = {}
+for i in range(n):
+    v = b"%s-%d" % (me.encode(), i)
+    got[log.append_batch([v])] = v.decode()
+    if i % 7 == 0:
+        log.flush()
+    if i % 40 == 0:
+        end = log.log_end_offset
+        log.delete_records_before(end if i % 80 == 0 else max(log.log_start_offset, end - 5))
+s.close()
+json.dump(got, open(out, "w"))
+"""
+
+
+def test_shared_writers_with_concurrent_delete_before(data_dir, child_env, tmp_path):
+    """Three processes append to one partition in shared mode while each keeps deleting before the log end
+    (segments roll and vanish under the others): no offset is handed out twice, nothing above the final log start
+    offset is lost, every call succeeds."""
+    import json
+    import subprocess
+    import sys
+    with kafkalog.LogStore(data_dir, maintenance=False) as s:
+        s.create_topic("t", 1, {"segment.bytes": 2000, "file.delete.delay.ms": 0})
+    script = tmp_path / "deleter.py"
+    script.write_text(_SHARED_DELETER)
+    procs = [subprocess.Popen([sys.executable, "-X", "faulthandler", str(script), str(data_dir), "400", k,
+                               str(tmp_path / f"{k}.json")],
+                              env=child_env, stderr=subprocess.PIPE, text=True) for k in "abc"]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    handed = {}
+    for k in "abc":
+        for off, v in json.loads((tmp_path / f"{k}.json").read_text()).items():
+            assert int(off) not in handed, f"offset {off} handed out twice"
+            handed[int(off)] = v
+    assert len(handed) == 1200
+    with kafkalog.LogStore(data_dir, read_only=True) as r:
+        log = r.log("t")
+        lso, leo = log.log_start_offset, log.log_end_offset
+        assert leo == 1200
+        on_disk = {rec.offset: rec.value.decode() for rec in log.records()}
+    assert on_disk == {o: v for o, v in handed.items() if o >= lso}

@@ -1,0 +1,1097 @@
+"""KafkaProducer: kafka-python's producer, writing to a LogStore in this process instead of to a cluster.
+
+Data path::
+
+    send() -> serialize -> partition -+- linger_ms == 0: Log.append_batch([record]) at once, in the caller's thread
+                                      +- linger_ms  > 0: appended to the partition's open batch (plain lists)
+                                           batch full (batch_size)  -> Log.append_batch(batch), caller's thread
+                                           linger_ms expired        -> Log.append_batch(batch), sender thread
+    acks='all': a written batch resolves after Log.flush() (fsync), group-committed by the sender thread;
+                get() and flush() run the fsync at once instead of waiting for the group.
+
+Every batch is one ``Log.append_batch`` call, so one record batch v2 in the segment file. Per-record Python work is
+kept to list appends: a future is a (batch, index) pair and its RecordMetadata is built only when asked for.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import operator
+import random
+import threading
+import time
+import weakref
+from collections import deque
+from itertools import count
+
+from .._engine.records import RECORD_BATCH_OVERHEAD, iter_batches
+from ..errors import (
+    InvalidConfigError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    LogClosedError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from ..storage import LogStore
+from ..storage.log import READ
+from ..structs import RecordMetadata, TopicPartition
+from .partitioner import hash_partition
+
+__all__ = ["FutureRecordMetadata", "KafkaProducer"]
+
+_log = logging.getLogger("kafkalog.producer")
+_ids = count(1)
+
+# Bytes a small record adds to a batch beyond its key and value: length, attributes, timestamp and offset deltas,
+# key/value lengths, header count (varints: ~7-12 for records < 16 KiB). Used for batch_size accounting only;
+# the hard limit (max.message.bytes) is the engine's, and a batch it rejects is split to isolate the culprit.
+_RECORD_OVERHEAD = 12
+_HEADER_OVERHEAD = 2
+# A batch whose records average at least this many bytes drops its payload once complete (keeping only sizes), so
+# futures held by the app do not pin large values in memory (kafka-python's futures hold sizes only).
+_STRIP_AVG_BYTES = 256
+
+# batch states
+_OPEN, _CLOSED, _WRITTEN, _DONE, _FAILED = 0, 1, 2, 3, 4
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+_time_ns = time.time_ns
+_monotonic = time.monotonic
+_random = random.random
+
+# kafka-python 3.0.12 producer keys that only concern a network client or a cluster: accepted so that the same
+# config dict works against a real cluster, and ignored here.
+IGNORED_CONFIGS = frozenset({
+    "bootstrap_servers", "client_dns_lookup", "connections_max_idle_ms", "reconnect_backoff_ms",
+    "reconnect_backoff_max_ms", "request_timeout_ms", "retry_backoff_ms", "retries",
+    "max_in_flight_requests_per_connection", "receive_buffer_bytes", "send_buffer_bytes",
+    "receive_message_max_bytes", "socket_options", "security_protocol", "ssl_context", "ssl_check_hostname",
+    "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_crlfile", "ssl_password", "ssl_ciphers", "sasl_mechanism",
+    "sasl_plain_username", "sasl_plain_password", "sasl_kerberos_name", "sasl_kerberos_service_name",
+    "sasl_kerberos_domain_name", "sasl_oauth_token_provider", "proxy_url", "socks5_proxy", "api_version",
+    "bootstrap_timeout_ms", "metadata_max_age_ms", "metric_reporters", "metrics_enabled", "metrics_num_samples",
+    "metrics_sample_window_ms", "selector", "kafka_client", "max_block_ms", "delivery_timeout_ms",
+    "transaction_timeout_ms",
+    # writes are never retried, so every record is written once: idempotent whatever this says
+    "enable_idempotence",
+})
+
+_COMPRESSION = {None: None, "none": None, "gzip": "gzip", "snappy": "snappy", "lz4": "lz4", "zstd": "zstd"}
+
+
+def _now_ms() -> int:
+    return _time_ns() // 1_000_000
+
+
+class _Topic:
+    __slots__ = ("name", "n", "parts", "sticky", "partition_set")
+
+    def __init__(self, name: str, n: int):
+        self.name = name
+        self.n = n
+        self.parts: list[_Partition] = []
+        self.sticky: _Partition | None = None
+        self.partition_set = frozenset(range(n))
+
+
+class _Partition:
+    """Per-partition producer state. ``batch`` is the open batch (guarded by the producer's lock); ``ready`` holds
+    closed batches in order; ``wlock`` makes their writes happen in that order whichever thread writes them."""
+
+    __slots__ = ("topic", "partition", "tp", "log", "batch", "ready", "wlock", "codec", "limit", "append_time",
+                 "producer")
+
+    def __init__(self, producer, topic: _Topic, partition: int, log, codec, limit: int, append_time: bool):
+        self.producer = producer
+        self.topic = topic
+        self.partition = partition
+        self.tp = TopicPartition(topic.name, partition)
+        self.log = log
+        self.batch: _Batch | None = None
+        self.ready: deque[_Batch] = deque()
+        self.wlock = threading.RLock()  # re-entrant: a callback run after a write may send and write again
+        self.codec = codec
+        self.limit = limit
+        self.append_time = append_time
+
+
+class _Batch:
+    """Records bound for one ``Log.append_batch`` call, and the outcome every future of the batch reads."""
+
+    __slots__ = ("part", "values", "keys", "timestamps", "headers", "size", "created", "state", "base", "pieces",
+                 "error", "callbacks", "append_time", "early", "sizes")
+
+    def __init__(self, part: _Partition, early: bool, created: float = 0.0):
+        self.part = part
+        self.values: list | None = []
+        self.keys: list | None = None  # stays None while every key is None (build_batch then writes null keys)
+        self.timestamps: list[int] = []
+        self.headers: list | None = None
+        self.size = 0
+        self.created = created
+        self.state = _OPEN
+        self.base = -1
+        self.pieces: list | None = None  # after a split: [(lo, hi, base offset or exception)] in index order
+        self.error: BaseException | None = None
+        self.callbacks: list | None = None
+        self.append_time = -1
+        self.early = early  # acks=0: every future of the batch counts as done from send() on
+        self.sizes: list | None = None  # (key, value, header) sizes once the payload was dropped
+
+    @classmethod
+    def single(cls, part, early, value, key, ts, headers) -> _Batch:
+        b = cls(part, early)
+        b.values = [value]
+        b.keys = None if key is None else [key]
+        b.timestamps = [ts]
+        b.headers = None if headers is None else [headers]
+        return b
+
+    def outcome(self, i: int):
+        """(offset, None) or (-1, exception) for record i of a finished batch."""
+        if self.state == _FAILED:
+            return -1, self.error
+        if self.pieces is None:
+            return self.base + i, None
+        for lo, hi, res in self.pieces:
+            if lo <= i < hi:
+                return (-1, res) if isinstance(res, BaseException) else (res + i - lo, None)
+        return -1, self.error  # not reached: pieces cover every index
+
+    def record_sizes(self, i: int) -> tuple[int, int, int]:
+        if self.sizes is not None:
+            return self.sizes[i]
+        return _sizes(self.keys[i] if self.keys is not None else None, self.values[i],
+                      self.headers[i] if self.headers is not None else None)
+
+    def strip(self) -> None:
+        n = len(self.values)
+        keys = self.keys or [None] * n
+        headers = self.headers or [None] * n
+        self.sizes = [_sizes(k, v, h) for k, v, h in zip(keys, self.values, headers)]
+        self.values = self.keys = self.headers = None
+
+
+def _sizes(key, value, headers) -> tuple[int, int, int]:
+    hs = sum(len(k.encode() if isinstance(k, str) else k) + (len(v) if v is not None else 0)
+             for k, v in headers) if headers else -1
+    return (-1 if key is None else len(key), -1 if value is None else len(value), hs)
+
+
+class FutureRecordMetadata:
+    """The result of one ``send()``: kafka-python's FutureRecordMetadata (``get``, ``add_callback``,
+    ``add_errback``, ``add_both``, ``succeeded``, ``failed``, ``retriable``, ``is_done``, ``value``, ``exception``).
+
+    Thread-safe. Callbacks run once, in the thread that completes the record's batch (the sender thread, or the
+    thread whose ``send``/``flush`` wrote or fsynced it), or at once in the caller if the future is already done.
+    An exception raised by a callback is logged and swallowed, as kafka-python does. Do not call ``get()`` or the
+    producer's ``flush()`` from a callback of an ``acks='all'`` producer: the batch you wait for may be the one
+    that called you.
+    """
+
+    __slots__ = ("_batch", "_index")
+
+    def __init__(self, batch: _Batch, index: int):
+        self._batch = batch
+        self._index = index
+
+    @property
+    def is_done(self) -> bool:
+        b = self._batch
+        return b.early or b.state >= _DONE
+
+    def succeeded(self) -> bool:
+        return self.is_done and self.exception is None
+
+    def failed(self) -> bool:
+        return self.is_done and self.exception is not None
+
+    def retriable(self) -> bool:
+        exc = self.exception
+        return exc is not None and getattr(exc, "retriable", False)
+
+    @property
+    def exception(self) -> BaseException | None:
+        b = self._batch
+        if b.early or b.state < _DONE:
+            return None  # acks=0 reports nothing after send(), as in Kafka (write errors are logged)
+        return b.outcome(self._index)[1]
+
+    @property
+    def value(self) -> RecordMetadata | None:
+        b = self._batch
+        if not (b.early or b.state >= _DONE):
+            return None
+        i = self._index
+        if b.early:
+            offset = -1  # acks=0: nobody waited for the offset (kafka-python and Java report -1 too)
+        else:
+            offset, exc = b.outcome(i)
+            if exc is not None:
+                return None
+        tp = b.part.tp
+        ks, vs, hs = b.record_sizes(i)
+        ts = b.append_time if b.append_time >= 0 else b.timestamps[i]
+        return RecordMetadata(tp.topic, tp.partition, tp, offset, ts, None, ks, vs, hs)
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait up to ``timeout`` seconds (None: forever) for the record's acknowledgement (see ``acks``); return
+        its RecordMetadata or raise the exception it failed with. RequestTimedOutError on timeout."""
+        b = self._batch
+        if not (b.early or b.state >= _DONE):
+            b.part.producer._await(b, timeout)
+        exc = self.exception
+        if exc is not None:
+            raise exc
+        return self.value
+
+    def add_callback(self, f, *args, **kwargs) -> FutureRecordMetadata:
+        """Call ``f(*args, record_metadata, **kwargs)`` when the record is acknowledged."""
+        return self._add(f, args, kwargs, False)
+
+    def add_errback(self, f, *args, **kwargs) -> FutureRecordMetadata:
+        """Call ``f(*args, exception, **kwargs)`` if the record fails."""
+        return self._add(f, args, kwargs, True)
+
+    def add_both(self, f, *args, **kwargs) -> FutureRecordMetadata:
+        self.add_callback(f, *args, **kwargs)
+        return self.add_errback(f, *args, **kwargs)
+
+    def chain(self, future) -> FutureRecordMetadata:
+        """Resolve another kafka-python-style future (``success``/``failure``) with this one's outcome."""
+        self.add_callback(future.success)
+        return self.add_errback(future.failure)
+
+    def _add(self, f, args, kwargs, errback: bool) -> FutureRecordMetadata:
+        if args or kwargs:
+            f = functools.partial(f, *args, **kwargs)
+        b = self._batch
+        lock = b.part.producer._lock
+        with lock:
+            if not (b.early or b.state >= _DONE):
+                if b.callbacks is None:
+                    b.callbacks = []
+                b.callbacks.append((self._index, f, errback))
+                return self
+        _run_callback(self, f, errback)
+        return self
+
+    def __repr__(self):
+        state = "pending" if not self.is_done else ("failed" if self.failed() else "done")
+        return f"<FutureRecordMetadata {self._batch.part.tp.topic}-{self._batch.part.partition} {state}>"
+
+
+def _run_callback(future: FutureRecordMetadata, f, errback: bool) -> None:
+    exc = future.exception
+    if errback != (exc is not None):
+        return
+    try:
+        f(exc if errback else future.value)
+    except Exception:
+        _log.exception("error in a producer %s", "errback" if errback else "callback")
+
+
+class _Cluster:
+    """What a kafka-python partitioner asks of ClusterMetadata, answered from the store."""
+
+    def __init__(self, producer: KafkaProducer):
+        self._producer = producer
+
+    def topics(self, exclude_internal_topics: bool = True) -> set[str]:
+        return set(self._producer._store.topics())
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        st = self._producer._topics.get(topic)
+        if st is not None:
+            return set(st.partition_set)
+        try:
+            return set(range(self._producer._store.partitions_for(topic)))
+        except UnknownTopicOrPartitionError:
+            return None
+
+    available_partitions_for_topic = partitions_for_topic  # a single node: every partition's leader is here
+
+
+class KafkaProducer:
+    """kafka-python's KafkaProducer over a local LogStore: ``KafkaProducer(store_or_path, **configs)``.
+
+    ``store_or_path`` is an open ``LogStore`` (the app keeps owning it) or a data directory: then the producer opens
+    ``LogStore(path)`` in shared mode (other processes may produce to it at the same time) and closes it in
+    ``close()``. Configs are kafka-python 3.0.12's names and defaults (Kafka's dotted names are accepted too):
+
+    ==========================  =============  ==================================================================
+    key                         default        meaning here
+    ==========================  =============  ==================================================================
+    acks                        'all' (-1)     when a future resolves: see the durability table below
+    linger_ms                   0              0: each send() is written at once; > 0: batches wait up to this
+    batch_size                  16384          bytes (of keys, values, headers + ~12 per record) per batch
+    compression_type            None           None, 'gzip', 'snappy', 'lz4', 'zstd' (a topic whose
+                                               compression.type is not 'producer' keeps its own codec)
+    key_serializer              None           callable(key) -> bytes, or an object with serialize(topic, headers,
+    value_serializer            None           data); like kafka-python, called for None too
+    max_request_size            1048576        a larger record fails its future with RecordTooLargeError
+    partitioner                 None           None: murmur2 for keys, KIP-480 sticky otherwise; or a kafka-python
+                                               Partitioner (partition(topic, key, serialized_key, value,
+                                               serialized_value, cluster), optional on_new_batch)
+    allow_auto_create_topics    True           send()/partitions_for() to a missing topic creates it with the
+    (alias auto_create_topics)                 store's num.partitions, like auto.create.topics.enable=true
+    client_id                   generated      'kafkalog-producer-N'
+    transactional_id            None           transactions are not supported: anything else is refused
+    ==========================  =============  ==================================================================
+
+    Network and cluster keys (``IGNORED_CONFIGS``: bootstrap_servers, security_protocol, ssl_*, sasl_*, retries,
+    request_timeout_ms, max_in_flight_requests_per_connection, enable_idempotence, ...) are accepted and ignored.
+    Any other key raises ``InvalidConfigError`` naming it.
+
+    **Durability: what a resolved future means** (``acks`` keeps kafka-python's default, ``'all'``)
+
+    ===========  ================================================  =================================================
+    acks         the future resolves                               the record then survives
+    ===========  ================================================  =================================================
+    0            at once, in send(); offset -1 (as in Kafka)       nothing is promised: it may still be in this
+                                                                   producer's batch (linger_ms); write errors are
+                                                                   logged, not reported
+    1            after its batch is written to the segment file    kill -9 of this process (the OS page cache has
+                                                                   it); not a power loss or OS crash
+    'all' / -1   after its batch is written AND fsynced            power loss: ``Log.flush()`` covered it
+                 (``log.recovery_point`` > its offset)
+    ===========  ================================================  =================================================
+
+    ``acks='all'`` is the one setting under which a resolved future means fsynced. Its fsyncs are group commits: the
+    sender thread fsyncs every partition with newly written batches at once, waiting for more writes only while
+    nobody waits (about twice the last fsync's duration); ``get()`` and ``flush()`` fsync at once.
+    ``flush()`` returns when every record sent before it is resolved in that sense (written for acks 0/1).
+
+    Threads: at most one background sender thread (daemon), started only when ``linger_ms > 0`` (to write batches
+    whose linger expired) or ``acks='all'`` (group fsync). With ``linger_ms=0`` and acks 0/1 there is none, and
+    ``send()`` writes its record (one ``append_batch``) before returning. Full batches are written by the thread
+    whose ``send()`` filled them.
+
+    Thread safety: every method may be called from any thread; records of one thread keep their order per
+    partition. Process safety: with a store opened shared (a path, or ``LogStore(path)``), producers in several
+    processes write to the same partitions; the engine's partition lock gives each batch its own offsets.
+    """
+
+    DEFAULT_CONFIG = {
+        "client_id": None,
+        "key_serializer": None,
+        "value_serializer": None,
+        "acks": -1,
+        "compression_type": None,
+        "batch_size": 16384,
+        "linger_ms": 0,
+        "partitioner": None,
+        "max_request_size": 1048576,
+        "allow_auto_create_topics": True,
+        "transactional_id": None,
+    }
+
+    def __init__(self, store_or_path, **configs):
+        self.config = self._parse_config(configs)
+        c = self.config
+        self._acks = c["acks"]
+        self._acks_all = self._acks == -1
+        self._early = self._acks == 0
+        self._linger = c["linger_ms"] / 1000.0
+        self._batch_size = c["batch_size"]
+        self._codec = c["compression_type"]
+        self._max_request_size = c["max_request_size"]
+        self._auto_create = c["allow_auto_create_topics"]
+        self._partitioner = c["partitioner"]
+        self._key_ser = _serializer(c["key_serializer"])
+        self._value_ser = _serializer(c["value_serializer"])
+        self._serializing = self._key_ser is not None or self._value_ser is not None
+        self._fast = self._linger > 0 and not self._serializing and self._partitioner is None  # send()'s hot path
+        self._max_fast = self._max_request_size - RECORD_BATCH_OVERHEAD
+
+        if isinstance(store_or_path, LogStore):
+            self._store = store_or_path
+            self._owns_store = False
+        else:
+            self._store = LogStore(store_or_path)
+            self._owns_store = True
+        if self._store.mode == READ:
+            raise KafkaStorageError(30, f"store {self._store.path} is opened read-only: a producer needs a writer")
+
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._meta_lock = threading.Lock()
+        self._topics: dict[str, _Topic] = {}
+        self._cluster = _Cluster(self)
+        self._closed = False
+        self._open: dict[_Partition, None] = {}  # partitions with an open batch (linger_ms > 0), oldest first
+        self._incomplete: set[_Batch] = set()
+        self._unsynced: dict[_Partition, list[_Batch]] = {}  # acks='all': written, waiting for an fsync
+        self._unsynced_since = 0.0
+        self._last_fsync = 0.0
+        self._waiters = 0
+        self._stopping = False
+        self._sender_deadline: float | None = None  # when the sleeping sender wakes by itself (None: never)
+        self._metrics = {"record-send-total": 0, "record-error-total": 0, "batch-total": 0, "byte-total": 0,
+                         "fsync-total": 0, "flush-total": 0}
+        self._sender = None
+        if self._linger > 0 or self._acks_all:
+            self._sender = threading.Thread(target=self._run, name=f"{c['client_id']}-sender", daemon=True)
+            self._sender.start()
+        # like kafka-python: records still lingering when the interpreter exits are written, not dropped
+        self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._atexit)
+
+    # ------------------------------------------------------------------------------------------------ config
+
+    @classmethod
+    def _parse_config(cls, configs: dict) -> dict:
+        c = dict(cls.DEFAULT_CONFIG)
+        alias = None
+        for raw_key, value in configs.items():
+            key = raw_key.replace(".", "_")
+            if key == "auto_create_topics":
+                alias = value
+                continue
+            if key in IGNORED_CONFIGS:
+                continue
+            if key not in c:
+                raise InvalidConfigError(f"unknown KafkaProducer config {raw_key!r}")
+            c[key] = value
+        if alias is not None:
+            if "allow_auto_create_topics" in {k.replace(".", "_") for k in configs} and \
+                    bool(alias) != bool(c["allow_auto_create_topics"]):
+                raise InvalidConfigError("auto_create_topics and allow_auto_create_topics disagree")
+            c["allow_auto_create_topics"] = alias
+        c["allow_auto_create_topics"] = bool(c["allow_auto_create_topics"])
+        acks = c["acks"]
+        acks = {"all": -1, "-1": -1, "0": 0, "1": 1}.get(acks, acks) if isinstance(acks, str) else acks
+        if isinstance(acks, bool) or acks not in (0, 1, -1):
+            raise InvalidConfigError(f"acks={c['acks']!r}: must be 0, 1 or 'all' (-1)")
+        c["acks"] = acks
+        for key, low in (("batch_size", 0), ("max_request_size", 1)):
+            v = c[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InvalidConfigError(f"{key}={v!r}: must be an integer >= {low}")
+        linger = c["linger_ms"]
+        if isinstance(linger, bool) or not isinstance(linger, int | float) or linger < 0:
+            raise InvalidConfigError(f"linger_ms={linger!r}: must be a number >= 0")
+        ctype = c["compression_type"]
+        if not (ctype is None or isinstance(ctype, str)) or ctype not in _COMPRESSION:
+            raise InvalidConfigError(f"compression_type={ctype!r}: must be None, 'gzip', 'snappy', 'lz4' or 'zstd'")
+        c["compression_type"] = _COMPRESSION[ctype]
+        if c["transactional_id"] is not None:
+            raise InvalidConfigError("transactional_id: transactions are not supported by the embedded producer")
+        for key in ("key_serializer", "value_serializer"):
+            s = c[key]
+            if s is not None and not callable(s) and not callable(getattr(s, "serialize", None)):
+                raise InvalidConfigError(f"{key}={s!r}: must be a callable or have serialize(topic, headers, data)")
+        p = c["partitioner"]
+        if p is not None and not callable(getattr(p, "partition", None)):
+            raise InvalidConfigError(f"partitioner={p!r}: must have partition(topic, key, serialized_key, value, "
+                                     "serialized_value, cluster)")
+        if c["client_id"] is None:
+            c["client_id"] = f"kafkalog-producer-{next(_ids)}"
+        return c
+
+    # ------------------------------------------------------------------------------------------------ topics
+
+    def _topic(self, topic) -> _Topic:
+        """The producer's view of a topic (loaded once): partitions, logs, limits; auto-created if allowed."""
+        st = self._topics.get(topic)
+        if st is not None:
+            return st
+        with self._meta_lock:
+            st = self._topics.get(topic)
+            if st is not None:
+                return st
+            if self._closed:
+                raise LogClosedError("KafkaProducer already closed")
+            store = self._store
+            try:
+                n = store.partitions_for(topic)
+            except UnknownTopicOrPartitionError:
+                if not self._auto_create:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {topic!r} does not exist in {store.path} (allow_auto_create_topics=False)") from None
+                try:
+                    store.create_topic(topic)  # validates the name: InvalidTopicError (a ValueError) from send()
+                except TopicAlreadyExistsError:
+                    pass  # another producer (thread or process) created it first
+                n = store.partitions_for(topic)
+            cfg = store.topic_config(topic)
+            # a topic codec other than 'producer' wins, as when a broker recompresses (Log applies it on None)
+            codec = self._codec if cfg["compression.type"] == "producer" else None
+            limit = max(1, min(self._batch_size, cfg["max.message.bytes"] - RECORD_BATCH_OVERHEAD))
+            append_time = cfg["message.timestamp.type"] == "LogAppendTime"
+            st = _Topic(topic, n)
+            st.parts = [_Partition(self, st, p, store.log(topic, p), codec, limit, append_time) for p in range(n)]
+            st.sticky = st.parts[int(_random() * n)]
+            self._topics[topic] = st
+            return st
+
+    def _forget_topic(self, st: _Topic) -> None:
+        """The topic's logs were closed under us (deleted topic, closed store): reload it on the next send."""
+        with self._meta_lock:
+            if self._topics.get(st.name) is st:
+                del self._topics[st.name]
+
+    def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partition ids (creating the topic if allow_auto_create_topics, like a metadata request)."""
+        return set(self._topic(topic).partition_set)
+
+    # ------------------------------------------------------------------------------------------------ send
+
+    def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
+        """Send one record; returns a FutureRecordMetadata at once (see the class docstring for when it resolves).
+
+        Raised here, nothing sent (as kafka-python): ``LogClosedError`` after close(); ``ValueError`` when key and
+        value are both None; ``TypeError`` for a serialized key/value that is not bytes-like or malformed headers
+        (a list of (str, bytes) pairs); whatever a serializer raises; ``InvalidTopicError`` for an illegal topic
+        name; ``UnknownTopicOrPartitionError`` for a missing topic without auto-creation or an explicit partition
+        outside the topic; ``InvalidTimestampError`` for a negative timestamp_ms.
+        Reported through the future, nothing else affected: ``RecordTooLargeError`` (above max_request_size or the
+        topic's max.message.bytes), any error the log raises for this record's batch.
+        """
+        # The hot path, inlined on purpose (a Python call is ~5% of a send): batching on, bytes value, bytes or no
+        # key, default partitioner, no serializers/headers/partition/timestamp, and the record fits the open batch
+        # without filling it. Everything else, and every state change, goes through _send().
+        if (self._fast and type(value) is bytes and headers is None and partition is None and timestamp_ms is None
+                and (key is None or type(key) is bytes)):
+            st = self._topics.get(topic)
+            if st is not None:
+                size = len(value) + _RECORD_OVERHEAD
+                if key is None:
+                    part = st.sticky
+                else:
+                    size += len(key)
+                    part = st.parts[hash_partition(key, st.n)]
+                if size <= self._max_fast:
+                    ts = _time_ns() // 1_000_000
+                    lock = self._lock
+                    lock.acquire()
+                    try:
+                        b = part.batch
+                        if b is not None and b.size + size < part.limit:
+                            i = len(b.values)
+                            b.values.append(value)
+                            if key is not None:
+                                if b.keys is None:
+                                    b.keys = [None] * i
+                                b.keys.append(key)
+                            elif b.keys is not None:
+                                b.keys.append(None)
+                            if b.headers is not None:
+                                b.headers.append(None)
+                            b.timestamps.append(ts)
+                            b.size += size
+                            return FutureRecordMetadata(b, i)
+                    finally:
+                        lock.release()
+                    timestamp_ms = ts
+        return self._send(topic, value, key, headers, partition, timestamp_ms)
+
+    def _send(self, topic, value, key, headers, partition, timestamp_ms):
+        if self._closed:
+            raise LogClosedError("KafkaProducer already closed")
+        key0, value0 = key, value
+        if self._serializing:
+            hs = headers if headers is not None else []
+            if self._key_ser is not None:
+                key = self._key_ser(topic, hs, key)
+            if self._value_ser is not None:
+                value = self._value_ser(topic, hs, value)
+        if value is not None and type(value) is not bytes and not isinstance(value, _BYTES_LIKE):
+            raise TypeError(f"Unsupported type for serialized value: {type(value)}")
+        if key is not None:
+            if type(key) is not bytes and not isinstance(key, _BYTES_LIKE):
+                raise TypeError(f"Unsupported type for serialized key: {type(key)}")
+            size = len(key) + _RECORD_OVERHEAD
+        elif value is None:
+            raise ValueError("Need at least one: key or value")
+        else:
+            size = _RECORD_OVERHEAD
+        if value is not None:
+            size += len(value)
+        if headers:
+            size += _check_headers(headers)
+        else:
+            headers = None
+        if timestamp_ms is None:
+            ts = _time_ns() // 1_000_000
+        elif type(timestamp_ms) is int and timestamp_ms >= 0:
+            ts = timestamp_ms
+        else:
+            ts = _timestamp(timestamp_ms)
+
+        st = self._topics.get(topic)
+        if st is None:
+            st = self._topic(topic)
+        sticky = False
+        if partition is not None:
+            if partition not in st.partition_set:
+                raise UnknownTopicOrPartitionError(
+                    f"partition {partition!r} of topic {topic!r} does not exist (it has {st.n} partitions: "
+                    f"0..{st.n - 1})")
+            part = st.parts[partition]
+        elif self._partitioner is not None:
+            part = self._custom_partition(st, key0, key, value0, value, size)
+        elif key is not None:
+            part = st.parts[hash_partition(key, st.n)]
+        else:
+            part = st.sticky
+            sticky = True
+
+        if size + RECORD_BATCH_OVERHEAD > self._max_request_size:
+            return self._reject(part, value, key, ts, headers, RecordTooLargeError(
+                f"the record is {size + RECORD_BATCH_OVERHEAD} bytes when serialized, more than "
+                f"max_request_size={self._max_request_size}"))
+
+        if not self._linger:
+            b = _Batch.single(part, self._early, value, key, ts, headers)
+            b.size = size
+            b.state = _CLOSED
+            if sticky and st.n > 1:
+                _rotate(st, part)  # each send is a batch of its own: KIP-480 moves on after every one
+            self._write(part, b)
+            return FutureRecordMetadata(b, 0)
+
+        drain = None
+        lock = self._lock
+        lock.acquire()
+        try:
+            b = part.batch
+            if b is not None and b.size + size > part.limit:
+                self._close_locked(part)
+                drain = part
+                if sticky:
+                    part = st.sticky  # KIP-480: the record that needs a new batch goes to the next partition
+                    b = part.batch
+                    if b is not None and b.size + size > part.limit:
+                        self._close_locked(part)
+                        drain = [drain, part]
+                        b = None
+                else:
+                    b = None
+            if b is None:
+                b = self._new_batch_locked(part)
+            i = len(b.values)
+            b.values.append(value)
+            if key is not None:
+                if b.keys is None:
+                    b.keys = [None] * i
+                b.keys.append(key)
+            elif b.keys is not None:
+                b.keys.append(None)
+            if headers is not None:
+                if b.headers is None:
+                    b.headers = [None] * i
+                b.headers.append(headers)
+            elif b.headers is not None:
+                b.headers.append(None)
+            b.timestamps.append(ts)
+            b.size += size
+            if b.size >= part.limit:
+                self._close_locked(part)
+                drain = part if drain is None else [*drain, part] if type(drain) is list else [drain, part]
+        finally:
+            lock.release()
+        if drain is not None:
+            if type(drain) is list:
+                for p in drain:
+                    self._drain(p)
+            else:
+                self._drain(drain)
+        return FutureRecordMetadata(b, i)
+
+    def _custom_partition(self, st: _Topic, key0, key, value0, value, size: int) -> _Partition:
+        p = self._partitioner.partition(st.name, key0, key, value0, value, self._cluster)
+        on_new_batch = getattr(self._partitioner, "on_new_batch", None) if key is None else None
+        if on_new_batch is not None and p in st.partition_set:
+            b = st.parts[p].batch  # read without the lock: a stale answer only moves one record
+            if b is None or b.size + size > st.parts[p].limit:
+                # kafka-python's abort-for-new-batch: a null-key record that needs a new batch (always, with
+                # linger_ms=0) lets a sticky partitioner move on first, and goes where it moved
+                on_new_batch(st.name, self._cluster, p)
+                p = self._partitioner.partition(st.name, key0, key, value0, value, self._cluster)
+        if p not in st.partition_set:
+            raise UnknownTopicOrPartitionError(
+                f"partitioner returned partition {p!r} for topic {st.name!r}, which has {st.n} partitions")
+        return st.parts[p]
+
+    def _reject(self, part, value, key, ts, headers, exc) -> FutureRecordMetadata:
+        """A future that failed before its record joined a batch; nothing else is affected."""
+        b = _Batch.single(part, False, value, key, ts, headers)
+        b.state = _FAILED
+        b.error = exc
+        with self._lock:
+            self._metrics["record-error-total"] += 1
+        return FutureRecordMetadata(b, 0)
+
+    # ------------------------------------------------------------------------------------------------ batches
+
+    def _new_batch_locked(self, part: _Partition) -> _Batch:
+        now = _monotonic()
+        b = _Batch(part, self._early, now)
+        part.batch = b
+        self._open[part] = None
+        self._incomplete.add(b)
+        if self._sender_deadline is None:
+            self._cond.notify()  # the sender sleeps without a deadline: give it this batch's
+        return b
+
+    def _close_locked(self, part: _Partition) -> None:
+        """Move the open batch of ``part`` to its ready queue (lock held). The caller then drains the partition."""
+        b = part.batch
+        part.batch = None
+        del self._open[part]
+        b.state = _CLOSED
+        part.ready.append(b)
+        st = part.topic
+        if st.sticky is part and st.n > 1:
+            _rotate(st, part)
+
+    def _drain(self, part: _Partition) -> None:
+        """Write the ready batches of ``part`` in order. Whoever holds wlock writes everything queued so far."""
+        ready = part.ready
+        with part.wlock:
+            while ready:
+                try:
+                    b = ready.popleft()
+                except IndexError:
+                    return
+                self._write(part, b)
+
+    def _write(self, part: _Partition, b: _Batch) -> None:
+        """One Log.append_batch for the batch; a batch the log refuses for a record's sake is split to find it."""
+        try:
+            b.base = part.log.append_batch(b.values, b.keys, b.timestamps, b.headers, compression=part.codec)
+        except (TypeError, ValueError):
+            # record-level refusals (RecordTooLargeError, InvalidTimestampError, bad types...) are ValueErrors or
+            # TypeErrors: isolate the records at fault, write the others in order (Kafka splits batches too)
+            pieces: list = []
+            self._write_split(part, b, 0, len(b.values), pieces)
+            b.pieces = pieces
+            if not any(isinstance(res, int) for _, _, res in pieces):
+                b.error = pieces[0][2]
+                self._fail(b, b.error, count=len(b.values))
+                return
+            b.error = next((res for _, _, res in pieces if isinstance(res, BaseException)), None)
+        except Exception as e:
+            if isinstance(e, LogClosedError):
+                self._forget_topic(part.topic)
+            self._fail(b, e, count=len(b.values))
+            return
+        if part.append_time:
+            b.append_time = self._append_time(part, b)
+        if self._acks_all:
+            with self._lock:
+                b.state = _WRITTEN
+                if not self._unsynced:
+                    self._unsynced_since = _monotonic()
+                self._unsynced.setdefault(part, []).append(b)
+                self._incomplete.add(b)
+                due = self._unsynced_since + self._sync_window()
+                if self._waiters or self._sender_deadline is None or self._sender_deadline > due:
+                    self._cond.notify()
+        else:
+            self._complete(b)
+
+    def _write_split(self, part: _Partition, b: _Batch, lo: int, hi: int, out: list) -> None:
+        keys, headers = b.keys, b.headers
+        try:
+            base = part.log.append_batch(b.values[lo:hi], None if keys is None else keys[lo:hi], b.timestamps[lo:hi],
+                                         None if headers is None else headers[lo:hi], compression=part.codec)
+        except (TypeError, ValueError) as e:
+            if hi - lo == 1:
+                out.append((lo, hi, e))
+                return
+            mid = (lo + hi) // 2
+            self._write_split(part, b, lo, mid, out)
+            self._write_split(part, b, mid, hi, out)
+            return
+        out.append((lo, hi, base))
+
+    def _append_time(self, part: _Partition, b: _Batch) -> int:
+        """LogAppendTime topics: the log stamped the batch; read the stamp back for RecordMetadata.timestamp."""
+        base = b.base if b.pieces is None else next(res for _, _, res in b.pieces if isinstance(res, int))
+        try:
+            for batch in iter_batches(part.log.read(base, 1)):
+                if batch.base_offset <= base <= batch.last_offset:
+                    return batch.max_timestamp
+        except Exception as e:  # metadata only: the records are written; fall back to the clock
+            _log.warning("could not read back the append time of %s at %d: %s", part.tp, base, e)
+        return _now_ms()
+
+    def _complete(self, b: _Batch) -> None:
+        n = len(b.values) if b.values is not None else len(b.sizes)
+        failed = 0 if b.pieces is None else sum(hi - lo for lo, hi, res in b.pieces if isinstance(res, BaseException))
+        with self._lock:
+            b.state = _DONE
+            self._incomplete.discard(b)
+            m = self._metrics
+            m["record-send-total"] += n - failed
+            m["record-error-total"] += failed
+            m["batch-total"] += 1
+            m["byte-total"] += b.size
+            callbacks, b.callbacks = b.callbacks, None
+            if self._waiters:
+                self._cond.notify_all()
+        if failed and b.early:
+            _log.warning("acks=0: %d records for %s were refused by the log: %s", failed, b.part.tp, b.error)
+        if b.values is not None and b.size >= _STRIP_AVG_BYTES * n:
+            b.strip()
+        if callbacks:
+            self._callbacks(b, callbacks)
+
+    def _fail(self, b: _Batch, exc: BaseException, count: int) -> None:
+        with self._lock:
+            b.state = _FAILED
+            b.error = exc
+            self._incomplete.discard(b)
+            self._metrics["record-error-total"] += count
+            callbacks, b.callbacks = b.callbacks, None
+            if self._waiters:
+                self._cond.notify_all()
+        if b.early:
+            _log.warning("acks=0: a batch of %d records for %s was not written: %s", count, b.part.tp, exc)
+        if callbacks:
+            self._callbacks(b, callbacks)
+
+    @staticmethod
+    def _callbacks(b: _Batch, callbacks) -> None:
+        for i, f, errback in callbacks:
+            _run_callback(FutureRecordMetadata(b, i), f, errback)
+
+    # ------------------------------------------------------------------------------------------------ fsync
+
+    def _sync_window(self) -> float:
+        # While nobody waits, let writes gather for about twice the last fsync: Log.flush holds the log's lock
+        # during its fsync, so back-to-back fsyncs would stall the writers on every record.
+        return min(0.05, max(0.0005, 2 * self._last_fsync))
+
+    def _sync(self, todo: dict) -> None:
+        """fsync each partition of ``todo`` once; every batch written before it is then durable."""
+        for part, batches in todo.items():
+            t = _monotonic()
+            try:
+                part.log.flush()
+            except Exception as e:
+                for b in batches:
+                    self._fail(b, e, count=len(b.values) if b.values is not None else len(b.sizes))
+                continue
+            self._last_fsync = _monotonic() - t
+            with self._lock:
+                self._metrics["fsync-total"] += 1
+            for b in batches:
+                self._complete(b)
+
+    def _sync_pending(self) -> None:
+        with self._lock:
+            todo, self._unsynced = self._unsynced, {}
+        if todo:
+            self._sync(todo)
+
+    def _await(self, b: _Batch, timeout: float | None) -> None:
+        """Block until batch ``b`` is done (get()). acks='all': a written batch is fsynced now, not after the
+        group-commit window."""
+        if self._acks_all and b.state == _WRITTEN:
+            self._sync_pending()
+        deadline = None if timeout is None else _monotonic() + timeout
+        with self._cond:
+            self._waiters += 1
+            try:
+                while not (b.early or b.state >= _DONE):
+                    if deadline is None:
+                        self._cond.wait()
+                        continue
+                    remaining = deadline - _monotonic()
+                    if remaining <= 0:
+                        raise RequestTimedOutError(f"Timeout after waiting for {timeout} secs.")
+                    self._cond.wait(remaining)
+            finally:
+                self._waiters -= 1
+
+    # ------------------------------------------------------------------------------------------------ sender
+
+    def _run(self) -> None:
+        """The sender thread: write batches whose linger expired; group-fsync written batches (acks='all')."""
+        linger = self._linger
+        cond = self._cond
+        while True:
+            try:
+                expired = []
+                todo = None
+                with cond:
+                    while True:
+                        now = _monotonic()
+                        deadline = None
+                        if self._open:
+                            for part in self._open:  # insertion order: oldest batch first
+                                due = part.batch.created + linger
+                                if due <= now or self._stopping:
+                                    expired.append(part)
+                                else:
+                                    deadline = due
+                                    break
+                            for part in expired:
+                                self._close_locked(part)
+                        if self._unsynced:
+                            due = self._unsynced_since + self._sync_window()
+                            if self._waiters or self._stopping or due <= now:
+                                todo, self._unsynced = self._unsynced, {}
+                            elif deadline is None or due < deadline:
+                                deadline = due
+                        if expired or todo:
+                            self._sender_deadline = now  # busy: writers need not wake it
+                            break
+                        if self._stopping:
+                            return
+                        self._sender_deadline = deadline
+                        cond.wait(None if deadline is None else deadline - now)
+                for part in expired:
+                    self._drain(part)
+                if todo:
+                    self._sync(todo)
+            except Exception:  # the thread must survive anything a batch or a callback throws
+                _log.exception("producer sender thread")
+
+    # ------------------------------------------------------------------------------------------------ flush/close
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Write every buffered record now (even before linger_ms) and wait until every record sent before this
+        call is resolved per ``acks`` (acks='all': fsynced). RequestTimedOutError after ``timeout`` seconds.
+        Records sent by other threads meanwhile may or may not be included (kafka-python's guarantee)."""
+        deadline = None if timeout is None else _monotonic() + timeout
+        with self._lock:
+            for part in list(self._open):
+                self._close_locked(part)
+            waiting = list(self._incomplete)
+            self._metrics["flush-total"] += 1
+        for part in {b.part for b in waiting}:
+            self._drain(part)
+        if self._acks_all:
+            self._sync_pending()
+        with self._cond:
+            self._waiters += 1
+            try:
+                for b in waiting:
+                    while b.state < _DONE:
+                        remaining = None if deadline is None else deadline - _monotonic()
+                        if remaining is not None and remaining <= 0:
+                            raise RequestTimedOutError(f"flush did not complete within {timeout} secs")
+                        self._cond.wait(remaining)
+            finally:
+                self._waiters -= 1
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (up to ``timeout`` seconds), stop the sender thread, close serializers and, if the producer opened
+        the store from a path, the store. Records not written by the timeout fail with LogClosedError.
+        Idempotent; send() raises LogClosedError afterwards."""
+        with self._meta_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._fast = False
+        atexit.unregister(self._atexit)
+        in_sender = threading.current_thread() is self._sender
+        try:
+            self.flush(0 if in_sender else timeout)
+        except RequestTimedOutError:
+            _log.warning("%s: closing with records not yet acknowledged after %s secs", self.config["client_id"],
+                         timeout)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._sender is not None and not in_sender:
+            self._sender.join(timeout)
+        with self._lock:
+            leftovers = [b for b in self._incomplete if b.state < _WRITTEN]
+        for b in leftovers:
+            self._fail(b, LogClosedError("the producer was closed before the record was written"),
+                       count=len(b.values))
+        for ser in (self.config["key_serializer"], self.config["value_serializer"]):
+            close = getattr(ser, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:
+                    _log.exception("closing a serializer")
+        if self._owns_store:
+            self._store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------------------------------------ info
+
+    def metrics(self, raw: bool = False) -> dict:
+        """A few counters in kafka-python's shape: ``{"producer-metrics": {name: value}}``."""
+        with self._lock:
+            m = dict(self._metrics)
+        batches = m["batch-total"]
+        m["records-per-batch-avg"] = (m["record-send-total"] / batches) if batches else 0.0
+        m["batch-size-avg"] = (m["byte-total"] / batches) if batches else 0.0
+        return {"producer-metrics": m}
+
+    @property
+    def store(self) -> LogStore:
+        return self._store
+
+    def __repr__(self):
+        return f"<KafkaProducer client_id={self.config['client_id']!r} store={str(self._store.path)!r}>"
+
+
+def _rotate(st: _Topic, part: _Partition) -> None:
+    """KIP-480: move the topic's sticky partition to another one, chosen at random."""
+    i = int(_random() * (st.n - 1))
+    st.sticky = st.parts[i + 1 if i >= part.partition else i]
+
+
+def _timestamp(value) -> int:
+    """timestamp_ms other than a plain non-negative int: any integer type (numpy's too), never a bool."""
+    if isinstance(value, bool):
+        raise TypeError(f"timestamp_ms={value!r}: must be an int (epoch milliseconds)")
+    try:
+        ts = operator.index(value)
+    except TypeError:
+        raise TypeError(f"timestamp_ms={value!r}: must be an int (epoch milliseconds)") from None
+    if ts < 0:
+        raise InvalidTimestampError(f"timestamp_ms={ts}: must be >= 0 (epoch milliseconds)")
+    return ts
+
+
+def _check_headers(headers) -> int:
+    """kafka-python's rule: a list of (str, bytes) pairs (None values allowed, as in Kafka). Returns the size."""
+    if not isinstance(headers, list | tuple):
+        raise TypeError("headers must be a list of (str, bytes) tuples")
+    size = 1
+    for h in headers:
+        if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
+                and (h[1] is None or isinstance(h[1], _BYTES_LIKE))):
+            raise TypeError(f"All headers items must be (str, bytes) tuples, got {h!r}")
+        size += len(h[0]) + (len(h[1]) if h[1] is not None else 0) + _HEADER_OVERHEAD
+    return size
+
+
+def _serializer(s):
+    """kafka-python accepts a callable(data) or a Serializer (serialize(topic, headers, data)): one calling form."""
+    if s is None:
+        return None
+    serialize = getattr(s, "serialize", None)
+    if callable(serialize):
+        return serialize
+    return lambda topic, headers, data: s(data)
+
+
+def _close_at_exit(ref) -> None:
+    producer = ref()
+    if producer is not None:
+        try:
+            producer.close()
+        except Exception:
+            _log.exception("closing a producer at exit")
+
