@@ -26,3 +26,18 @@ def test_top_has_the_two_commands():
     assert first_block[1].startswith("pip install '.[test]' && pytest")
     ci = (README.parent / ".ci" / "run").read_text()
     assert "pip install '.[test]' && pytest\n" in ci
+
+
+def test_client_example_runs(tmp_path, monkeypatch):
+    code = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[1]
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert scope["meta"].topic == "events" and scope["meta"].offset == 0
+    import kafkalog
+    with kafkalog.LogStore(tmp_path / "data", read_only=True) as store:
+        p = scope["meta"].partition
+        log = store.log("events", p)
+        if p == 0:
+            assert log.log_start_offset == log.log_end_offset == 1
+        assert log.log_end_offset == 1
