@@ -252,7 +252,8 @@ cdef class LogSegment:
             rc = parse_batch_header(self._ptr(pos), file_size - pos, &h)
             if rc != 0 or not _sane(&h, self.base_offset, self.next_offset if pos > 0 else -1):
                 break
-            self._note_batch(pos, h.base_offset + h.last_offset_delta, h.max_timestamp, h.batch_length + 12)
+            # loading writes nothing: an entry missing after a crash only makes the index sparser
+            self._note_batch_foreign(pos, h.base_offset + h.last_offset_delta, h.max_timestamp, h.batch_length + 12)
             pos = self.size
         self.torn_bytes = file_size - self.size
 
@@ -509,12 +510,23 @@ cdef class LogSegment:
         if from_offset > self.base_offset and self.offset_index.entries > 0:
             self.offset_index.truncate_to(from_offset)
             self.time_index.truncate_to(from_offset)
-            pos = self.offset_index.last_entry[1] if self.offset_index.entries > 0 else 0
-            if self.time_index.entries > 0:
-                self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = self.time_index.last_entry
-            if pos >= file_size:
-                pos = 0
-        else:
+            if self.offset_index.entries > 0:
+                off, pos = self.offset_index.last_entry
+                # the index is only a hint: its last entry must name the start of the batch ending at its offset,
+                # or the index is damaged and rebuilt from the segment start (never trust a position blindly)
+                if not (0 < pos < file_size and parse_batch_header(self._ptr(pos), file_size - pos, &h) == 0
+                        and h.base_offset + h.last_offset_delta == off and _sane(&h, self.base_offset, -1)):
+                    pos = -1
+            if pos > 0 and self.time_index.entries > 0:
+                ts, ts_off = self.time_index.last_entry
+                if self.base_offset <= ts_off <= off:
+                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = ts, ts_off
+                else:
+                    pos = -1
+        if pos <= 0:
+            pos = 0
+            self.max_timestamp_so_far = -1
+            self.offset_of_max_timestamp_so_far = self.base_offset
             self.offset_index.truncate()
             self.time_index.truncate()
         if pos > 0 and parse_batch_header(self._ptr(0), file_size, &h) == 0:
