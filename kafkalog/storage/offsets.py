@@ -477,8 +477,8 @@ class OffsetStore:
             entry = p.offsets.get(group, {}).get(tp)
             return None if entry is None else entry[0]
 
-    def committed_all(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Every partition ``group`` has a committed offset for."""
+    def _group_entries(self, group: str) -> dict:
+        """{TopicPartition: (OffsetAndMetadata, commit timestamp)} of ``group``, after taking in other writers."""
         _check_group(group)
         with self._lock:
             self._check_open()
@@ -486,18 +486,15 @@ class OffsetStore:
             if p is None:
                 return {}
             self._catch_up(p)
-            return {tp: om for tp, (om, _) in p.offsets.get(group, {}).items()}
+            return dict(p.offsets.get(group, {}))
+
+    def committed_all(self, group: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every partition ``group`` has a committed offset for."""
+        return {tp: om for tp, (om, _) in self._group_entries(group).items()}
 
     def commit_timestamps(self, group: str) -> dict[TopicPartition, int]:
         """Commit time (ms) per partition of ``group`` (for offsets retention and describe-group tools)."""
-        _check_group(group)
-        with self._lock:
-            self._check_open()
-            p = self._partition_of(group)
-            if p is None:
-                return {}
-            self._catch_up(p)
-            return {tp: ts for tp, (_, ts) in p.offsets.get(group, {}).items()}
+        return {tp: ts for tp, (_, ts) in self._group_entries(group).items()}
 
     def groups(self) -> list[str]:
         """Groups with committed offsets or group metadata, sorted."""
