@@ -244,3 +244,6 @@ def iter_records(buffer: BytesLike, start: int = 0, end: int | None = None, min_
 
 def chain_records(chunks: Iterable[tuple[BytesLike, int, int]]) -> RecordStream:
     """iter_records over each (buffer, min_offset, max_offset) chunk, in one C-level loop."""
+
+def next_offset_after(buffer: BytesLike, default: int = -1) -> int:
+    """Offset after the last complete batch in buffer (headers only); default when there is none."""

@@ -1676,6 +1676,19 @@ def count_records(buffer, Py_ssize_t start=0, end=None):
         pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
 
 
+def next_offset_after(buffer, int64_t default=-1):
+    """Offset after the last complete batch in ``buffer`` (headers only, in C); ``default`` when there is none."""
+    cdef const unsigned char *base
+    cdef Py_ssize_t n, pos = 0
+    cdef BatchHeader h
+    cdef int64_t out = default
+    mv = _read_view(buffer, &base, &n)
+    while parse_batch_header(base + pos, n - pos, &h) == KL_BATCH_OK:
+        out = h.base_offset + h.last_offset_delta + 1
+        pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # In-place rewrites (zero-copy append: only fields the log owns change)
 

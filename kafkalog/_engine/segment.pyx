@@ -573,18 +573,8 @@ cdef class LogSegment:
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = self.base_offset
         self.rolling_based_timestamp = -1
-        self._load_tail_from_start(pos)
+        self._load_tail(pos)  # from the last remaining index entry, as at open
         return old - pos
-
-    def _load_tail_from_start(self, int64_t file_size):
-        cdef BatchHeader h
-        cdef int64_t pos = 0
-        if self.time_index.entries > 0:
-            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = self.time_index.last_entry
-        while pos < file_size and parse_batch_header(self._ptr(pos), file_size - pos, &h) == 0:
-            self._note_batch(pos, h.base_offset + h.last_offset_delta, h.max_timestamp,
-                             h.batch_length + KL_LOG_OVERHEAD)
-            pos = self.size
 
     # ------------------------------------------------------------------------------------------------ other processes
 

@@ -40,6 +40,7 @@ from .._engine.records import (
     chain_records,
     decode_columns,
     iter_batches,
+    next_offset_after,
     set_base_offset,
     set_log_append_time,
 )
@@ -90,6 +91,7 @@ class Log:
     def __init__(self, dir: Path, topic: str, partition: int, config: Config, *, mode: str = EXCLUSIVE,
                  checkpoints: Checkpoints, had_clean_shutdown: bool = True, recover: bool = False):
         self.dir = Path(dir)
+        self._dir_str = str(self.dir)
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -370,7 +372,8 @@ class Log:
                 self._segments[-1] = self._open_segment(active.base_offset, self.mode == SHARED)
                 continue
             self._leo = active.next_offset
-            if self._leo == active.base_offset or not (self.dir / segment_file_name(self._leo)).exists():
+            if self._leo == active.base_offset or not os.path.exists(
+                    os.path.join(self._dir_str, segment_file_name(self._leo))):
                 break
             # another process rolled: our active is sealed now (it already wrote the final entries and trimmed)
             active.close_without_finalizing()
@@ -766,8 +769,7 @@ class Log:
             if not len(view):
                 return
             yield view, pos, stop
-            last = RecordBatch(view, _last_batch_position(view)).next_offset
-            pos = max(pos, last)
+            pos = max(pos, next_offset_after(view, pos))
 
     def records(self, start_offset: int | None = None, end_offset: int | None = None):
         """Iterate records with offset in [start_offset, end_offset) (default: log start to log end at each chunk),
@@ -1025,16 +1027,6 @@ def _index_missing(dir: Path, base: int) -> bool:
     return False
 
 
-def _last_batch_position(view: memoryview) -> int:
-    pos = 0
-    last = 0
-    n = len(view)
-    while pos + 12 <= n:
-        last = pos
-        pos += int.from_bytes(view[pos + 8:pos + 12], "big") + 12
-    return last
-
-
 def _recompress(batches, codec: int):
     out = bytearray()
     placed = []
@@ -1045,8 +1037,9 @@ def _recompress(batches, codec: int):
                            [r.headers for r in recs], compression=codec, producer_id=batch.producer_id,
                            producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
                            is_transactional=batch.is_transactional)
-        placed.append((pos, RecordBatch(bytes(out[pos:]))))
-    return out, placed
+        placed.append(pos)
+    # views into the finished buffer only: a bytearray cannot grow while a batch view holds it
+    return out, [(pos, RecordBatch(out, pos)) for pos in placed]
 
 
 # Layout of decode_columns' output: per-record arrays, Arrow binary columns (offsets n+1 + data), and headers

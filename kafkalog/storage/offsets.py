@@ -336,25 +336,10 @@ class _Partition:
         try:
             k = decode_key(key)
             if k.version < GROUP_METADATA_KEY_VERSION:
-                tp = TopicPartition(k.topic, k.partition)
-                if value is None:
-                    committed = self.offsets.get(k.group)
-                    if committed is not None:
-                        committed.pop(tp, None)
-                        if not committed:
-                            del self.offsets[k.group]
-                else:
-                    self.offsets.setdefault(k.group, {})[tp] = decode_offset_commit_value(value)
+                _put(self.offsets, k.group, TopicPartition(k.topic, k.partition),
+                     None if value is None else decode_offset_commit_value(value))
             else:
-                key = bytes(key)
-                if value is None:
-                    records = self.others.get(k.group)
-                    if records is not None:
-                        records.pop(key, None)
-                        if not records:
-                            del self.others[k.group]
-                else:
-                    self.others.setdefault(k.group, {})[key] = bytes(value)
+                _put(self.others, k.group, bytes(key), None if value is None else bytes(value))
         except ValueError as e:  # Kafka's coordinator would refuse to load; one bad record must not lose the rest
             _log.warning("%s-%d: skipping a record that is not an offsets record: %s", OFFSETS_TOPIC, self.index, e)
             return
@@ -818,3 +803,15 @@ def _check_tp(tp) -> tuple[str, int]:
     if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= INT_MAX:
         raise ValueError(f"{tp!r}: the partition must be an int32 >= 0")
     return topic, partition
+
+
+def _put(by_group: dict, group: str, key, value) -> None:
+    """Latest value per (group, key); None is a tombstone, and a group left with nothing is dropped."""
+    if value is not None:
+        by_group.setdefault(group, {})[key] = value
+        return
+    entries = by_group.get(group)
+    if entries is not None:
+        entries.pop(key, None)
+        if not entries:
+            del by_group[group]
