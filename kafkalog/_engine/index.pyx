@@ -247,11 +247,20 @@ cdef int _map(AbstractIndex idx) except -1:
     if size <= 0:
         return 0
     mode = "r+" if idx.writable else "r"
-    try:
-        with open(idx._fd, mode + "b", buffering=0, closefd=False) as f:
-            mm = np.memmap(f, dtype=np.uint8, mode=mode, shape=(size,))
-    except OSError as exc:
-        raise storage_error(exc, "map index", idx.path) from exc
+    while True:
+        try:
+            with open(idx._fd, mode + "b", buffering=0, closefd=False) as f:
+                mm = np.memmap(f, dtype=np.uint8, mode=mode, shape=(size,))
+            break
+        except OSError as exc:
+            raise storage_error(exc, "map index", idx.path) from exc
+        except ValueError:
+            # the file shrank since it was measured: the writer in another process trimmed it on a roll (only down
+            # to its valid entries, which a reader keeps). Map what is there now.
+            idx._length = _file_length(idx)
+            size = idx._length - idx._length % idx.entry_size
+            if size <= 0:
+                return 0
     if idx.writable:
         rw = mm
         idx._wbase = &rw[0]
@@ -414,7 +423,7 @@ cdef int _open(AbstractIndex idx, bint verify) except -1:
                 idx._length = length
             entries, extent = _discover(idx, idx._length // es, verify)
         _map(idx)
-        idx.entries = entries
+        idx.entries = min(entries, idx.max_entries)
         if idx.writable and extent > entries:
             # non-zero leftovers past the valid prefix (a torn or reordered tail): clear them so the next crash or
             # a reader in another process cannot take them for entries once appends reach them
@@ -587,8 +596,10 @@ cdef class AbstractIndex:
         if length - length % es != self.max_entries * es:
             _unmap(self)
             self._length = length
-            _map(self)
-        self._length = length
+            _map(self)  # may map less: the file can shrink again meanwhile
+            entries = min(entries, self.max_entries)
+        else:
+            self._length = length
         self.entries = entries
         _load_last(self)
         return entries

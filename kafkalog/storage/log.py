@@ -113,9 +113,23 @@ class Log:
         self._ts_lo, self._ts_hi = 0, LONG_MAX
         self._deleted_files: list[tuple[float, Path]] = []
         self._apply_config(config)
-        self._plock = FileLock(self.dir / _PARTITION_LOCK) if mode == SHARED else None
+        self._plock = None
         try:
-            self._load(had_clean_shutdown, recover)
+            if mode == SHARED:
+                # a shared opener maps the active segment writable: never while another writer rolls (trims its
+                # indexes), truncates a torn tail or deletes segments
+                self.dir.mkdir(parents=True, exist_ok=True)
+                self._plock = FileLock(self.dir / _PARTITION_LOCK)
+                self._plock.acquire(timeout=config.get("lock.timeout.ms", 30000) / 1000.0,
+                                    what=f"open {topic}-{partition}")
+                try:
+                    self._load(had_clean_shutdown, recover)
+                except BaseException:
+                    self._plock.close()
+                    raise
+                self._plock.release()
+            else:
+                self._load(had_clean_shutdown, recover)
         except OSError as e:
             if isinstance(e, KafkaStorageError):
                 raise

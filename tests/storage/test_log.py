@@ -807,3 +807,42 @@ def test_shared_writers_with_concurrent_delete_before(data_dir, child_env, tmp_p
         assert leo == 1200
         on_disk = {rec.offset: rec.value.decode() for rec in log.records()}
     assert on_disk == {o: v for o, v in handed.items() if o >= lso}
+
+
+_ROLLING_WRITER = r"""
+import sys, kafkalog
+path, n = sys.argv[1], int(sys.argv[2])
+with kafkalog.LogStore(path, {"lock.timeout.ms": 20000}, maintenance=False) as s:
+    log = s.log("t")
+    for i in range(n):
+        log.append_batch([b"%06d" % i])
+"""
+
+
+def test_openers_race_a_rolling_writer(data_dir, child_env, tmp_path):
+    """A writer in another process rolls a segment every few records (each roll trims the old active's indexes)
+    while this process keeps opening the partition read-only and shared: an opener never maps past the end of a
+    file that shrank meanwhile, and every view reads a gap-free prefix."""
+    import subprocess
+    import sys
+    with kafkalog.LogStore(data_dir, maintenance=False) as s:
+        s.create_topic("t", 1, {"segment.bytes": 300, "segment.index.bytes": 1 << 20, "index.interval.bytes": 1})
+    script = tmp_path / "writer.py"
+    script.write_text(_ROLLING_WRITER)
+    n = 3000
+    p = subprocess.Popen([sys.executable, str(script), str(data_dir), str(n)], env=child_env,
+                         stderr=subprocess.PIPE, text=True)
+    opened = 0
+    try:
+        while p.poll() is None or opened == 0:
+            read_only = opened % 2 == 0
+            with kafkalog.LogStore(data_dir, read_only=read_only, exclusive=False, maintenance=False) as r:
+                log = r.log("t")
+                end = log.log_end_offset
+                got = [int(rec.value) for rec in log.records(0, end)]
+                assert got == list(range(end))
+            opened += 1
+    finally:
+        _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err[-3000:]
+    assert opened > 0
