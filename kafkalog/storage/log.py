@@ -112,6 +112,7 @@ class Log:
         self._staged: BatchBuilder | None = None
         self._ts_lo, self._ts_hi = 0, LONG_MAX
         self._deleted_files: list[tuple[float, Path]] = []
+        self._waiters: list = []  # threading.Event objects set on every append (consumers blocked in poll)
         self._apply_config(config)
         self._plock = None
         try:
@@ -464,6 +465,8 @@ class Log:
                 if staged.full:
                     with self._lock:
                         self._drain()
+                if self._waiters:
+                    self._wake()
                 return off
         with self._lock:
             self._check_writable()
@@ -480,6 +483,8 @@ class Log:
                 off = self._staged.stage(value, key, ts, headers)
             if self._staged.full:
                 self._drain()
+            if self._waiters:
+                self._wake()
             return off
 
     def _refresh_time_bounds(self) -> None:
@@ -607,6 +612,8 @@ class Log:
         self._unflushed += count
         if self._unflushed >= self._flush_messages:
             self._flush_locked()
+        if self._waiters:
+            self._wake()
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int) -> LogSegment:
         if size > self._segment_bytes:
@@ -643,6 +650,42 @@ class Log:
                 self._drain()  # shared: the partition lock already refreshed
                 if self._segments[-1].size:
                     self._roll()
+
+    # ------------------------------------------------------------------------------------------------ waiting
+
+    def add_waiter(self, event) -> None:
+        """Have ``event.set()`` called after every append through this object (any thread of this process).
+        Appends by other processes (or other LogStore objects) are seen by ``has_data_after``, not by the event."""
+        with self._lock:
+            if event not in self._waiters:
+                self._waiters = [*self._waiters, event]  # copy on write: _wake iterates without the lock
+
+    def remove_waiter(self, event) -> None:
+        with self._lock:
+            self._waiters = [e for e in self._waiters if e is not event]
+
+    def _wake(self) -> None:
+        for e in self._waiters:
+            e.set()
+
+    def has_data_after(self, offset: int) -> bool:
+        """Cheap check that a record at ``offset`` or later exists or is staged, including appends by other
+        processes since this view last looked (one fstat plus one stat; no lock, no read). A True answer may
+        precede the view catching up: read through ``read``/``records``, which do."""
+        if self._leo > offset or (self._staged is not None and self._staged.count):
+            return True
+        if self.mode == EXCLUSIVE or self._closed:
+            return False
+        segs = self._segments
+        if not segs:
+            return bool(self._list_bases())
+        active = segs[-1]
+        try:
+            if active.torn_bytes_now() > 0:  # the file holds bytes past our view: another process appended
+                return True
+        except Exception:  # noqa: BLE001  (closed or deleted under us: let the reader's refresh sort it out)
+            return True
+        return os.path.exists(os.path.join(self._dir_str, segment_file_name(self._leo)))
 
     # ------------------------------------------------------------------------------------------------ flush
 
