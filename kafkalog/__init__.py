@@ -9,6 +9,7 @@
 
 from . import _engine  # noqa: F401  (fails loudly when the compiled engine is missing)
 from .client.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+from .client.consumer import ConsumerRebalanceListener, KafkaConsumer
 from .client.producer import FutureRecordMetadata, KafkaProducer
 from .config import Config
 from .errors import KafkaError
@@ -17,6 +18,7 @@ from .structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, Reco
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigResource", "ConfigResourceType", "ConsumerRecord", "FutureRecordMetadata",
-           "KafkaAdminClient", "KafkaError", "KafkaProducer", "Log", "LogStore", "NewTopic", "OffsetAndMetadata",
-           "OffsetAndTimestamp", "OffsetStore", "RecordMetadata", "TopicPartition", "__version__"]
+__all__ = ["Config", "ConfigResource", "ConfigResourceType", "ConsumerRebalanceListener", "ConsumerRecord",
+           "FutureRecordMetadata", "KafkaAdminClient", "KafkaConsumer", "KafkaError", "KafkaProducer", "Log",
+           "LogStore", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetStore", "RecordMetadata",
+           "TopicPartition", "__version__"]

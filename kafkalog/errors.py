@@ -52,6 +52,12 @@ RequestTimedOutError = _define("RequestTimedOutError", 7, "REQUEST_TIMED_OUT", r
 RecordTooLargeError = _define("RecordTooLargeError", 10, "MESSAGE_TOO_LARGE", bases=(ValueError,))
 OffsetMetadataTooLargeError = _define("OffsetMetadataTooLargeError", 12, "OFFSET_METADATA_TOO_LARGE",
                                       bases=(ValueError,))
+IllegalGenerationError = _define("IllegalGenerationError", 22, "ILLEGAL_GENERATION")
+InconsistentGroupProtocolError = _define("InconsistentGroupProtocolError", 23, "INCONSISTENT_GROUP_PROTOCOL")
+InvalidGroupIdError = _define("InvalidGroupIdError", 24, "INVALID_GROUP_ID", bases=(ValueError,))
+UnknownMemberIdError = _define("UnknownMemberIdError", 25, "UNKNOWN_MEMBER_ID")
+InvalidSessionTimeoutError = _define("InvalidSessionTimeoutError", 26, "INVALID_SESSION_TIMEOUT", bases=(ValueError,))
+RebalanceInProgressError = _define("RebalanceInProgressError", 27, "REBALANCE_IN_PROGRESS")
 InvalidTopicError = _define("InvalidTopicError", 17, "INVALID_TOPIC_EXCEPTION", bases=(ValueError,))
 RecordBatchTooLargeError = _define("RecordBatchTooLargeError", 18, "RECORD_LIST_TOO_LARGE", bases=(ValueError,))
 InvalidTimestampError = _define("InvalidTimestampError", 32, "INVALID_TIMESTAMP", bases=(ValueError,))
@@ -69,6 +75,24 @@ KafkaStorageError = _define("KafkaStorageError", 56, "KAFKA_STORAGE_ERROR", retr
 UnsupportedCompressionTypeError = _define("UnsupportedCompressionTypeError", 76, "UNSUPPORTED_COMPRESSION_TYPE",
                                           bases=(ValueError,))
 InvalidRecordError = _define("InvalidRecordError", 87, "INVALID_RECORD", bases=(ValueError,))
+
+
+NonEmptyGroupError = _define("NonEmptyGroupError", 68, "NON_EMPTY_GROUP")
+GroupIdNotFoundError = _define("GroupIdNotFoundError", 69, "GROUP_ID_NOT_FOUND", bases=(LookupError,))
+
+
+class CommitFailedError(KafkaError, register=False):
+    """A commit this consumer may no longer make: it left the group, was evicted (missed heartbeats or
+    max_poll_interval_ms), or a rebalance gave the partition to another member (kafka-python's CommitFailedError)."""
+
+
+class NoOffsetForPartitionError(KafkaError, LookupError, register=False):
+    """No committed offset (or one out of range) and ``auto_offset_reset='none'``: the app must seek first."""
+
+
+class IllegalStateError(KafkaError, register=False):
+    """A call that contradicts the consumer's state: subscribe() after assign(), seek() on an unassigned
+    partition, a call on a closed consumer (kafka-python's IllegalStateError)."""
 
 
 class InvalidOffsetError(KafkaError, ValueError, register=False):
