@@ -2,30 +2,76 @@
 
     kafkalog demo DIR                          append, time-seek and delete-before on a local directory
     kafkalog topics DATA_DIR [--create NAME --partitions N --config k=v ...]
+    kafkalog produce DATA_DIR TOPIC [--key-separator SEP] [--partition P] [--compression none|gzip|lz4|zstd|snappy]
+                                    [--create [--partitions N]] [--quiet]          stdin lines -> records, fsynced
+    kafkalog consume DATA_DIR TOPIC [--from-beginning | --offset N --partition P | --from-time T] [--group G]
+                                    [--max-messages N] [--follow] [--print-key] [--key-separator SEP]
+                                    [--format text|json [--base64]] [--quiet]     records -> stdout, one per line
     kafkalog offsets DATA_DIR TOPIC --time T   time-based seek: T = epoch ms, ISO-8601, 'earliest', 'latest', 'max'
-    kafkalog delete-records DATA_DIR TOPIC --partition P --offset O
+    kafkalog delete-records DATA_DIR TOPIC (--before OFFSET | --before-time T) [--partition P]
+                                               KIP-107; --offset is --before; all partitions unless --partition
+    kafkalog groups DATA_DIR [GROUP] [--json]  committed offset, log end offset, lag and members per partition
     kafkalog dump PATH [--deep] [--max-records N]   like kafka-dump-log: a .log/.index/.timeindex file or a dir
     kafkalog check DATA_DIR                    CRCs and index consistency; exit 1 naming file and position
 
-Errors are one line on stderr (exit 1 for kafkalog errors, 2 for usage), never a traceback.
+produce: each stdin line (without its trailing newline) is a record value; with ``--key-separator`` the line is
+split at the first SEP into key and value, and a line without SEP stops the run with exit 1 naming the line: the
+lines before it are written and fsynced, that line and the rest are not. The topic must exist unless ``--create``
+(then it is created with ``--partitions``, default 1). Keyed records go where Kafka's murmur2 partitioner puts them,
+unkeyed ones use the sticky partitioner (KafkaProducer); everything is fsynced before the summary line on stderr.
+
+consume: the start of each partition is, in this order, ``--offset`` / ``--from-time`` (explicit seeks), the
+group's committed offset (``--group``; clamped into [log start, log end]), the log start with ``--from-beginning``,
+else the log end (like kafka-console-consumer). Without ``--follow`` it stops at the log end as of its start. With
+``--group`` positions are committed about every second, before waiting for new records, and at the end (also on
+SIGINT/SIGTERM, which end the run with exit 0). Text output writes the value bytes as they are (``null`` for a null
+key or value); ``--format json`` prints one object per record with key, value and header values as UTF-8 text
+(invalid bytes as ``\\xNN`` escapes) or, with ``--base64``, as base64 of the exact bytes.
+
+A progress line (records and records/s) is drawn on stderr for produce and consume when stderr is a terminal
+and ``--quiet`` is not given. Errors are one line on stderr (exit 1 for kafkalog errors, 2 for usage), never a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import mmap
 import os
+import signal
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-from .errors import KafkaError
+from .errors import (
+    KafkaError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+
+COMPRESSIONS = ("none", "gzip", "lz4", "zstd", "snappy")
+PRODUCE_CHUNK_BYTES = 1 << 20  # stdin is read in chunks of at most this, split into lines in C
+PRODUCE_LINGER_MS = 20  # a slow stdin (a terminal, a pipe that trickles) still gets its records written soon
+PRODUCE_BATCH_BYTES = 1 << 18
+CONSUME_CHUNK_RECORDS = 10_000  # records taken from one partition before the next partition gets its turn
+FOLLOW_POLL_S = 0.002  # --follow: how often other processes' appends are looked for (has_data_after)
+COMMIT_INTERVAL_S = 1.0  # --group: Kafka's auto.commit.interval.ms, shorter: a CLI run is often short
+PROGRESS_INTERVAL_S = 0.1
+
+
+class UsageError(Exception):
+    """A command line that is wrong in a way argparse cannot see: exit 2."""
 
 
 def _fail(msg: str, code: int = EXIT_ERROR) -> int:
@@ -33,29 +79,88 @@ def _fail(msg: str, code: int = EXIT_ERROR) -> int:
     return code
 
 
-def parse_time(text: str) -> int:
-    """Epoch milliseconds, an ISO-8601 date/time (UTC when no zone is given), or earliest/latest/max."""
-    special = {"earliest": -2, "latest": -1, "max": -3}
-    if text.lower() in special:
-        return special[text.lower()]
+def parse_time(text: str, option: str = "--time", special: bool = True) -> int:
+    """Epoch milliseconds, an ISO-8601 date/time (UTC when no zone is given), or (``special``)
+    earliest/latest/max. Without ``special`` the time must be >= 0 (a real point in time)."""
+    names = {"earliest": -2, "latest": -1, "max": -3}
+    expected = ("expected epoch milliseconds, an ISO-8601 date/time, 'earliest', 'latest' or 'max'" if special
+                else "expected epoch milliseconds or an ISO-8601 date/time (at or after 1970)")
+    if special and text.lower() in names:
+        return names[text.lower()]
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"--time {text!r}: expected epoch milliseconds, an ISO-8601 date/time, "
-                         "'earliest', 'latest' or 'max'") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp() * 1000)
+        try:
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"{option} {text!r}: {expected}") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        value = int(dt.timestamp() * 1000)
+    if not special and value < 0:
+        raise ValueError(f"{option} {text!r}: {expected}")
+    return value
 
 
 def _iso(ts: int) -> str:
     if ts < 0:
         return "-"
     return datetime.fromtimestamp(ts / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def _require_data_dir(path) -> Path:
+    """Commands that open a store for writing would create a missing data dir: refuse a mistyped one first."""
+    root = Path(path)
+    if not root.is_dir():
+        raise KafkaStorageError(2, f"no kafkalog data dir at {root}")
+    return root
+
+
+# ---------------------------------------------------------------------------------------------------- progress
+
+def render_progress(verb: str, count: int, elapsed: float) -> str:
+    """The progress line (no control characters): ``produced 1,234,567 records | 456,789 records/s | 2.7 s``."""
+    rate = f"{count / elapsed:,.0f}" if elapsed > 0 else "-"
+    return f"{verb} {count:,} records | {rate} records/s | {elapsed:.1f} s"
+
+
+class Progress:
+    """A one-line progress display on ``stream``, redrawn in place with \\r at most every ``interval`` seconds (the
+    first draw only after one interval, so short runs print nothing) and erased by ``clear()``. Does nothing
+    unless ``enabled``. Not thread-safe: one command's main thread drives it."""
+
+    def __init__(self, verb: str, enabled: bool, stream=None, clock=time.monotonic,
+                 interval: float = PROGRESS_INTERVAL_S):
+        self.verb = verb
+        self.enabled = enabled
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock
+        self.interval = interval
+        self.start = clock() if enabled else 0.0
+        self.last = self.start
+        self.width = 0
+
+    def update(self, count: int) -> None:
+        if not self.enabled:
+            return
+        now = self.clock()
+        if now - self.last < self.interval:
+            return
+        self.last = now
+        line = render_progress(self.verb, count, now - self.start)
+        self.stream.write("\r" + line.ljust(self.width))
+        self.stream.flush()
+        self.width = len(line)
+
+    def clear(self) -> None:
+        if self.enabled and self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
+
+
+def _progress(verb: str, args) -> Progress:
+    return Progress(verb, enabled=not args.quiet and os.isatty(2))
 
 
 # ---------------------------------------------------------------------------------------------------- commands
@@ -113,10 +218,376 @@ def cmd_offsets(args) -> int:
 
 def cmd_delete_records(args) -> int:
     from .storage import LogStore
+    before_time = parse_time(args.before_time, "--before-time", special=False) if args.before_time is not None \
+        else None
+    _require_data_dir(args.data_dir)
     with LogStore(args.data_dir, maintenance=False) as store:
-        new_start = store.log(args.topic, args.partition).delete_records_before(args.offset)
-    print(f"{args.topic} {args.partition} log_start_offset={new_start}")
+        n = store.partitions_for(args.topic)
+        parts = [args.partition] if args.partition is not None else range(n)
+        logs = {p: store.log(args.topic, p) for p in parts}
+        targets = {}
+        for p, log in logs.items():  # every target is checked before anything is deleted
+            if before_time is not None:
+                found = log.offset_for_time(before_time)  # first offset with timestamp >= T
+                targets[p] = -1 if found is None else found.offset  # none: every record is older
+            else:
+                hw = log.high_watermark
+                if args.before != -1 and not 0 <= args.before <= hw:
+                    raise OffsetOutOfRangeError(
+                        f"--before {args.before} is out of range for {args.topic}-{p}: high watermark {hw} "
+                        "(use -1 for the high watermark); nothing was deleted")
+                targets[p] = args.before
+        for p, log in logs.items():
+            print(f"{args.topic} {p} log_start_offset={log.delete_records_before(targets[p])}")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------------- produce
+
+class _LineError(ValueError):
+    """A stdin line that cannot become a record; ``sent`` records before it were sent; ``refused`` says whether
+    the producer counted the line as a failed record."""
+
+    def __init__(self, msg: str, sent: int, refused: bool = False):
+        super().__init__(msg)
+        self.sent = sent
+        self.refused = refused
+
+
+def _stdin_lines(stream):
+    """Lists of lines (bytes, newline removed) from a binary stream, read in chunks; the last line may lack its
+    newline. ``read1`` returns what is there, so lines typed at a terminal are sent as they come."""
+    pending: list[bytes] = []
+    while True:
+        data = stream.read1(PRODUCE_CHUNK_BYTES)
+        if not data:
+            tail = b"".join(pending)
+            if tail:
+                yield [tail]
+            return
+        if b"\n" not in data:
+            pending.append(data)  # part of a long line
+            continue
+        if pending:
+            pending.append(data)
+            data = b"".join(pending)
+            pending = []
+        lines = data.split(b"\n")
+        last = lines.pop()
+        if last:
+            pending.append(last)
+        yield lines
+
+
+def _send_lines(producer, topic: str, stream, sep: bytes | None, partition: int | None, max_bytes: int,
+                progress: Progress) -> int:
+    send = producer.send
+    big = max_bytes - 128  # a line this long may be refused (RecordTooLargeError): look at its future at once
+    count = 0
+    lineno = 0
+    for lines in _stdin_lines(stream):
+        for line in lines:
+            lineno += 1
+            if sep is None:
+                key, value = None, line
+            else:
+                key, found, value = line.partition(sep)
+                if not found:
+                    raise _LineError(f"line {lineno}: no key separator {sep.decode(errors='backslashreplace')!r}",
+                                     count)
+            future = send(topic, value, key, None, partition)
+            if len(line) > big and future.failed():
+                raise _LineError(f"line {lineno}: {future.exception}", count, refused=True)
+            count += 1
+        progress.update(count)
+    return count
+
+
+def cmd_produce(args) -> int:
+    from .client.producer import KafkaProducer
+    from .storage import LogStore
+    sep = None
+    if args.key_separator is not None:
+        if not args.key_separator:
+            raise UsageError("--key-separator must not be empty")
+        sep = args.key_separator.encode()
+    if not args.create:
+        _require_data_dir(args.data_dir)
+    progress = _progress("produced", args)
+    with LogStore(args.data_dir, maintenance=False) as store:
+        if args.topic not in store.topics():
+            if not args.create:
+                raise UnknownTopicOrPartitionError(
+                    f"unknown topic {args.topic!r} in {store.path} (--create creates it)")
+            try:
+                store.create_topic(args.topic, args.partitions)
+            except TopicAlreadyExistsError:
+                pass  # another process created it first
+        n = store.partitions_for(args.topic)
+        if args.partition is not None and not 0 <= args.partition < n:
+            raise UnknownTopicOrPartitionError(
+                f"partition {args.partition} of topic {args.topic!r} does not exist (it has {n}: 0..{n - 1})")
+        max_bytes = store.topic_config(args.topic)["max.message.bytes"]
+        # acks=1: batches are written as they fill; one fsync per partition at the end makes the run durable
+        producer = KafkaProducer(store, acks=1, linger_ms=PRODUCE_LINGER_MS, batch_size=PRODUCE_BATCH_BYTES,
+                                 max_request_size=max_bytes, allow_auto_create_topics=False,
+                                 compression_type=None if args.compression == "none" else args.compression)
+        bad = None
+        try:
+            count = _send_lines(producer, args.topic, sys.stdin.buffer, sep, args.partition, max_bytes, progress)
+        except _LineError as e:
+            bad, count = e, e.sent
+        finally:
+            progress.clear()
+            producer.close()  # writes whatever is still lingering, also on errors and Ctrl-C
+        failed = producer.metrics()["producer-metrics"]["record-error-total"] - (bad is not None and bad.refused)
+        for p in range(n):
+            store.log(args.topic, p).flush()
+    if bad is not None:
+        return _fail(f"{bad}; it and the lines after it were not produced, the {count} records before it were "
+                     "written and fsynced")
+    if failed:
+        return _fail(f"{failed} of {count} records to {args.topic} were not written")
+    if not args.quiet:
+        print(f"produced {count} records to {args.topic}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- consume
+
+def _offset_arg(text: str):
+    """--offset: a non-negative offset, 'earliest' or 'latest'."""
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an offset >= 0, 'earliest' or 'latest'")
+    return value
+
+
+def _bytes_text(b64: bool):
+    if b64:
+        return lambda b: None if b is None else base64.b64encode(b).decode("ascii")
+    return lambda b: None if b is None else b.decode("utf-8", "backslashreplace")
+
+
+def _formatter(args):
+    """fmt(partition, record) -> the output line (bytes, with its newline)."""
+    topic = args.topic
+    if args.format == "json":
+        text = _bytes_text(args.base64)
+
+        def fmt(p, r):
+            return (json.dumps({"topic": topic, "partition": p, "offset": r.offset, "timestamp": r.timestamp,
+                                "timestamp_type": "LogAppendTime" if r.timestamp_type else "CreateTime",
+                                "key": text(r.key), "value": text(r.value),
+                                "headers": [[k, text(v)] for k, v in r.headers]},
+                               ensure_ascii=False) + "\n").encode()
+        return fmt
+    if args.print_key or args.key_separator is not None:
+        sep = (args.key_separator if args.key_separator is not None else "\t").encode()
+
+        def fmt(p, r):
+            return (b"null" if r.key is None else r.key) + sep + (b"null" if r.value is None else r.value) + b"\n"
+        return fmt
+    return lambda p, r: (b"null" if r.value is None else r.value) + b"\n"
+
+
+def _start_offset(args, log, p: int, from_time: int | None, committed) -> int:
+    lso, leo = log.log_start_offset, log.log_end_offset
+    if args.offset is not None:
+        offset = {"earliest": lso, "latest": leo}.get(args.offset, args.offset)
+        if not lso <= offset <= leo:
+            raise OffsetOutOfRangeError(f"--offset {offset} is out of range for {args.topic}-{p}: log start offset "
+                                        f"{lso}, log end offset {leo}")
+        return offset
+    if from_time is not None:
+        found = log.offset_for_time(from_time)
+        return leo if found is None else found.offset
+    if committed is not None:
+        return min(max(committed.offset, lso), leo)  # deleted below it, or past a truncated end: nearest valid
+    return lso if args.from_beginning else leo
+
+
+def cmd_consume(args) -> int:
+    from .storage import LogStore
+    from .structs import OffsetAndMetadata, TopicPartition
+    if args.offset is not None and args.partition is None:
+        raise UsageError("--offset needs --partition")
+    if args.max_messages is not None and args.max_messages < 1:
+        raise UsageError("--max-messages must be at least 1")
+    if args.base64 and args.format != "json":
+        raise UsageError("--base64 goes with --format json")
+    from_time = parse_time(args.from_time, "--from-time", special=False) if args.from_time is not None else None
+    root = _require_data_dir(args.data_dir)
+    fmt = _formatter(args)
+    topic, group, limit = args.topic, args.group, args.max_messages
+    # commits need a writer; without a group nothing is written
+    store = LogStore(root, maintenance=False) if group else LogStore(root, read_only=True)
+    with store:
+        n = store.partitions_for(topic)
+        if args.partition is not None and not 0 <= args.partition < n:
+            raise UnknownTopicOrPartitionError(
+                f"partition {args.partition} of topic {topic!r} does not exist (it has {n}: 0..{n - 1})")
+        parts = [args.partition] if args.partition is not None else list(range(n))
+        logs = {p: store.log(topic, p) for p in parts}
+        committed = store.offsets.committed_all(group) if group else {}
+        pos = {p: _start_offset(args, logs[p], p, from_time, committed.get(TopicPartition(topic, p)))
+               for p in parts}
+        ends = None if args.follow else {p: logs[p].log_end_offset for p in parts}
+
+        def commit(sync: bool) -> None:
+            store.offsets.commit(group, {TopicPartition(topic, p): OffsetAndMetadata(o) for p, o in pos.items()},
+                                 sync=sync)
+
+        stop, wake = threading.Event(), threading.Event()
+
+        def on_signal(signum, frame):
+            stop.set()
+            wake.set()
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        for log in logs.values():
+            log.add_waiter(wake)  # appends through this process's store; other processes: has_data_after
+        progress = _progress("consumed", args)
+        out = sys.stdout.buffer
+        count = 0
+        dirty = False
+        last_commit = time.monotonic()
+        try:
+            while not stop.is_set() and (limit is None or count < limit):
+                moved = False
+                for p in parts:
+                    if stop.is_set() or (limit is not None and count >= limit):
+                        break
+                    log, start = logs[p], pos[p]
+                    end = ends[p] if ends is not None else log.log_end_offset
+                    if start >= end:
+                        continue
+                    lines = []
+                    offset = start
+                    want = CONSUME_CHUNK_RECORDS if limit is None else min(CONSUME_CHUNK_RECORDS, limit - count)
+                    try:
+                        for rec in log.records(start, end):
+                            lines.append(fmt(p, rec))
+                            offset = rec.offset + 1
+                            if len(lines) >= want:
+                                break
+                        else:
+                            offset = end  # everything below end was seen (control records, gaps are skipped)
+                    except OffsetOutOfRangeError:
+                        # deleted below our position meanwhile (delete-records, retention): go on from the start
+                        offset = log.log_start_offset
+                        print(f"kafkalog: {topic}-{p}: offset {start} was deleted, going on from the log start "
+                              f"offset {offset}", file=sys.stderr)
+                        lines = []
+                    if lines:
+                        out.write(b"".join(lines))
+                        out.flush()
+                        count += len(lines)
+                    if offset != start:
+                        pos[p] = offset
+                        moved = dirty = True
+                progress.update(count)
+                if group and dirty and time.monotonic() - last_commit >= COMMIT_INTERVAL_S:
+                    commit(False)
+                    dirty, last_commit = False, time.monotonic()
+                if moved:
+                    continue
+                if not args.follow:
+                    break
+                if group and dirty:  # about to wait: let others see where we are
+                    commit(False)
+                    dirty, last_commit = False, time.monotonic()
+                while not stop.is_set() and not any(logs[p].has_data_after(pos[p]) for p in parts):
+                    wake.wait(FOLLOW_POLL_S)
+                    wake.clear()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            for log in logs.values():
+                log.remove_waiter(wake)
+            progress.clear()
+            if group:
+                commit(True)
+    if not args.quiet:
+        print(f"consumed {count} records from {topic}", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- groups
+
+def _describe_members(store, group: str) -> list | None:
+    """Live members of ``group`` from kafkalog.client.group when that module offers ``describe_group``, else None
+    (unknown: offsets alone do not say who consumes)."""
+    try:
+        from .client.group import describe_group
+    except ImportError:
+        return None
+    try:
+        return list(describe_group(store, group)["members"])
+    except (AttributeError, KeyError, TypeError):
+        return None
+
+
+def _assigned(assignment) -> list[tuple[str, int]]:
+    """(topic, partition) pairs of a member's assignment: [TopicPartition | (topic, partition)] or
+    {topic: [partition]}."""
+    if isinstance(assignment, dict):
+        return [(t, int(p)) for t, ps in assignment.items() for p in ps]
+    return [(t, int(p)) for t, p in assignment or ()]
+
+
+def cmd_groups(args) -> int:
+    from .storage import LogStore
+    rows = []
+    with LogStore(args.data_dir, read_only=True) as store:
+        names = [args.group] if args.group else store.offsets.groups()
+        for group in names:
+            committed = store.offsets.committed_all(group)
+            members = _describe_members(store, group)
+            if args.group and not committed and not members:
+                return _fail(f"unknown consumer group {group!r}: no committed offsets and no members in {store.path}")
+            owner = {tp: m.get("member_id") for m in members or () for tp in _assigned(m.get("assignment"))}
+            parts = []
+            for tp in sorted(committed):
+                try:
+                    end = store.log(tp.topic, tp.partition).log_end_offset
+                except UnknownTopicOrPartitionError:
+                    end = None  # the topic was deleted after the commit
+                offset = committed[tp].offset
+                parts.append({"topic": tp.topic, "partition": tp.partition, "committed": offset,
+                              "log_end_offset": end, "lag": None if end is None else end - offset,
+                              "member": owner.get((tp.topic, tp.partition))})
+            rows.append({"group": group, "partitions": parts,
+                         "members": None if members is None else [
+                             {"member_id": m.get("member_id"), "client_id": m.get("client_id"), "pid": m.get("pid"),
+                              "assignment": [list(tp) for tp in _assigned(m.get("assignment"))]}
+                             for m in members]})
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{'group':24} {'topic':24} {'partition':>9} {'committed':>12} {'log-end':>12} {'lag':>10}  member")
+    for r in rows:
+        for x in r["partitions"]:
+            print(f"{r['group']:24} {x['topic']:24} {x['partition']:>9} {x['committed']:>12} "
+                  f"{_dash(x['log_end_offset']):>12} {_dash(x['lag']):>10}  {_dash(x['member'])}")
+        if r["members"] is None:
+            print(f"{r['group']:24} members: -")
+        elif not r["members"]:
+            print(f"{r['group']:24} members: none alive")
+        for m in r["members"] or ():
+            assigned = ",".join(f"{t}-{p}" for t, p in m["assignment"]) or "-"
+            print(f"{r['group']:24} member {m['member_id']} client_id={_dash(m['client_id'])} "
+                  f"pid={_dash(m['pid'])} assignment={assigned}")
+    return 0
+
+
+def _dash(v) -> str:
+    return "-" if v is None else str(v)
 
 
 def _open_raw(path: Path):
@@ -369,12 +840,55 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_offsets)
 
-    p = sub.add_parser("delete-records", help="advance a partition's log start offset (KIP-107)")
+    p = sub.add_parser("delete-records", help="advance log start offsets (KIP-107): by offset or by time")
     p.add_argument("data_dir")
     p.add_argument("topic")
-    p.add_argument("--partition", type=int, default=0)
-    p.add_argument("--offset", type=int, required=True, help="-1 = high watermark")
+    p.add_argument("--partition", type=int, help="only this partition (default: every partition of the topic)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--before", "--offset", dest="before", type=int, metavar="OFFSET",
+                   help="delete records below OFFSET (-1 = high watermark); --offset is an alias")
+    g.add_argument("--before-time", metavar="T", help="delete records with timestamp < T (epoch ms or ISO-8601)")
     p.set_defaults(func=cmd_delete_records)
+
+    p = sub.add_parser("produce", help="stdin lines -> records (fsynced at the end)")
+    p.add_argument("data_dir")
+    p.add_argument("topic")
+    p.add_argument("--key-separator", metavar="SEP", help="split each line at the first SEP into key and value")
+    p.add_argument("--partition", type=int, help="write every record to this partition (default: Kafka's "
+                   "partitioner: murmur2 of the key, sticky for unkeyed records)")
+    p.add_argument("--compression", choices=COMPRESSIONS, default="none")
+    p.add_argument("--create", action="store_true", help="create the topic when it does not exist")
+    p.add_argument("--partitions", type=int, default=1, help="partitions of a topic made by --create (default 1)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress line and no summary")
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", help="records -> stdout, one per line")
+    p.add_argument("data_dir")
+    p.add_argument("topic")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--from-beginning", action="store_true",
+                   help="start at the log start where the group has no committed offset (default: the log end)")
+    g.add_argument("--offset", type=_offset_arg, metavar="N", help="start at offset N (or earliest/latest); needs "
+                   "--partition")
+    g.add_argument("--from-time", metavar="T", help="start at the first record with timestamp >= T (epoch ms or "
+                   "ISO-8601)")
+    p.add_argument("--partition", type=int, help="only this partition (default: every partition)")
+    p.add_argument("--group", metavar="G", help="start from G's committed offsets and commit positions")
+    p.add_argument("--max-messages", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--follow", "-f", action="store_true", help="keep waiting for new records (until SIGINT/SIGTERM)")
+    p.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE (SEP: --key-separator, tab)")
+    p.add_argument("--key-separator", metavar="SEP", help="separator for --print-key (implies it)")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--base64", action="store_true", help="--format json: bytes as base64 (default UTF-8 text with "
+                   "\\xNN for invalid bytes)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress line and no summary")
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser("groups", help="consumer groups: committed offsets, lag, members")
+    p.add_argument("data_dir")
+    p.add_argument("group", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_groups)
 
     p = sub.add_parser("dump", help="print batches, records (--deep) and index entries")
     p.add_argument("path")
@@ -393,11 +907,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
+    except UsageError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except BrokenPipeError:
+        # the reader went away (| head): not an error; keep the interpreter from complaining at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KafkaError as e:
         return _fail(str(e))
     except (OSError, ValueError) as e:
         return _fail(str(e))
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
