@@ -237,6 +237,11 @@ class RecordStream(Iterator[Record]):
     def __iter__(self) -> RecordStream: ...
     def __next__(self) -> Record: ...
 
+def take_consumer_records(stream: RecordStream, out: list, limit: int, cls: type, topic: object, partition: object,
+                          leader_epoch: object) -> int:
+    """Append up to limit records of stream to out as cls (a 13-field tuple subclass laid out like kafka-python's
+    ConsumerRecord), built in C; returns the offset after the last one appended, -1 when none was."""
+
 def iter_records(buffer: BytesLike, start: int = 0, end: int | None = None, min_offset: int = -1,
                  max_offset: int = 0x7FFFFFFFFFFFFFFF) -> RecordStream:
     """Records of every batch in buffer[start:end] with offset in [min_offset, max_offset); each batch is validated

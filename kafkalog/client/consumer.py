@@ -29,7 +29,7 @@ import re
 import threading
 import time
 
-from .._engine.records import iter_records
+from .._engine.records import iter_records, next_offset_after, take_consumer_records
 from ..errors import (
     CommitFailedError,
     IllegalStateError,
@@ -81,7 +81,7 @@ class ConsumerRebalanceListener:
 
 
 class _Part:
-    __slots__ = ("tp", "log", "position", "paused", "highwater")
+    __slots__ = ("tp", "log", "position", "paused", "highwater", "stream", "stream_next", "stream_stop")
 
     def __init__(self, tp: TopicPartition, log):
         self.tp = tp
@@ -89,12 +89,11 @@ class _Part:
         self.position: int | None = None
         self.paused = False
         self.highwater: int | None = None
-
-
-def _header_size(headers) -> int:
-    if not headers:
-        return -1
-    return sum(len(k.encode()) + (len(v) if v is not None else 0) for k, v in headers)
+        # the rest of the last read (a fetched chunk, like a Kafka client's completed fetch): the next poll goes on
+        # from it instead of decoding the records of a half-consumed batch again
+        self.stream = None
+        self.stream_next = -1
+        self.stream_stop = -1
 
 
 class KafkaConsumer:
@@ -637,6 +636,18 @@ class KafkaConsumer:
 
     def _read(self, p: _Part, pos: int, limit: int, max_bytes: int, end: int | None = None):
         """Up to limit records from pos (below end when given): (records, next position, bytes read)."""
+        stop = end if end is not None else 0x7FFFFFFFFFFFFFFF
+        if p.stream is not None and p.stream_next == pos and p.stream_stop == stop and pos >= p.log.log_start_offset:
+            recs: list = []
+            last = take_consumer_records(p.stream, recs, limit, ConsumerRecord, p.tp.topic, p.tp.partition, -1)
+            if last >= 0:
+                p.stream_next = last if len(recs) == limit else -1
+                if len(recs) < limit:
+                    p.stream = None
+                if self._kdeser is not None or self._vdeser is not None:
+                    recs = [self._deserialize(r) for r in recs]
+                return recs, last, 0
+        p.stream = None
         log = p.log
         while True:
             try:
@@ -656,26 +667,24 @@ class KafkaConsumer:
         if not len(view):
             return [], pos, 0
         topic, partition = p.tp
-        kd, vd = self._kdeser, self._vdeser
         recs = []
-        nxt = pos
-        stop = end if end is not None else 0x7FFFFFFFFFFFFFFF
-        for r in iter_records(view, 0, None, pos, stop):
-            key, value, headers = r.key, r.value, r.headers
-            recs.append(ConsumerRecord(
-                topic, partition, -1, r.offset, r.timestamp, r.timestamp_type,
-                kd(key) if kd is not None and key is not None else key,
-                vd(value) if vd is not None and value is not None else value,
-                headers, None, -1 if key is None else len(key), -1 if value is None else len(value),
-                _header_size(headers)))
-            nxt = r.offset + 1
-            if len(recs) >= limit:
-                break
+        # ConsumerRecord tuples are built in C; deserializers run afterwards on the built records
+        stream = iter_records(view, 0, None, pos, stop)
+        last = take_consumer_records(stream, recs, limit, ConsumerRecord, topic, partition, -1)
+        nxt = pos if last < 0 else last
+        if len(recs) == limit:
+            p.stream, p.stream_next, p.stream_stop = stream, last, stop
+        if self._kdeser is not None or self._vdeser is not None:
+            recs = [self._deserialize(r) for r in recs]
         if len(recs) < limit:
             # whole batches were consumed: continue after the last one (skips offsets of compacted/empty batches)
-            from .._engine.records import next_offset_after
             nxt = max(nxt, min(stop, next_offset_after(view, nxt)))
         return recs, nxt, len(view)
+
+    def _deserialize(self, r: ConsumerRecord) -> ConsumerRecord:
+        kd, vd = self._kdeser, self._vdeser
+        return r._replace(key=kd(r.key) if kd is not None and r.key is not None else r.key,
+                          value=vd(r.value) if vd is not None and r.value is not None else r.value)
 
     def __iter__(self):
         return self

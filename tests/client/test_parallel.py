@@ -189,6 +189,7 @@ def test_random_kills_never_skip_an_offset(env, data_dir, seed):
     for round_ in range(4):
         p, out = env(f"w{round_}", "each", 0)
         outs.append(out)
+        wait_for(lambda: os.path.exists(str(out) + ".ready"), "worker took the partition")  # noqa: B023
         time.sleep(rnd.uniform(0.05, 0.6))
         append(data_dir, rnd.randint(5, 60))
         time.sleep(rnd.uniform(0.0, 0.3))
