@@ -11,6 +11,7 @@ from . import _engine  # noqa: F401  (fails loudly when the compiled engine is m
 from .client.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
 from .client.consumer import ConsumerRebalanceListener, KafkaConsumer
 from .client.producer import FutureRecordMetadata, KafkaProducer
+from .client.queue import DurableQueue
 from .config import Config
 from .errors import KafkaError
 from .storage import Log, LogStore, OffsetStore
@@ -19,6 +20,6 @@ from .structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, Reco
 __version__ = "0.1.0"
 
 __all__ = ["Config", "ConfigResource", "ConfigResourceType", "ConsumerRebalanceListener", "ConsumerRecord",
-           "FutureRecordMetadata", "KafkaAdminClient", "KafkaConsumer", "KafkaError", "KafkaProducer", "Log",
-           "LogStore", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetStore", "RecordMetadata",
-           "TopicPartition", "__version__"]
+           "DurableQueue", "FutureRecordMetadata", "KafkaAdminClient", "KafkaConsumer", "KafkaError",
+           "KafkaProducer", "Log", "LogStore", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetStore",
+           "RecordMetadata", "TopicPartition", "__version__"]

@@ -79,6 +79,10 @@ InvalidRecordError = _define("InvalidRecordError", 87, "INVALID_RECORD", bases=(
 
 NonEmptyGroupError = _define("NonEmptyGroupError", 68, "NON_EMPTY_GROUP")
 GroupIdNotFoundError = _define("GroupIdNotFoundError", 69, "GROUP_ID_NOT_FOUND", bases=(LookupError,))
+InvalidRecordStateError = _define("InvalidRecordStateError", 121, "INVALID_RECORD_STATE", bases=(ValueError,))
+InvalidRecordStateError.__doc__ = ("Kafka error 121 INVALID_RECORD_STATE (share groups, KIP-932): an ack or nack of a "
+                                   "message a DurableQueue does not hold (already acked or nacked, or got by another "
+                                   "queue object).")
 
 
 class CommitFailedError(KafkaError, register=False):
