@@ -116,6 +116,73 @@ class BatchBuilder:
     def reset(self) -> None: ...
     def __len__(self) -> int: ...
 
+def murmur2(data: Buffer) -> int:
+    """Kafka's murmur2 (Utils.murmur2, seed 0x9747b28c) of data as an unsigned 32-bit int (Java's int's bits)."""
+
+class ProducerBatch(BatchBuilder):
+    """A producer's batch for one partition: records encoded as they are added, plus each record's RecordMetadata
+    facts. Not thread-safe by itself (the producer appends under its lock or through RecordAccumulator.send)."""
+
+    size: int  # the producer's batch.size accounting, grown by add()
+    def add(self, value: BytesLike | None, key: BytesLike | None = None, timestamp: int = 0,
+            headers: Sequence[tuple[str | bytes, BytesLike | None]] | None = None, header_size: int = -1,
+            size: int = 0) -> int:
+        """Encode one record (timestamp ms >= 0); returns its index. header_size: kafka-python's
+        serialized_header_size (-1: none); size is added to ``size``."""
+    def add_facts(self, timestamp: int, key_size: int, value_size: int, header_size: int) -> int:
+        """Keep a record's facts without encoding it (a record refused before it joined a batch)."""
+    def facts(self, i: int) -> tuple[int, int, int, int]:
+        """(timestamp, serialized key size, value size, header size) of record i (-1: null / no headers)."""
+    @property
+    def records_count(self) -> int: ...
+    @property
+    def dropped(self) -> bool:
+        """drop_records() was called."""
+    def drop_records(self) -> None:
+        """Free the encoded records once written (the buffer is recycled for later batches); facts stay."""
+    def build_view(self) -> memoryview | bytes:
+        """The finished batch (base offset 0) as a read-only view of the batch's own buffer (bytes when compressed).
+        No record can be added afterwards."""
+    def __buffer__(self, flags: int) -> memoryview: ...
+
+class FutureRecordMetadata:
+    """kafka-python's FutureRecordMetadata: a (batch, index) pair; the producer's batch subclass answers."""
+
+    @property
+    def is_done(self) -> bool: ...
+    def succeeded(self) -> bool: ...
+    def failed(self) -> bool: ...
+    def retriable(self) -> bool: ...
+    @property
+    def exception(self) -> BaseException | None: ...
+    @property
+    def value(self) -> object: ...
+    def get(self, timeout: float | None = None) -> object:
+        """The record's RecordMetadata once acknowledged (waits up to timeout s; None: forever), or raise its error."""
+    def add_callback(self, f: object, *args: object, **kwargs: object) -> FutureRecordMetadata: ...
+    def add_errback(self, f: object, *args: object, **kwargs: object) -> FutureRecordMetadata: ...
+    def add_both(self, f: object, *args: object, **kwargs: object) -> FutureRecordMetadata: ...
+    def chain(self, future: object) -> FutureRecordMetadata: ...
+
+class AccumulatorPartition:
+    batch: ProducerBatch | None  # the open batch
+    limit: int  # batch_size of the partition's batches
+
+class AccumulatorTopic:
+    parts: tuple[AccumulatorPartition, ...] | None
+    sticky: AccumulatorPartition | None
+
+class RecordAccumulator:
+    """The compiled hot path of KafkaProducer.send (KafkaProducer derives from it); anything it does not handle goes
+    to the subclass's ``_send``."""
+
+    _topics: dict[str, AccumulatorTopic]
+    _fast: bool
+    def _init_fast_path(self, record_overhead: int, max_record: int) -> None: ...
+    def _topics_changed(self) -> None: ...
+    def send(self, topic: str, value: object = None, key: object = None, headers: object = None,
+             partition: int | None = None, timestamp_ms: int | None = None) -> FutureRecordMetadata: ...
+
 class Record:
     """One decoded record. timestamp is the batch MaxTimestamp for LogAppendTime batches."""
 
@@ -238,9 +305,10 @@ class RecordStream(Iterator[Record]):
     def __next__(self) -> Record: ...
 
 def take_consumer_records(stream: RecordStream, out: list, limit: int, cls: type, topic: object, partition: object,
-                          leader_epoch: object) -> int:
+                          leader_epoch: object, no_headers: list | None = None) -> int:
     """Append up to limit records of stream to out as cls (a 13-field tuple subclass laid out like kafka-python's
-    ConsumerRecord), built in C; returns the offset after the last one appended, -1 when none was."""
+    ConsumerRecord), built in C; records without headers get no_headers (None: a new list each). Returns the
+    offset after the last one appended, -1 when none was."""
 
 def iter_records(buffer: BytesLike, start: int = 0, end: int | None = None, min_offset: int = -1,
                  max_offset: int = 0x7FFFFFFFFFFFFFFF) -> RecordStream:

@@ -68,6 +68,7 @@ from .clib cimport (
     kl_store_u32, kl_varint_size, kl_varlong_size, kl_write_varint, kl_write_varlong,
 )
 
+import functools
 import threading
 import zlib
 
@@ -1259,9 +1260,9 @@ cdef class BatchBuilder:
 # threads), so the append is atomic with respect to every other thread. The Python side keeps to that contract:
 # it detaches a batch (``partition.batch = None``) before building it, so a batch is never built while appended to.
 
-from cpython.dict cimport PyDict_GetItem
+from cpython.buffer cimport PyBuffer_FillInfo
+from cpython.dict cimport PyDict_GetItemWithError
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
-from cpython.object cimport PyTypeObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_CheckExact
 
@@ -1321,26 +1322,53 @@ cdef inline int32_t _nbytes(object o) except? -2:
     return <int32_t>min(n, KL_INT32_MAX)
 
 
+# Spare record buffers of written batches, reused by the next ones (touched only with the GIL held). A batch of
+# batch_size=1 MiB otherwise grows a fresh buffer by realloc, and fresh pages cost a page fault each (a 2 MiB clear
+# with transparent huge pages): that was a third of the producer's time per record. At most _SPARE_MAX buffers of
+# _SPARE_MIN_CAP.._SPARE_MAX_CAP bytes are kept: 16 MiB per process at worst.
+cdef enum:
+    _SPARE_MAX = 4
+cdef Py_ssize_t _SPARE_MIN_CAP = 65536
+cdef Py_ssize_t _SPARE_MAX_CAP = 4 << 20
+cdef unsigned char *_spare_buf[_SPARE_MAX]
+cdef Py_ssize_t _spare_cap[_SPARE_MAX]
+cdef int _nspare = 0
+
+
 cdef class ProducerBatch(BatchBuilder):
     """Records bound for one partition and one log append (Kafka's ProducerBatch): a BatchBuilder that also keeps,
     per record, what its RecordMetadata reports. ``build()`` gives the finished batch (base offset 0: the log assigns
-    offsets); ``drop_records()`` frees the encoded records once written, keeping the facts.
+    offsets), ``build_view()`` the same bytes without a copy; ``drop_records()`` frees the encoded records once
+    written, keeping the facts.
 
     Not thread-safe by itself: the producer appends under its lock or through RecordAccumulator's GIL-atomic path.
     """
     cdef _RecordFacts *_facts
     cdef Py_ssize_t _nfacts, _facts_cap
     cdef bint _dropped
+    cdef Py_ssize_t _exports        # live buffer exports (build_view): the records may not move or be freed
     cdef public Py_ssize_t size     # the producer's batch.size accounting (estimated bytes), grown by add()
 
     def __cinit__(self):
+        global _nspare
         self._facts_cap = 64
         self._facts = <_RecordFacts *>malloc(self._facts_cap * sizeof(_RecordFacts))
         if self._facts == NULL:
             raise MemoryError()
+        if _nspare:
+            _nspare -= 1
+            free(self._buf)
+            self._buf = _spare_buf[_nspare]
+            self._cap = _spare_cap[_nspare]
 
     def __dealloc__(self):
+        global _nspare
         free(self._facts)
+        if _nspare < _SPARE_MAX and _SPARE_MIN_CAP <= self._cap <= _SPARE_MAX_CAP:
+            _spare_buf[_nspare] = self._buf  # BatchBuilder's __dealloc__ then frees NULL
+            _spare_cap[_nspare] = self._cap
+            _nspare += 1
+            self._buf = NULL
 
     cdef int _grow_facts(self) except -1:
         cdef _RecordFacts *grown
@@ -1358,8 +1386,8 @@ cdef class ProducerBatch(BatchBuilder):
         """Encode one record (timestamp >= 0) and keep its facts; returns its index. Runs no Python code when value
         and key are bytes or None and headers is None (the GIL-atomic path)."""
         cdef _RecordFacts *f
-        if self._dropped:
-            raise ValueError("the batch was written: its records were dropped")
+        if self._dropped or self._exports:
+            raise ValueError("the batch was built or written: it takes no more records")
         if self._nfacts != self._count:
             raise ValueError("a batch holding facts-only entries takes no records")
         self._grow_facts()  # first: a record is never encoded without room for its facts
@@ -1373,6 +1401,55 @@ cdef class ProducerBatch(BatchBuilder):
         self._nfacts += 1
         self.size += size
         return <int32_t>(self._nfacts - 1)
+
+    cdef int32_t _add_plain(self, object value, object key, int64_t timestamp, Py_ssize_t size) except -1:
+        """_add for value and key that are exact bytes or None, no headers (RecordAccumulator.send): the same bytes
+        as BatchBuilder._append, without its buffer and header handling. Runs no Python code."""
+        cdef Slice k, v
+        cdef Py_ssize_t body, need
+        cdef int64_t first_ts
+        cdef _RecordFacts *f
+        cdef int32_t i = self._count
+        if self._dropped or self._exports or self._nfacts != i:
+            raise ValueError("the batch takes no more records")
+        if i == KL_INT32_MAX:
+            raise RecordTooLargeError("a record batch holds at most 2**31 - 1 records")
+        if value is None:
+            v.p = NULL
+            v.n = -1
+        else:
+            v.p = <const unsigned char *>PyBytes_AS_STRING(value)
+            v.n = PyBytes_GET_SIZE(value)
+        if key is None:
+            k.p = NULL
+            k.n = -1
+        else:
+            k.p = <const unsigned char *>PyBytes_AS_STRING(key)
+            k.n = PyBytes_GET_SIZE(key)
+        _check_len(k.n, "a key")
+        _check_len(v.n, "a value")
+        self._grow_facts()
+        first_ts = self._first_ts if i else timestamp
+        body = _body_size(timestamp - first_ts, i, k, v, 1)
+        need = kl_varint_size(<int32_t>min(body, KL_INT32_MAX)) + body
+        _check_len(body, "a record")
+        _check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
+        if self._cap - self._len < need:
+            self._reserve(need)
+        _write_record(self._buf + self._len, <int32_t>body, timestamp - first_ts, i, k, v, NULL, 0)
+        self._len += need
+        self._first_ts = first_ts
+        if i == 0 or timestamp > self._max_ts:
+            self._max_ts = timestamp
+        self._count = i + 1
+        f = &self._facts[i]
+        f.timestamp = timestamp
+        f.key_size = <int32_t>k.n
+        f.value_size = <int32_t>v.n
+        f.header_size = -1
+        self._nfacts = i + 1
+        self.size += size
+        return i
 
     def add(self, value, key=None, int64_t timestamp=0, headers=None, int32_t header_size=-1, Py_ssize_t size=0):
         """Encode one record with timestamp (ms, >= 0); returns its index in the batch. ``header_size`` is
@@ -1411,16 +1488,27 @@ cdef class ProducerBatch(BatchBuilder):
         return self._dropped
 
     def drop_records(self):
-        """Free the encoded records (after the write): futures keep the batch alive, not the payload."""
+        """Free the encoded records (after the write): futures keep the batch alive, not the payload. While a
+        build_view() is still exported the buffer stays until the batch is deallocated."""
+        global _nspare
         cdef unsigned char *small
         if self._dropped:
             return
-        small = <unsigned char *>realloc(self._buf, KL_RECORD_BATCH_OVERHEAD)
-        if small != NULL:
-            self._buf = small
-            self._cap = KL_RECORD_BATCH_OVERHEAD
-        self._len = KL_RECORD_BATCH_OVERHEAD
         self._dropped = True
+        if self._exports:
+            return
+        small = <unsigned char *>malloc(KL_RECORD_BATCH_OVERHEAD)
+        if small == NULL:
+            return  # keep the records rather than fail: dropping them is an optimization
+        if _nspare < _SPARE_MAX and _SPARE_MIN_CAP <= self._cap <= _SPARE_MAX_CAP:
+            _spare_buf[_nspare] = self._buf
+            _spare_cap[_nspare] = self._cap
+            _nspare += 1
+        else:
+            free(self._buf)
+        self._buf = small
+        self._cap = KL_RECORD_BATCH_OVERHEAD
+        self._len = KL_RECORD_BATCH_OVERHEAD
 
     def build(self, int64_t base_offset=0, int32_t partition_leader_epoch=-1):
         """The finished batch (bytes) of the records added so far."""
@@ -1428,18 +1516,123 @@ cdef class ProducerBatch(BatchBuilder):
             raise ValueError("the batch was written: its records were dropped")
         return BatchBuilder.build(self, base_offset, partition_leader_epoch)
 
+    def build_view(self):
+        """The finished batch (base offset 0) as a read-only memoryview of the batch's own buffer, without a copy
+        when uncompressed (compressed: build()'s bytes). No record can be added afterwards."""
+        cdef BatchParams bp
+        if self._codec != KL_CODEC_NONE:
+            return self.build()
+        if self._dropped:
+            raise ValueError("the batch was written: its records were dropped")
+        if self._count == 0:
+            raise ValueError("a record batch needs at least one record")
+        bp.base_offset = 0
+        bp.partition_leader_epoch = -1
+        bp.attributes = self._attributes
+        bp.count = self._count
+        bp.base_timestamp = self._first_ts
+        bp.max_timestamp = self._max_ts
+        bp.producer_id = self._producer_id
+        bp.producer_epoch = self._producer_epoch
+        bp.base_sequence = self._base_sequence
+        self._exports += 1  # no append from here on, even before the view exists (the header write may drop the GIL)
+        try:
+            _write_header_big(self._buf, self._len, &bp)
+            return memoryview(self)
+        finally:
+            self._exports -= 1
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if self._dropped:
+            raise BufferError("the batch was written: its records were dropped")
+        PyBuffer_FillInfo(view, self, self._buf, self._len, 1, flags)
+        self._exports += 1
+
+    def __releasebuffer__(self, Py_buffer *view):
+        self._exports -= 1
+
     def __repr__(self):
         return f"ProducerBatch(count={self._nfacts}, size_in_bytes={self._len}, size={self.size})"
 
 
-cdef class ProducerFuture:
-    """A record's place in its batch: what the producer's FutureRecordMetadata (a Python subclass) is made of."""
+@cython.freelist(1024)
+cdef class FutureRecordMetadata:
+    """The result of one ``KafkaProducer.send()``: kafka-python's FutureRecordMetadata (``get``, ``add_callback``,
+    ``add_errback``, ``add_both``, ``chain``, ``succeeded``, ``failed``, ``retriable``, ``is_done``, ``value``,
+    ``exception``).
+
+    A future is its record's place in its batch, nothing more: a static type with a free list, so that send() costs
+    no Python allocation beyond it. What it answers comes from its batch, which the producer subclasses
+    (kafkalog/client/producer.py ``_Batch``) with the policy: ``done()``, ``exception_of(i)``, ``metadata_of(i)``,
+    ``wait(timeout)`` and ``add_callback(future, f, errback)``; see there for threads and callbacks.
+    """
     cdef readonly ProducerBatch _batch
     cdef readonly int32_t _index
 
     def __init__(self, ProducerBatch batch, int32_t index):
         self._batch = batch
         self._index = index
+
+    @property
+    def is_done(self):
+        return bool(self._batch.done())
+
+    def succeeded(self):
+        return self.is_done and self.exception is None
+
+    def failed(self):
+        return self.is_done and self.exception is not None
+
+    def retriable(self):
+        exc = self.exception
+        return exc is not None and bool(getattr(exc, "retriable", False))
+
+    @property
+    def exception(self):
+        """The exception the record failed with; None while pending or after success."""
+        return self._batch.exception_of(self._index)
+
+    @property
+    def value(self):
+        """The record's RecordMetadata once acknowledged; None while pending or after a failure."""
+        return self._batch.metadata_of(self._index)
+
+    def get(self, timeout=None):
+        """Wait up to ``timeout`` seconds (None: forever) for the record's acknowledgement (see ``acks``); return
+        its RecordMetadata or raise the exception it failed with. RequestTimedOutError on timeout."""
+        if not self._batch.done():
+            self._batch.wait(timeout)
+        exc = self.exception
+        if exc is not None:
+            raise exc
+        return self.value
+
+    def add_callback(self, f, *args, **kwargs):
+        """Call ``f(*args, record_metadata, **kwargs)`` when the record is acknowledged."""
+        if args or kwargs:
+            f = functools.partial(f, *args, **kwargs)
+        self._batch.add_callback(self, f, False)
+        return self
+
+    def add_errback(self, f, *args, **kwargs):
+        """Call ``f(*args, exception, **kwargs)`` if the record fails."""
+        if args or kwargs:
+            f = functools.partial(f, *args, **kwargs)
+        self._batch.add_callback(self, f, True)
+        return self
+
+    def add_both(self, f, *args, **kwargs):
+        self.add_callback(f, *args, **kwargs)
+        return self.add_errback(f, *args, **kwargs)
+
+    def chain(self, future):
+        """Resolve another kafka-python-style future (``success``/``failure``) with this one's outcome."""
+        self.add_callback(future.success)
+        return self.add_errback(future.failure)
+
+    def __repr__(self):
+        state = "pending" if not self.is_done else ("failed" if self.failed() else "done")
+        return f"<FutureRecordMetadata {self._batch.describe()} {state}>"
 
 
 cdef class AccumulatorPartition:
@@ -1452,9 +1645,6 @@ cdef class AccumulatorTopic:
     """One topic as the accumulator sees it (the producer's per-topic state subclasses it)."""
     cdef public tuple parts             # AccumulatorPartition per partition id; None until the producer sets it
     cdef public AccumulatorPartition sticky   # where unkeyed records go (KIP-480); the producer moves it
-
-
-cdef tuple _NO_ARGS = ()
 
 
 cdef inline int64_t _plain_int(object o, int64_t high) except? -2:
@@ -1480,21 +1670,24 @@ cdef class RecordAccumulator:
     Unkeyed records go to the topic's sticky partition, keyed ones to ``murmur2(key) & 0x7fffffff`` modulo the
     partition count (Kafka's DefaultPartitioner). See the section comment for thread safety.
     """
-    cdef readonly dict _topics          # name -> AccumulatorTopic, filled by the subclass
+    cdef readonly dict _topics          # name -> AccumulatorTopic, filled by the subclass (call _topics_changed())
     cdef public bint _fast              # the fast path is on (no serializer, no custom partitioner, linger > 0...)
     cdef Py_ssize_t _record_overhead    # accounted bytes per record beyond key and value
     cdef Py_ssize_t _max_fast           # larger records (accounted) take _send, which refuses them
-    cdef type _future_type              # a subclass of ProducerFuture, allocated without calling it
+    cdef object _last_name              # the topic object of the last fast send, and its entry: most apps send
+    cdef AccumulatorTopic _last_topic   # to one topic with one str object, so a pointer compare replaces the dict
 
     def __cinit__(self):
         self._topics = {}
 
-    def _init_fast_path(self, type future_type, Py_ssize_t record_overhead, Py_ssize_t max_record):
-        if not issubclass(future_type, ProducerFuture):
-            raise TypeError(f"{future_type!r} is not a ProducerFuture subclass")
-        self._future_type = future_type
+    def _init_fast_path(self, Py_ssize_t record_overhead, Py_ssize_t max_record):
         self._record_overhead = record_overhead
         self._max_fast = max_record
+
+    def _topics_changed(self):
+        """Call after removing or replacing an entry of ``_topics``."""
+        self._last_name = None
+        self._last_topic = None
 
     def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
         """Send one record; returns a FutureRecordMetadata at once (see the class docstring for when it resolves).
@@ -1511,7 +1704,7 @@ cdef class RecordAccumulator:
         cdef AccumulatorTopic st
         cdef AccumulatorPartition part
         cdef ProducerBatch b
-        cdef ProducerFuture fut
+        cdef FutureRecordMetadata fut
         cdef Py_ssize_t size = self._record_overhead, n, p
         cdef int64_t ts
         cdef int32_t ks = -1, vs = -1, i
@@ -1529,10 +1722,17 @@ cdef class RecordAccumulator:
             size += ks
         elif value is None:
             return self._send(topic, value, key, headers, partition, timestamp_ms)
-        found = PyDict_GetItem(self._topics, topic) if PyUnicode_CheckExact(topic) else NULL
-        if found == NULL or size > self._max_fast:
+        if size > self._max_fast:
             return self._send(topic, value, key, headers, partition, timestamp_ms)
-        st = <AccumulatorTopic>found
+        if topic is self._last_name:
+            st = self._last_topic
+        else:
+            found = PyDict_GetItemWithError(self._topics, topic) if PyUnicode_CheckExact(topic) else NULL
+            if found == NULL:
+                return self._send(topic, value, key, headers, partition, timestamp_ms)
+            st = <AccumulatorTopic>found
+            self._last_name = topic
+            self._last_topic = st
         if st.parts is None:
             return self._send(topic, value, key, headers, partition, timestamp_ms)
         n = PyTuple_GET_SIZE(st.parts)
@@ -1549,8 +1749,7 @@ cdef class RecordAccumulator:
             p = <Py_ssize_t>_plain_int(partition, n - 1)
             if p < 0:
                 return self._send(topic, value, key, headers, partition, timestamp_ms)
-        fut = <ProducerFuture>(<PyTypeObject *>self._future_type).tp_new(self._future_type, <PyObject *>_NO_ARGS,
-                                                                          NULL)
+        fut = FutureRecordMetadata.__new__(FutureRecordMetadata)
         # GIL-atomic from here to the return: no Python code, no GC-tracked allocation
         if p < 0:
             part = st.sticky
@@ -1559,9 +1758,9 @@ cdef class RecordAccumulator:
         if part is None:
             return self._send(topic, value, key, headers, partition, timestamp_ms)
         b = part.batch
-        if b is None or b.size + size >= part.limit or b._dropped or b._nfacts != b._count:
+        if b is None or b.size + size >= part.limit or b._dropped or b._exports or b._nfacts != b._count:
             return self._send(topic, value, key, headers, partition, timestamp_ms)
-        i = b._add(value, key, ts, None, ks, vs, -1, size)
+        i = b._add_plain(value, key, ts, size)
         fut._batch = b
         fut._index = i
         return fut
@@ -1984,12 +2183,13 @@ cdef inline void _put(object t, Py_ssize_t i, object v):
 
 
 def take_consumer_records(RecordStream stream, list out, Py_ssize_t limit, type cls, object topic,
-                          object partition, object leader_epoch):
+                          object partition, object leader_epoch, object no_headers=None):
     """Append up to ``limit`` records of ``stream`` to ``out`` as ``cls`` instances, cls being a 13-field tuple
     subclass with kafka-python's ConsumerRecord layout: (topic, partition, leader_epoch, offset, timestamp,
     timestamp_type, key, value, headers, checksum=None, serialized key, value and header sizes; -1 for None).
-    Built in C without calling cls (a namedtuple's __new__ is Python code). Returns the next offset after the
-    last record appended, or -1 when none was."""
+    Built in C without calling cls (a namedtuple's __new__ is Python code). Records without headers get
+    ``no_headers`` (one shared immutable empty list, say) or, when it is None, a new empty list each. Returns the
+    next offset after the last record appended, or -1 when none was."""
     cdef Record rec
     cdef object t, headers
     cdef Py_ssize_t n = 0, hsize
@@ -2006,7 +2206,7 @@ def take_consumer_records(RecordStream stream, list out, Py_ssize_t limit, type 
             for hk, hv in headers:
                 hsize += len((<str>hk).encode()) + (0 if hv is None else len(hv))
         else:
-            headers = []
+            headers = [] if no_headers is None else no_headers
             hsize = -1
         t = PyType_GenericAlloc(cls, 13)
         _put(t, 0, topic)
@@ -2023,9 +2223,9 @@ def take_consumer_records(RecordStream stream, list out, Py_ssize_t limit, type 
         _put(t, 11, -1 if rec.value is None else PyBytes_GET_SIZE(rec.value))
         _put(t, 12, hsize)
         # Untracked by the cycle collector, as CPython untracks tuples of atomic values: every item is a str, int,
-        # bytes or None except the record's own headers list (tracked itself), so the tuple can only be in a cycle
-        # if an app puts the record into its own headers. Tracked, each poll's records were promoted through the
-        # GC generations and made full collections run again and again (4x slower polls of 10 000 records).
+        # bytes or None except the headers list (tracked itself; shared and immutable when empty), so the tuple can
+        # only be in a cycle if an app puts the record into its own headers. Tracked, each poll's records were
+        # promoted through the GC generations and full collections ran again and again (4x slower large polls).
         PyObject_GC_UnTrack(t)
         out.append(t)
         nxt = rec.offset + 1

@@ -29,6 +29,7 @@ cdef class LogSegment:
     cdef int64_t _reserve                       # bytes to reserve when mapping (segment.bytes + slack)
 
     cdef readonly int64_t torn_bytes            # bytes past the last complete batch found at open (a torn write)
+    cdef bint _indexes_behind                   # refresh() took in batches: read the indexes again next time too
 
     cdef int _walk_to(self, int64_t offset, int64_t *pos, int64_t *last, int64_t *bsize) noexcept nogil
     cdef int _note_batch(self, int64_t pos, int64_t last_offset, int64_t max_ts, int64_t batch_size) except -1

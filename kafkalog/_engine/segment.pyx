@@ -188,6 +188,7 @@ cdef class LogSegment:
         self._map = _map_file(self.fd, self._reserve, self.log_path)
         self._open_indexes(create)
         self._load_tail(st.st_size)
+        self._indexes_behind = True  # the first refresh() reads the indexes (entries written after we opened)
 
     def _open_indexes(self, bint create):
         index_path = self.dir / segment_file_name(self.base_offset, ".index")
@@ -633,10 +634,15 @@ cdef class LogSegment:
             pos += q
             if q < got:
                 break
-        if self.offset_index is not None:
-            self.offset_index.refresh()
-        if self.time_index is not None:
-            self.time_index.refresh()
+        # The index files only change when the .log does: read them when batches came in, and once more at the
+        # next call (a writer in another process writes its entries just after its batch). An unchanged segment
+        # costs one fstat, not a scan of the index files' preallocated tails.
+        if self.size != start or self._indexes_behind:
+            if self.offset_index is not None:
+                self.offset_index.refresh()
+            if self.time_index is not None:
+                self.time_index.refresh()
+            self._indexes_behind = self.size != start
         return self.size - start
 
     def revalidate_from(self, int64_t offset):

@@ -82,6 +82,31 @@ class ConsumerRebalanceListener:
     def on_partitions_assigned(self, assigned):
         pass
 
+    def on_partitions_lost(self, lost):
+        """The partitions went to others before this consumer could revoke them (it was evicted): no commit can
+        succeed any more. Default: on_partitions_revoked (kafka-python's)."""
+        self.on_partitions_revoked(lost)
+
+
+class _NoHeaders(list):
+    """The headers of every consumed record that has none: one shared empty list that refuses changes (so no list
+    is allocated per record, and records stay out of the cycle collector's way). ``list(record.headers)`` copies."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("a consumed record without headers shares one read-only empty list: copy it first "
+                        "(list(record.headers))")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _read_only
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+
+    def __reduce__(self):
+        return list, ()
+
+
+NO_HEADERS = _NoHeaders()
+
 
 class _Part:
     __slots__ = ("tp", "log", "position", "paused", "highwater", "stream", "stream_next", "stream_stop")
@@ -172,7 +197,11 @@ class KafkaConsumer:
             self._parallel = ParallelRebalance(self)
         self._metrics = {"records-consumed-total": 0, "polls-total": 0, "commits-total": 0, "rebalances-total": 0}
         if topics:
-            self.subscribe(topics)
+            try:
+                self.subscribe(topics)
+            except BaseException:
+                self.close(autocommit=False)  # e.g. InconsistentGroupProtocolError: release what was opened
+                raise
 
     @classmethod
     def _parse_config(cls, configs: dict) -> dict:
@@ -381,11 +410,12 @@ class KafkaConsumer:
             finally:
                 self._member = None
 
-    def _revoke_all(self) -> None:
-        if not self._parts:
+    def _revoke_all(self, rebalance: bool = False) -> None:
+        # eager rebalance: the listener hears of every rebalance, with an empty set when nothing was assigned
+        if not self._parts and not (rebalance and self._listener is not None):
             return
         revoked = set(self._parts)
-        if self._auto_commit:
+        if self._auto_commit and revoked:
             try:
                 self._commit_positions(sync=True)
             except KafkaError as e:
@@ -404,7 +434,6 @@ class KafkaConsumer:
                     self._subscription = topics
                     self._on_subscription_change()
             return
-        member.heartbeat() if time.monotonic() - self._last_poll > 1.0 else None
         if self._pattern is not None and time.monotonic() - self._pattern_checked > 1.0:
             topics = self._match_pattern()
             if topics != self._subscription:
@@ -416,14 +445,17 @@ class KafkaConsumer:
         if not member.is_member():
             # evicted (missed heartbeats or max_poll_interval_ms): Kafka's UNKNOWN_MEMBER_ID, join again
             _log.warning("member %s was evicted from group %s; rejoining", member.member_id, self._group)
+            lost = set(self._parts)
             self._set_assignment([])
+            if lost and self._listener is not None:
+                getattr(self._listener, "on_partitions_lost", self._listener.on_partitions_revoked)(lost)
             member.join(sorted(self._subscription or ()))
             member.refresh()
             state = member.state
         gen = state["generation"]
         if gen != member.generation:
             if self._pending_generation != gen:
-                self._revoke_all()
+                self._revoke_all(rebalance=True)
                 try:
                     member.sync(gen)
                 except UnknownMemberIdError:
@@ -644,7 +676,8 @@ class KafkaConsumer:
         stop = end if end is not None else 0x7FFFFFFFFFFFFFFF
         if p.stream is not None and p.stream_next == pos and p.stream_stop == stop and pos >= p.log.log_start_offset:
             recs: list = []
-            last = take_consumer_records(p.stream, recs, limit, ConsumerRecord, p.tp.topic, p.tp.partition, -1)
+            last = take_consumer_records(p.stream, recs, limit, ConsumerRecord, p.tp.topic, p.tp.partition, -1,
+                                         NO_HEADERS)
             if last >= 0:
                 p.stream_next = last if len(recs) == limit else -1
                 if len(recs) < limit:
@@ -675,7 +708,7 @@ class KafkaConsumer:
         recs = []
         # ConsumerRecord tuples are built in C; deserializers run afterwards on the built records
         stream = iter_records(view, 0, None, pos, stop)
-        last = take_consumer_records(stream, recs, limit, ConsumerRecord, topic, partition, -1)
+        last = take_consumer_records(stream, recs, limit, ConsumerRecord, topic, partition, -1, NO_HEADERS)
         nxt = pos if last < 0 else last
         if len(recs) == limit:
             p.stream, p.stream_next, p.stream_stop = stream, last, stop
@@ -834,6 +867,14 @@ class KafkaConsumer:
                     self._commit_positions(sync=True)
                 except KafkaError as e:
                     _log.warning("commit on close failed: %s", e)
+            if self._listener is not None and self._member is not None and self._parts:
+                # like kafka-python's close (Java's onLeavePrepare): the app can still commit in the callback
+                self._member.refresh()
+                owned = set(self._parts)
+                if self._member.is_member():
+                    self._listener.on_partitions_revoked(owned)
+                else:
+                    getattr(self._listener, "on_partitions_lost", self._listener.on_partitions_revoked)(owned)
             if self._parallel is not None:
                 self._parallel.close(clean=True)
             for p in self._parts.values():

@@ -4,7 +4,8 @@ A group lives in ``<data dir>/.kafkalog-groups/g-<quoted group id>/``::
 
     group.lock                  flock: exclusive for membership changes, shared for commits (fencing)
     state.json                  GroupState => {generation: Int32, protocol: String, leader: String,
-                                  members: {member_id: {client_id, pid, topics: [String], strategies: [String]}},
+                                  members: {member_id: {client_id, pid, topics: [String], strategies: [String],
+                                                        joined: Float64, session_timeout_s: Float64}},
                                   partitions: {topic: Int32}, assignment: {member_id: [[topic, partition]]},
                                   synced: [member_id], stable: Boolean}
     member-<member_id>.lock     one per live member, flock'ed exclusively for the member's lifetime;
@@ -16,8 +17,9 @@ The protocol is Kafka's eager rebalance, with files for messages:
    is made under the exclusive ``group.lock``: the generation goes up and the new assignment is computed at once
    (every member's subscription is in ``state.json``, so no leader round trip is needed; ``leader`` names the
    member Kafka would have asked, for ``describe_group``). The new assignment is not ``stable`` yet.
-2. Each member notices the new generation in its next ``poll`` (one ``stat`` of ``state.json``), revokes what it
-   owns (commits, calls the rebalance listener) and marks itself ``synced``.
+2. Each member notices the new generation in its next ``poll`` (one ``stat`` of ``state.json``, and a full read
+   every ``REREAD_S``, since a rename may reuse the replaced file's inode number), revokes what it owns (commits,
+   calls the rebalance listener) and marks itself ``synced``.
 3. When every member is synced the generation is ``stable``: members take their partitions and fetch from the
    committed offsets. A partition is never fetched by two members at once, so a member's last commits are in
    before the next owner reads them (no duplicates from the rebalance itself).
@@ -25,7 +27,9 @@ The protocol is Kafka's eager rebalance, with files for messages:
 Liveness: a member's flock dies with its process, so a ``kill -9`` is seen at the next check (members check each
 other every ``LIVENESS_CHECK_S``). A process that is alive but stuck stops touching its lock file (the heartbeat
 thread stops when ``poll`` was not called for ``max_poll_interval_ms``) and is evicted after ``session_timeout_ms``;
-it finds out at its next ``poll`` and joins again, like a Kafka member that got UNKNOWN_MEMBER_ID.
+the evictor removes its lock file. It finds out at its next ``poll`` (its commits fail from the eviction on) and
+joins again with a new lock file, like a Kafka member that got UNKNOWN_MEMBER_ID. A join that is refused (no
+assignment strategy in common with the members) leaves no file behind.
 
 Group state holds no data: committed offsets live in ``__consumer_offsets`` (storage.OffsetStore), so a broker can
 serve the same groups' offsets. ``state.json`` is replaced by rename without fsync; after a power loss nobody is a
@@ -50,6 +54,7 @@ from ..structs import TopicPartition
 
 GROUPS_DIR = ".kafkalog-groups"
 LIVENESS_CHECK_S = 0.1
+REREAD_S = 1.0  # state.json is read at least this often even when its stat looks unchanged (see refresh)
 
 
 # ---------------------------------------------------------------------------------------------------- assignors
@@ -230,6 +235,7 @@ class GroupMember:
         self._lock: FileLock | None = None
         self._member_fd = -1
         self._stat = None
+        self._read_at = 0.0
         self.state = _empty_state()
         self.generation = -1  # the generation this member synced to (its assignment is state["assignment"])
         self._last_check = 0.0
@@ -245,15 +251,19 @@ class GroupMember:
         return _Held(self._glock(), shared)
 
     def refresh(self) -> bool:
-        """Re-read state.json when it changed (one stat otherwise); True when it did."""
+        """Re-read state.json when its stat changed, and at least every REREAD_S (a rename can give the new file
+        the inode number of the one it replaced; within one tick of the file system clock and at the same size, the
+        stat looks unchanged); True when it re-read."""
+        now = time.monotonic()
         try:
             st = os.stat(self.path / "state.json")
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             key = None
-        if key == self._stat:
+        if key == self._stat and now - self._read_at < REREAD_S:
             return False
         self._stat = key
+        self._read_at = now
         self.state = read_state(self.path)
         return True
 
@@ -278,21 +288,63 @@ class GroupMember:
         self.topics = sorted(set(topics))
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            if self._member_fd < 0:
-                fd = os.open(_member_lock(self.path, self.member_id), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                self._member_fd = fd
         except OSError as e:
             raise KafkaError(f"group {self.group}: cannot create member files in {self.path}: {e}") from None
         with self._locked():
+            self._hold_member_file_locked()
             state = self._load_locked()
-            self._evict_dead_locked(state)
-            state["members"][self.member_id] = {
-                "client_id": self.client_id, "pid": os.getpid(), "topics": self.topics,
-                "strategies": self.strategies, "joined": state["members"].get(self.member_id, {}).get(
-                    "joined", time.time()), "session_timeout_s": self.session_timeout_s}
-            _rebalance(state, self.topic_partitions(self._all_topics(state)))
-            self._save_locked(state)
+            was_member = self.member_id in state["members"]
+            try:
+                self._evict_dead_locked(state)
+                state["members"][self.member_id] = {
+                    "client_id": self.client_id, "pid": os.getpid(), "topics": self.topics,
+                    "strategies": self.strategies, "joined": state["members"].get(self.member_id, {}).get(
+                        "joined", time.time()), "session_timeout_s": self.session_timeout_s}
+                _rebalance(state, self.topic_partitions(self._all_topics(state)))
+                self._save_locked(state)
+            except BaseException:
+                # refused (no strategy in common with the members) or failed: nothing was written; self.state was
+                # changed in place, so read the file again, and a member that is not in the group holds no file
+                self._stat = None
+                self.refresh()
+                if not was_member:
+                    self._release_member_file()
+                raise
+
+    def _hold_member_file_locked(self) -> None:
+        """Hold this member's lock file, with a fresh heartbeat (group lock held, so no evictor runs meanwhile).
+        Created on the first join, and again when the one held is no longer at its path: an evictor removed it
+        because this member stopped heartbeating, and the others judge liveness by the file at the path."""
+        p = _member_lock(self.path, self.member_id)
+        try:
+            if self._member_fd >= 0:
+                try:
+                    held = os.path.samestat(os.fstat(self._member_fd), os.stat(p))
+                except FileNotFoundError:
+                    held = False
+                if held:
+                    os.utime(self._member_fd)
+                    return
+                os.close(self._member_fd)
+                self._member_fd = -1
+            fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # at most an instant: a liveness probe holds it no longer
+            except OSError:
+                os.close(fd)
+                raise
+            self._member_fd = fd
+        except OSError as e:
+            raise KafkaError(f"group {self.group}: cannot create member files in {self.path}: {e}") from None
+
+    def _release_member_file(self) -> None:
+        if self._member_fd >= 0:
+            try:
+                os.unlink(_member_lock(self.path, self.member_id))
+            except OSError:
+                pass
+            os.close(self._member_fd)
+            self._member_fd = -1
 
     def _all_topics(self, state) -> list[str]:
         return sorted({t for info in state["members"].values() for t in info["topics"]})
@@ -310,12 +362,7 @@ class GroupMember:
                     _rebalance(state, self.topic_partitions(self._all_topics(state)))
                     self._save_locked(state)
         finally:
-            try:
-                os.unlink(_member_lock(self.path, self.member_id))
-            except OSError:
-                pass
-            os.close(self._member_fd)
-            self._member_fd = -1
+            self._release_member_file()
             if self._lock is not None:
                 self._lock.close()
                 self._lock = None

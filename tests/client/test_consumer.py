@@ -249,3 +249,17 @@ def test_producer_to_consumer_roundtrip_keys_follow_partitioner(store):
         got.setdefault(r.partition, []).append((r.offset, r.value))
     assert got == sent
     c.close()
+
+
+def test_records_without_headers_share_a_read_only_empty_list(store):
+    store.create_topic("h", 1)
+    store.log("h", 0).append_batch([b"a", b"b"], headers=[[], [("x", b"1")]])
+    c = KafkaConsumer("h", store=store, auto_offset_reset="earliest")
+    a, b = c.poll(timeout_ms=1000)[TopicPartition("h", 0)]
+    assert a.headers == [] and isinstance(a.headers, list) and a.serialized_header_size == -1
+    with pytest.raises(TypeError, match="read-only"):
+        a.headers.append(("y", b"2"))
+    assert list(a.headers) == []
+    b.headers.append(("y", b"2"))  # a record's own headers list stays an ordinary list
+    assert b.headers == [("x", b"1"), ("y", b"2")] and b.serialized_header_size == 2
+    c.close()
