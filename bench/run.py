@@ -28,6 +28,14 @@ Goals (the issue's, all ratios unless marked absolute)
       unclean open (kill -9 of the writer) of a 1 GB log with a recent recovery
       point: LogStore(path) + log(topic, 0)                                absolute <= 0.2 s
       RSS of a process appending, at 10x the log size against 1x                   within +-20%
+  g7  KafkaProducer.send(value, key, timestamp_ms) x N + flush() (linger_ms=5,
+      batch_size=1 MiB, acks=1) against append_batch(1000) of the same records,
+      runs alternating                                                              >= 0.8x
+  g8  DurableQueue cycles (put_many(100), fsynced, then 100 x get + ack) against
+      the same cycle, fsynced once per 100 puts, on
+        persist-queue SQLiteQueue (get + task_done)                                 >= 20x
+        diskcache.Deque (popleft)                                                   >= 20x
+        litequeue (pop + done, prune per cycle)                                     >= 20x
 
 Data: N distinct 100-byte JSON-ish values, 8-byte big-endian keys, timestamps increasing by 1 ms from a day ago
 (every case uses the same records). Payload = key + value = 108 bytes per record; MB = 1e6 bytes.
@@ -129,6 +137,7 @@ class Params:
         self.unclean_bytes = int(1 * GB)
         self.unclean_reps = 3 if quick else 5
         self.rss_sizes = (int(50 * MB), int(500 * MB)) if quick else (int(100 * MB), int(1 * GB))
+        self.queue_cycles = 50 if quick else 300            # g8: put_many(100) + 100 x (get + ack) cycles
 
     def as_dict(self):
         return dict(vars(self))
@@ -1040,6 +1049,244 @@ def m_rss(ctx):
                                                f"MiB; {el:.1f}s")]
 
 
+# ------------------------------------------------------------------------------------------------ g7: producer
+
+PRODUCER_CONFIG = {"linger_ms": 5, "batch_size": MiB, "acks": 1}
+
+
+def m_producer_send(ctx):
+    """KafkaProducer.send of every record (value, key, timestamp_ms: the records append_batch gets), batching on,
+    against append_batch of the same records in chunks of 1000. The two alternate run by run (send first, then
+    append_batch), so drift of the machine hits both; the goal compares their bests."""
+    need_kafkalog()
+    n = ctx.p.n
+    data = ctx.data
+    keys, values, ts = data.keys[:n], data.values[:n], data.ts[:n]
+    chunks = data.chunks(n)
+    producer_cls = kafkalog.KafkaProducer
+
+    def run_send(m, keyed=True):
+        d = ctx.tmpdir("kl-send")
+        store, log = new_store(d)
+        producer = producer_cls(store, **PRODUCER_CONFIG)
+        send = producer.send
+        ks, vs, tss = (keys, values, ts) if m == n else (keys[:m], values[:m], ts[:m])  # sliced before the clock
+        t0 = perf()
+        if keyed:
+            for k, v, t in zip(ks, vs, tss):
+                send(TOPIC, v, k, timestamp_ms=t)
+        else:
+            for v in vs:
+                send(TOPIC, v)
+        producer.flush()
+        el = perf() - t0
+        assert log.log_end_offset == m
+        producer.close()
+        store.close()
+        rmtree(d)
+        return el
+
+    def run_batch(m):
+        d = ctx.tmpdir("kl-batch")
+        store, log = new_store(d)
+        append_batch = log.append_batch
+        t0 = perf()
+        for vals, ks, t in chunks[: m // BATCH]:
+            append_batch(vals, ks, t)
+        el = perf() - t0
+        assert log.log_end_offset == m // BATCH * BATCH
+        store.close()
+        rmtree(d)
+        return el
+
+    warm = max(BATCH, (n // 10) // BATCH * BATCH)
+    gc.collect()
+    run_send(warm)
+    run_batch(warm)
+    t_send, t_batch = [], []
+    reps = 2 * ctx.p.reps  # cheap runs, and the best of more of them is steadier on a busy machine
+    for _ in range(reps):
+        gc.collect()
+        t_send.append(run_send(n))
+        gc.collect()
+        t_batch.append(run_batch(n))
+    method = f"best of {reps}, alternating send/append_batch runs (warm-up of {warm:,} discarded)"
+    plain, plain_method = repeat(ctx, lambda m: run_send(m, keyed=False), n, "best")[::2]
+    cfg = ", ".join(f"{k}={v}" for k, v in PRODUCER_CONFIG.items())
+    return [row("kafkalog.KafkaProducer.send", "kafkalog", "send(topic, value, key, timestamp_ms=ts) per record + "
+                "flush()", n=n, seconds=min(t_send), nbytes=n * REC_BYTES, method=method, runs=t_send,
+                note=f"KafkaProducer({cfg}) on an exclusive store; page cache, no fsync"),
+            row("kafkalog.append_batch[paired]", "kafkalog", "append_batch(1000), run beside the send runs",
+                n=n, seconds=min(t_batch), nbytes=n * REC_BYTES, method=method, runs=t_batch,
+                note="the same measurement as kafkalog.append_batch (g1), taken in turn with the send runs"),
+            row("kafkalog.KafkaProducer.send[value]", "kafkalog", "send(topic, value) per record + flush() (info)",
+                n=n, seconds=plain, nbytes=n * VALUE_BYTES, method=plain_method,
+                note="no key, the producer's clock for timestamps: kafka-python's most common call")]
+
+
+# ------------------------------------------------------------------------------------------------ g8: durable queue
+
+QUEUE_BATCH = 100  # messages per put_many and per fsync: a cycle is put_many(100), then 100 x get + ack
+
+
+def _queue_run(ctx, make, cycle, finish, cycles, prepare):
+    """Time `cycles` cycles of one queue (made fresh in a scratch dir, not timed); returns seconds."""
+    d = ctx.tmpdir("queue")
+    q = make(d)
+    values = ctx.data.values
+    batches = [prepare(values[i * QUEUE_BATCH:(i + 1) * QUEUE_BATCH]) for i in range(cycles)]
+    try:
+        t0 = perf()
+        for vals in batches:
+            cycle(q, vals)
+        el = perf() - t0
+        finish(q)
+    finally:
+        rmtree(d)
+    return el
+
+
+def _queue_rows(ctx, name, side, what, make, cycle, finish, note, msgs_row=False, prepare=list):
+    cycles = ctx.p.queue_cycles
+    sec, times, method = repeat(ctx, lambda c: _queue_run(ctx, make, cycle, finish, c, prepare), cycles, "median",
+                                reps=ctx.p.slow_reps, warm_n=max(5, cycles // 10))
+    method = method.replace(" discarded)", " cycles discarded)")
+    rows = [row(name, side, what, n=cycles, seconds=sec, nbytes=cycles * QUEUE_BATCH * VALUE_BYTES, method=method,
+                runs=times, note=note, cyc_s=cycles / sec)]
+    if msgs_row:
+        rows.append(row(name + "[messages]", side, what + ": messages/s (info)", n=cycles * QUEUE_BATCH,
+                        seconds=sec, nbytes=cycles * QUEUE_BATCH * VALUE_BYTES, method=method, note=note))
+    return rows
+
+
+def m_queue_ours(ctx):
+    need_kafkalog()
+    DurableQueue = getattr(kafkalog, "DurableQueue", None)
+    if DurableQueue is None:
+        raise Unavailable("kafkalog.DurableQueue does not exist in this build")
+
+    def make(d):
+        return DurableQueue(os.path.join(d, "data"), name="queue", group="workers")
+
+    def cycle(q, vals):
+        q.put_many(vals)
+        get, ack = q.get, q.ack
+        for _ in range(len(vals)):
+            ack(get(timeout=10))
+
+    def finish(q):
+        assert q.qsize() == 0
+        q.close()
+
+    return _queue_rows(ctx, "kafkalog.DurableQueue", "kafkalog", "put_many(100) + 100 x (get + ack) per cycle",
+                       make, cycle, finish, "durable=True: put_many fsyncs before it returns; ack is journaled "
+                       "in the page cache (survives kill -9, not a power loss)", msgs_row=True)
+
+
+def _sqlite_sync(conn, level):
+    conn.execute(f"PRAGMA synchronous={level}")
+
+
+def m_queue_pq(ctx):
+    try:
+        import persistqueue
+    except ImportError as e:
+        raise Unavailable(f"persist-queue missing: {e}") from None
+
+    def make(d):
+        # auto_commit=False: get() leaves rows in place and task_done() deletes what was read, in one commit.
+        return persistqueue.SQLiteQueue(os.path.join(d, "q"), auto_commit=False, multithreading=False)
+
+    def cycle(q, vals):
+        # put() commits every time whatever auto_commit says (persist-queue 1.1 runs it in `with conn:`), so the
+        # per-100 fsync is: 99 commits with synchronous=NORMAL (WAL in the page cache), the 100th with FULL (its
+        # fsync of the WAL covers the 99 before it)
+        conn = q._putter
+        put = q.put
+        _sqlite_sync(conn, "NORMAL")
+        for v in vals[:-1]:
+            put(v)
+        _sqlite_sync(conn, "FULL")
+        put(vals[-1])
+        _sqlite_sync(conn, "NORMAL")  # consumption commits like kafkalog's acks: no fsync
+        get = q.get
+        for _ in range(len(vals)):
+            get(timeout=10)
+        q.task_done()
+
+    def finish(q):
+        assert q.qsize() == 0
+        q.close()
+
+    return _queue_rows(ctx, "persistqueue.SQLiteQueue[cycle]", "peer",
+                       "100 x put (fsync with the 100th) + 100 x get + task_done() per cycle", make, cycle, finish,
+                       f"persist-queue {metadata.version('persist-queue')}: WAL; auto_commit=False, "
+                       "multithreading=False; pickled values")
+
+
+def m_queue_diskcache(ctx):
+    try:
+        import diskcache
+    except ImportError as e:
+        raise Unavailable(f"diskcache missing: {e}") from None
+
+    def make(d):
+        cache = diskcache.Cache(os.path.join(d, "dq"))
+        return diskcache.Deque.fromcache(cache)
+
+    def cycle(dq, vals):
+        con = dq.cache._con
+        _sqlite_sync(con, "FULL")
+        with dq.transact():  # one commit (one WAL fsync under FULL) for the 100 appends
+            dq.extend(vals)
+        _sqlite_sync(con, "NORMAL")
+        popleft = dq.popleft
+        for _ in range(len(vals)):
+            popleft()  # get and ack in one: a commit each, no fsync (NORMAL)
+
+    def finish(dq):
+        assert len(dq) == 0
+        dq.cache.close()
+
+    return _queue_rows(ctx, "diskcache.Deque[cycle]", "peer",
+                       "extend(100) in one transact() (FULL: one fsync) + 100 x popleft per cycle", make, cycle,
+                       finish, f"diskcache {metadata.version('diskcache')}: by default every op is its own commit "
+                       "into the WAL with synchronous=NORMAL, i.e. no fsync at all (kill -9 safe, not power-loss "
+                       "safe); FULL for the appends gives the per-100 fsync; popleft is get+ack")
+
+
+def m_queue_litequeue(ctx):
+    try:
+        import litequeue
+    except ImportError as e:
+        raise Unavailable(f"litequeue missing: {e}") from None
+
+    def make(d):
+        return litequeue.LiteQueue(os.path.join(d, "q.db"))
+
+    def cycle(q, svals):
+        con = q.conn
+        _sqlite_sync(con, "FULL")
+        with q.transaction():  # one commit (one WAL fsync under FULL) for the 100 puts
+            for v in svals:
+                q.put(v)
+        _sqlite_sync(con, "NORMAL")
+        pop, done = q.pop, q.done
+        for _ in range(len(svals)):
+            done(pop().message_id)
+        q.prune()  # delete the DONE rows, so that pop() (O(rows)) sees a realistic depth
+
+    def finish(q):
+        assert q.qsize() == 0
+        q.close()
+
+    return _queue_rows(ctx, "litequeue.LiteQueue[cycle]", "peer",
+                       "100 x put in one transaction (FULL: one fsync) + 100 x (pop + done) + prune() per cycle",
+                       make, cycle, finish, f"litequeue {metadata.version('litequeue')}: WAL, synchronous=NORMAL by "
+                       "default; TEXT values; pop() cost grows with the rows in the table, hence prune() per cycle",
+                       prepare=lambda vals: [v.decode() for v in vals])
+
+
 # ------------------------------------------------------------------------------------------------ goals
 
 MEASUREMENTS = {
@@ -1068,6 +1315,14 @@ MEASUREMENTS = {
     "kafkalog.unclean_open": m_unclean_open,
     "kafkalog.rss[1x]": m_rss,
     "kafkalog.rss[10x]": m_rss,
+    "kafkalog.KafkaProducer.send": m_producer_send,
+    "kafkalog.append_batch[paired]": m_producer_send,
+    "kafkalog.KafkaProducer.send[value]": m_producer_send,
+    "kafkalog.DurableQueue": m_queue_ours,
+    "kafkalog.DurableQueue[messages]": m_queue_ours,
+    "persistqueue.SQLiteQueue[cycle]": m_queue_pq,
+    "diskcache.Deque[cycle]": m_queue_diskcache,
+    "litequeue.LiteQueue[cycle]": m_queue_litequeue,
 }
 
 
@@ -1112,9 +1367,17 @@ GOALS = [
          "kafkalog.unclean_open", None, "seconds", "<=", 0.2),
     Goal("g6.rss", "RSS at 10x log size vs at 1x",
          "kafkalog.rss[10x]", "kafkalog.rss[1x]", "value", "within", (0.8, 1.2)),
+    Goal("g7.producer", "KafkaProducer.send x N + flush vs append_batch(1000)",
+         "kafkalog.KafkaProducer.send", "kafkalog.append_batch[paired]", "rec_s", ">=", 0.8),
+    Goal("g8.queue.persistqueue", "DurableQueue cycles vs persist-queue SQLiteQueue",
+         "kafkalog.DurableQueue", "persistqueue.SQLiteQueue[cycle]", "cyc_s", ">=", 20),
+    Goal("g8.queue.diskcache", "DurableQueue cycles vs diskcache.Deque",
+         "kafkalog.DurableQueue", "diskcache.Deque[cycle]", "cyc_s", ">=", 20),
+    Goal("g8.queue.litequeue", "DurableQueue cycles vs litequeue",
+         "kafkalog.DurableQueue", "litequeue.LiteQueue[cycle]", "cyc_s", ">=", 20),
 ]
 
-UNITS = {"rec_s": "rec/s", "mb_s": "MB/s", "p50_us": "us", "seconds": "s", "value": "MiB"}
+UNITS = {"rec_s": "rec/s", "mb_s": "MB/s", "p50_us": "us", "seconds": "s", "value": "MiB", "cyc_s": "cycles/s"}
 
 
 def fmt_metric(metric, v):
@@ -1124,6 +1387,8 @@ def fmt_metric(metric, v):
         return f"{v / 1e6:.2f} M rec/s" if v >= 1e6 else f"{v / 1e3:.1f} k rec/s" if v >= 1e3 else f"{v:.0f} rec/s"
     if metric == "mb_s":
         return f"{v:,.0f} MB/s"
+    if metric == "cyc_s":
+        return f"{v:,.0f} cycles/s"
     if metric == "p50_us":
         return f"{v:.2f} us"
     if metric == "seconds":

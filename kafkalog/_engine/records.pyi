@@ -141,8 +141,8 @@ class ProducerBatch(BatchBuilder):
     def drop_records(self) -> None:
         """Free the encoded records once written (the buffer is recycled for later batches); facts stay."""
     def build_view(self) -> memoryview | bytes:
-        """The finished batch (base offset 0) as a read-only view of the batch's own buffer (bytes when compressed).
-        No record can be added afterwards."""
+        """The finished batch (base offset 0) as a view of the batch's own buffer (bytes when compressed), writable
+        so that a log can stamp BaseOffset in place. No record can be added afterwards."""
     def __buffer__(self, flags: int) -> memoryview: ...
 
 class FutureRecordMetadata:

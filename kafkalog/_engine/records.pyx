@@ -1517,8 +1517,9 @@ cdef class ProducerBatch(BatchBuilder):
         return BatchBuilder.build(self, base_offset, partition_leader_epoch)
 
     def build_view(self):
-        """The finished batch (base offset 0) as a read-only memoryview of the batch's own buffer, without a copy
-        when uncompressed (compressed: build()'s bytes). No record can be added afterwards."""
+        """The finished batch (base offset 0) as a memoryview of the batch's own buffer, without a copy when
+        uncompressed (compressed: build()'s bytes). No record can be added afterwards. The view is writable so that
+        a log may stamp BaseOffset (and the other fields a broker rewrites) in place."""
         cdef BatchParams bp
         if self._codec != KL_CODEC_NONE:
             return self.build()
@@ -1545,11 +1546,27 @@ cdef class ProducerBatch(BatchBuilder):
     def __getbuffer__(self, Py_buffer *view, int flags):
         if self._dropped:
             raise BufferError("the batch was written: its records were dropped")
-        PyBuffer_FillInfo(view, self, self._buf, self._len, 1, flags)
+        PyBuffer_FillInfo(view, self, self._buf, self._len, 0, flags)
         self._exports += 1
 
     def __releasebuffer__(self, Py_buffer *view):
         self._exports -= 1
+
+    # BatchBuilder's own ways in would add records without facts or reset the count under them
+    def append(self, *args, **kwargs):
+        raise TypeError("a ProducerBatch takes records through add()")
+
+    def stage(self, *args, **kwargs):
+        raise TypeError("a ProducerBatch takes records through add()")
+
+    def take(self):
+        raise TypeError("a ProducerBatch is built whole: build() or build_view()")
+
+    def reserve(self, int64_t n):
+        raise TypeError("a ProducerBatch is built whole: build() or build_view()")
+
+    def reset(self):
+        raise TypeError("a ProducerBatch is not reused: make a new one")
 
     def __repr__(self):
         return f"ProducerBatch(count={self._nfacts}, size_in_bytes={self._len}, size={self.size})"

@@ -5,8 +5,8 @@ Keyed records::
     partition = toPositive(murmur2(serialized_key)) % numPartitions      toPositive(x) = x & 0x7fffffff
 
 with Java's ``org.apache.kafka.common.utils.Utils.murmur2`` (MurmurHash2, seed 0x9747b28c, little-endian 4-byte
-words, tail bytes mixed high to low). ``murmur2`` returns the hash as an unsigned 32-bit int, as kafka-python does;
-Java's signed int32 has the same bits, so ``& 0x7fffffff`` gives the same partition either way.
+words, tail bytes mixed high to low). ``murmur2`` (compiled) returns the hash as an unsigned 32-bit int, as
+kafka-python does; Java's signed int32 has the same bits, so ``& 0x7fffffff`` gives the same partition either way.
 
 Unkeyed records (KIP-480, Kafka 2.4+): stick to one partition, chosen at random among the topic's partitions,
 until a batch for it is sent; then move to another random partition. Batches fill up instead of spreading one
@@ -22,61 +22,19 @@ Thread safety: ``murmur2`` and ``hash_partition`` are pure; ``StickyPartitioner`
 from __future__ import annotations
 
 import random
-import struct
 import threading
+
+from .._engine.records import murmur2
 
 __all__ = ["StickyPartitioner", "hash_partition", "murmur2"]
 
-_SEED = 0x9747B28C
-_M = 0x5BD1E995
-_MASK = 0xFFFFFFFF
-# One compiled Struct per word count: unpacking all 4-byte words in one C call is ~3x faster than slicing them.
-_WORDS: dict[int, struct.Struct] = {}
-_CACHE: dict[bytes, int] = {}
-_CACHE_MAX = 1 << 16
-
-
-def murmur2(data) -> int:
-    """Kafka's murmur2 of ``data`` (bytes-like) as an unsigned 32-bit int (identical to kafka-python's)."""
-    length = len(data)
-    h = _SEED ^ length
-    n4 = length >> 2
-    if n4:
-        unpack = _WORDS.get(n4)
-        if unpack is None:
-            unpack = _WORDS[n4] = struct.Struct(f"<{n4}I").unpack_from
-        # h stays < 2**32 between steps: (h * m) & MASK ^ k is the masked product xored with a 32-bit k
-        for k in unpack(data):
-            k = (k * _M) & _MASK
-            k = ((k ^ (k >> 24)) * _M) & _MASK
-            h = ((h * _M) & _MASK) ^ k
-    tail = length & 3
-    if tail:
-        end = length - tail
-        if tail == 3:
-            h ^= data[end + 2] << 16
-        if tail >= 2:
-            h ^= data[end + 1] << 8
-        h = ((h ^ data[end]) * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    return h ^ (h >> 15)
+# murmur2 is compiled (kafkalog/_engine/records.pyx): ~20 ns for a short key, so nothing is memoized. The producer's
+# compiled send() path hashes bytes keys with the same C function.
 
 
 def hash_partition(key, num_partitions: int) -> int:
-    """The partition of a keyed record: ``(murmur2(key) & 0x7fffffff) % num_partitions``.
-
-    Hashes of recent ``bytes`` keys are memoized (keys repeat in most workloads: user ids, order ids...); the
-    memo is cleared when it reaches 65,536 keys so its memory stays bounded.
-    """
-    h = _CACHE.get(key) if type(key) is bytes else None
-    if h is None:
-        h = murmur2(key) & 0x7FFFFFFF
-        if type(key) is bytes:
-            if len(_CACHE) >= _CACHE_MAX:
-                _CACHE.clear()
-            _CACHE[key] = h
-    return h % num_partitions
+    """The partition of a keyed record: ``(murmur2(key) & 0x7fffffff) % num_partitions``."""
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions
 
 
 class StickyPartitioner:

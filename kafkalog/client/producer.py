@@ -2,15 +2,23 @@
 
 Data path::
 
-    send() -> serialize -> partition -+- linger_ms == 0: Log.append_batch([record]) at once, in the caller's thread
-                                      +- linger_ms  > 0: appended to the partition's open batch (plain lists)
-                                           batch full (batch_size)  -> Log.append_batch(batch), caller's thread
-                                           linger_ms expired        -> Log.append_batch(batch), sender thread
+    send() -> serialize -> partition -+- linger_ms == 0: a batch of one record, written at once (caller's thread)
+                                      +- linger_ms  > 0: encoded into the partition's open batch (ProducerBatch)
+                                           batch full (batch_size)  -> Log.append_built(batch)  , caller's thread
+                                           linger_ms expired        -> Log.append_built(batch)  , sender thread
     acks='all': a written batch resolves after Log.flush() (fsync), group-committed by the sender thread;
                 get() and flush() run the fsync at once instead of waiting for the group.
 
-Every batch is one ``Log.append_batch`` call, so one record batch v2 in the segment file. Per-record Python work is
-kept to list appends: a future is a (batch, index) pair and its RecordMetadata is built only when asked for.
+Every batch is one record batch v2, built by the producer and handed whole to ``Log.append_built``. A record is
+encoded into its batch when it is sent (its bytes are copied: nothing pins the caller's objects), and a future is a
+(batch, index) pair whose RecordMetadata is built only when asked for.
+
+``send()`` is compiled: KafkaProducer derives from the engine's ``RecordAccumulator``, whose ``send`` appends a plain
+record (bytes, no headers, default partitioner, known topic, room in the open batch) to its batch in C, without the
+producer's lock, and hands everything else to ``_send`` here. That fast path is atomic under the GIL (see
+kafkalog/_engine/records.pyx, "Producer accumulation"); the Python code below keeps its side of the contract: an
+open batch is detached from its partition (``part.batch = None``, under the lock) before it is built, and every
+append (``ProducerBatch.add``) is one C call.
 """
 
 from __future__ import annotations
@@ -26,7 +34,16 @@ import weakref
 from collections import deque
 from itertools import count
 
-from .._engine.records import RECORD_BATCH_OVERHEAD, iter_batches
+from .._engine.records import (
+    RECORD_BATCH_OVERHEAD,
+    AccumulatorPartition,
+    AccumulatorTopic,
+    FutureRecordMetadata,
+    ProducerBatch,
+    RecordAccumulator,
+    RecordBatch,
+    iter_batches,
+)
 from ..errors import (
     InvalidConfigError,
     InvalidTimestampError,
@@ -38,7 +55,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..storage import LogStore
-from ..storage.log import READ
+from ..storage.log import CODECS, READ
 from ..structs import RecordMetadata, TopicPartition
 from .partitioner import hash_partition
 
@@ -52,9 +69,6 @@ _ids = count(1)
 # the hard limit (max.message.bytes) is the engine's, and a batch it rejects is split to isolate the culprit.
 _RECORD_OVERHEAD = 12
 _HEADER_OVERHEAD = 2
-# A batch whose records average at least this many bytes drops its payload once complete (keeping only sizes), so
-# futures held by the app do not pin large values in memory (kafka-python's futures hold sizes only).
-_STRIP_AVG_BYTES = 256
 
 # batch states
 _OPEN, _CLOSED, _WRITTEN, _DONE, _FAILED = 0, 1, 2, 3, 4
@@ -88,31 +102,32 @@ def _now_ms() -> int:
     return _time_ns() // 1_000_000
 
 
-class _Topic:
-    __slots__ = ("name", "n", "parts", "sticky", "partition_set")
+class _Topic(AccumulatorTopic):
+    """Per-topic producer state. ``parts`` (a tuple, one _Partition per id) and ``sticky`` (KIP-480's partition for
+    unkeyed records, moved under the producer's lock) are read by the compiled send() path."""
+
+    __slots__ = ("name", "n", "partition_set")
 
     def __init__(self, name: str, n: int):
         self.name = name
         self.n = n
-        self.parts: list[_Partition] = []
-        self.sticky: _Partition | None = None
         self.partition_set = frozenset(range(n))
 
 
-class _Partition:
-    """Per-partition producer state. ``batch`` is the open batch (guarded by the producer's lock); ``ready`` holds
-    closed batches in order; ``wlock`` makes their writes happen in that order whichever thread writes them."""
+class _Partition(AccumulatorPartition):
+    """Per-partition producer state. ``batch`` is the open batch (set and cleared under the producer's lock; the
+    compiled send() path appends to it without the lock, see the module docstring); ``limit`` is its batch_size;
+    ``ready`` holds closed batches in order; ``wlock`` makes their writes happen in that order whichever thread
+    writes them."""
 
-    __slots__ = ("topic", "partition", "tp", "log", "batch", "ready", "wlock", "codec", "limit", "append_time",
-                 "producer")
+    __slots__ = ("topic", "partition", "tp", "log", "ready", "wlock", "codec", "append_time", "producer")
 
-    def __init__(self, producer, topic: _Topic, partition: int, log, codec, limit: int, append_time: bool):
+    def __init__(self, producer, topic: _Topic, partition: int, log, codec: int, limit: int, append_time: bool):
         self.producer = producer
         self.topic = topic
         self.partition = partition
         self.tp = TopicPartition(topic.name, partition)
         self.log = log
-        self.batch: _Batch | None = None
         self.ready: deque[_Batch] = deque()
         self.wlock = threading.RLock()  # re-entrant: a callback run after a write may send and write again
         self.codec = codec
@@ -120,19 +135,23 @@ class _Partition:
         self.append_time = append_time
 
 
-class _Batch:
-    """Records bound for one ``Log.append_batch`` call, and the outcome every future of the batch reads."""
+class _Batch(ProducerBatch):
+    """Records bound for one ``Log.append_built`` call (encoded as they are sent, with each record's
+    RecordMetadata facts), and the outcome every future of the batch reads. ``size`` is the batch_size accounting.
 
-    __slots__ = ("part", "values", "keys", "timestamps", "headers", "size", "created", "state", "base", "pieces",
-                 "error", "callbacks", "append_time", "early", "sizes")
+    The futures (``FutureRecordMetadata``, compiled: a (batch, index) pair) answer through the methods below.
+    Thread-safe. Callbacks run once, in the thread that completes the record's batch (the sender thread, or the
+    thread whose ``send``/``flush`` wrote or fsynced it), or at once in the caller if the future is already done.
+    An exception raised by a callback is logged and swallowed, as kafka-python does. Do not call ``get()`` or the
+    producer's ``flush()`` from a callback of an ``acks='all'`` producer: the batch you wait for may be the one
+    that called you.
+    """
+
+    __slots__ = ("part", "created", "state", "base", "pieces", "error", "callbacks", "append_time", "early")
 
     def __init__(self, part: _Partition, early: bool, created: float = 0.0):
+        ProducerBatch.__init__(self, part.codec)
         self.part = part
-        self.values: list | None = []
-        self.keys: list | None = None  # stays None while every key is None (build_batch then writes null keys)
-        self.timestamps: list[int] = []
-        self.headers: list | None = None
-        self.size = 0
         self.created = created
         self.state = _OPEN
         self.base = -1
@@ -141,16 +160,44 @@ class _Batch:
         self.callbacks: list | None = None
         self.append_time = -1
         self.early = early  # acks=0: every future of the batch counts as done from send() on
-        self.sizes: list | None = None  # (key, value, header) sizes once the payload was dropped
 
-    @classmethod
-    def single(cls, part, early, value, key, ts, headers) -> _Batch:
-        b = cls(part, early)
-        b.values = [value]
-        b.keys = None if key is None else [key]
-        b.timestamps = [ts]
-        b.headers = None if headers is None else [headers]
-        return b
+    def done(self) -> bool:
+        return self.early or self.state >= _DONE
+
+    def exception_of(self, i: int) -> BaseException | None:
+        if self.early or self.state < _DONE:
+            return None  # acks=0 reports nothing after send(), as in Kafka (write errors are logged)
+        return self.outcome(i)[1]
+
+    def metadata_of(self, i: int) -> RecordMetadata | None:
+        if self.early:
+            offset = -1  # acks=0: nobody waited for the offset (kafka-python and Java report -1 too)
+        elif self.state < _DONE:
+            return None
+        else:
+            offset, exc = self.outcome(i)
+            if exc is not None:
+                return None
+        tp = self.part.tp
+        ts, ks, vs, hs = self.facts(i)
+        if self.append_time >= 0:
+            ts = self.append_time
+        return RecordMetadata(tp.topic, tp.partition, tp, offset, ts, None, ks, vs, hs)
+
+    def wait(self, timeout: float | None) -> None:
+        self.part.producer._await(self, timeout)
+
+    def add_callback(self, future: FutureRecordMetadata, f, errback: bool) -> None:
+        with self.part.producer._lock:
+            if not (self.early or self.state >= _DONE):
+                if self.callbacks is None:
+                    self.callbacks = []
+                self.callbacks.append((future._index, f, errback))
+                return
+        _run_callback(future, f, errback)
+
+    def describe(self) -> str:
+        return f"{self.part.tp.topic}-{self.part.partition}"
 
     def outcome(self, i: int):
         """(offset, None) or (-1, exception) for record i of a finished batch."""
@@ -162,128 +209,6 @@ class _Batch:
             if lo <= i < hi:
                 return (-1, res) if isinstance(res, BaseException) else (res + i - lo, None)
         return -1, self.error  # not reached: pieces cover every index
-
-    def record_sizes(self, i: int) -> tuple[int, int, int]:
-        if self.sizes is not None:
-            return self.sizes[i]
-        return _sizes(self.keys[i] if self.keys is not None else None, self.values[i],
-                      self.headers[i] if self.headers is not None else None)
-
-    def strip(self) -> None:
-        n = len(self.values)
-        keys = self.keys or [None] * n
-        headers = self.headers or [None] * n
-        self.sizes = [_sizes(k, v, h) for k, v, h in zip(keys, self.values, headers)]
-        self.values = self.keys = self.headers = None
-
-
-def _sizes(key, value, headers) -> tuple[int, int, int]:
-    hs = sum(len(k.encode() if isinstance(k, str) else k) + (len(v) if v is not None else 0)
-             for k, v in headers) if headers else -1
-    return (-1 if key is None else len(key), -1 if value is None else len(value), hs)
-
-
-class FutureRecordMetadata:
-    """The result of one ``send()``: kafka-python's FutureRecordMetadata (``get``, ``add_callback``,
-    ``add_errback``, ``add_both``, ``succeeded``, ``failed``, ``retriable``, ``is_done``, ``value``, ``exception``).
-
-    Thread-safe. Callbacks run once, in the thread that completes the record's batch (the sender thread, or the
-    thread whose ``send``/``flush`` wrote or fsynced it), or at once in the caller if the future is already done.
-    An exception raised by a callback is logged and swallowed, as kafka-python does. Do not call ``get()`` or the
-    producer's ``flush()`` from a callback of an ``acks='all'`` producer: the batch you wait for may be the one
-    that called you.
-    """
-
-    __slots__ = ("_batch", "_index")
-
-    def __init__(self, batch: _Batch, index: int):
-        self._batch = batch
-        self._index = index
-
-    @property
-    def is_done(self) -> bool:
-        b = self._batch
-        return b.early or b.state >= _DONE
-
-    def succeeded(self) -> bool:
-        return self.is_done and self.exception is None
-
-    def failed(self) -> bool:
-        return self.is_done and self.exception is not None
-
-    def retriable(self) -> bool:
-        exc = self.exception
-        return exc is not None and getattr(exc, "retriable", False)
-
-    @property
-    def exception(self) -> BaseException | None:
-        b = self._batch
-        if b.early or b.state < _DONE:
-            return None  # acks=0 reports nothing after send(), as in Kafka (write errors are logged)
-        return b.outcome(self._index)[1]
-
-    @property
-    def value(self) -> RecordMetadata | None:
-        b = self._batch
-        if not (b.early or b.state >= _DONE):
-            return None
-        i = self._index
-        if b.early:
-            offset = -1  # acks=0: nobody waited for the offset (kafka-python and Java report -1 too)
-        else:
-            offset, exc = b.outcome(i)
-            if exc is not None:
-                return None
-        tp = b.part.tp
-        ks, vs, hs = b.record_sizes(i)
-        ts = b.append_time if b.append_time >= 0 else b.timestamps[i]
-        return RecordMetadata(tp.topic, tp.partition, tp, offset, ts, None, ks, vs, hs)
-
-    def get(self, timeout: float | None = None) -> RecordMetadata:
-        """Wait up to ``timeout`` seconds (None: forever) for the record's acknowledgement (see ``acks``); return
-        its RecordMetadata or raise the exception it failed with. RequestTimedOutError on timeout."""
-        b = self._batch
-        if not (b.early or b.state >= _DONE):
-            b.part.producer._await(b, timeout)
-        exc = self.exception
-        if exc is not None:
-            raise exc
-        return self.value
-
-    def add_callback(self, f, *args, **kwargs) -> FutureRecordMetadata:
-        """Call ``f(*args, record_metadata, **kwargs)`` when the record is acknowledged."""
-        return self._add(f, args, kwargs, False)
-
-    def add_errback(self, f, *args, **kwargs) -> FutureRecordMetadata:
-        """Call ``f(*args, exception, **kwargs)`` if the record fails."""
-        return self._add(f, args, kwargs, True)
-
-    def add_both(self, f, *args, **kwargs) -> FutureRecordMetadata:
-        self.add_callback(f, *args, **kwargs)
-        return self.add_errback(f, *args, **kwargs)
-
-    def chain(self, future) -> FutureRecordMetadata:
-        """Resolve another kafka-python-style future (``success``/``failure``) with this one's outcome."""
-        self.add_callback(future.success)
-        return self.add_errback(future.failure)
-
-    def _add(self, f, args, kwargs, errback: bool) -> FutureRecordMetadata:
-        if args or kwargs:
-            f = functools.partial(f, *args, **kwargs)
-        b = self._batch
-        lock = b.part.producer._lock
-        with lock:
-            if not (b.early or b.state >= _DONE):
-                if b.callbacks is None:
-                    b.callbacks = []
-                b.callbacks.append((self._index, f, errback))
-                return self
-        _run_callback(self, f, errback)
-        return self
-
-    def __repr__(self):
-        state = "pending" if not self.is_done else ("failed" if self.failed() else "done")
-        return f"<FutureRecordMetadata {self._batch.part.tp.topic}-{self._batch.part.partition} {state}>"
 
 
 def _run_callback(future: FutureRecordMetadata, f, errback: bool) -> None:
@@ -317,7 +242,7 @@ class _Cluster:
     available_partitions_for_topic = partitions_for_topic  # a single node: every partition's leader is here
 
 
-class KafkaProducer:
+class KafkaProducer(RecordAccumulator):
     """kafka-python's KafkaProducer over a local LogStore: ``KafkaProducer(store_or_path, **configs)``.
 
     ``store_or_path`` is an open ``LogStore`` (the app keeps owning it) or a data directory: then the producer opens
@@ -373,8 +298,9 @@ class KafkaProducer:
     whose ``send()`` filled them.
 
     Thread safety: every method may be called from any thread; records of one thread keep their order per
-    partition. Process safety: with a store opened shared (a path, or ``LogStore(path)``), producers in several
-    processes write to the same partitions; the engine's partition lock gives each batch its own offsets.
+    partition. ``send()`` of a plain record takes no lock (it is atomic under the GIL, see the module docstring).
+    Process safety: with a store opened shared (a path, or ``LogStore(path)``), producers in several processes write
+    to the same partitions; the engine's partition lock gives each batch its own offsets.
     """
 
     DEFAULT_CONFIG = {
@@ -406,8 +332,9 @@ class KafkaProducer:
         self._key_ser = _serializer(c["key_serializer"])
         self._value_ser = _serializer(c["value_serializer"])
         self._serializing = self._key_ser is not None or self._value_ser is not None
-        self._fast = self._linger > 0 and not self._serializing and self._partitioner is None  # send()'s hot path
-        self._max_fast = self._max_request_size - RECORD_BATCH_OVERHEAD
+        # send()'s compiled fast path (RecordAccumulator): batching on, no serializers, default partitioner
+        self._init_fast_path(_RECORD_OVERHEAD, self._max_request_size - RECORD_BATCH_OVERHEAD)
+        self._fast = self._linger > 0 and not self._serializing and self._partitioner is None
 
         if isinstance(store_or_path, LogStore):
             self._store = store_or_path
@@ -421,7 +348,7 @@ class KafkaProducer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._meta_lock = threading.Lock()
-        self._topics: dict[str, _Topic] = {}
+        # self._topics (name -> _Topic) is the compiled base's dict: send() looks topics up in it
         self._cluster = _Cluster(self)
         self._closed = False
         self._open: dict[_Partition, None] = {}  # partitions with an open batch (linger_ms > 0), oldest first
@@ -520,12 +447,15 @@ class KafkaProducer:
                     pass  # another producer (thread or process) created it first
                 n = store.partitions_for(topic)
             cfg = store.topic_config(topic)
-            # a topic codec other than 'producer' wins, as when a broker recompresses (Log applies it on None)
-            codec = self._codec if cfg["compression.type"] == "producer" else None
+            # a topic codec other than 'producer' wins, as when a broker recompresses: batches are built with it,
+            # so Log.append_built stores them as they are
+            ctype = cfg["compression.type"]
+            codec = CODECS[self._codec] if ctype == "producer" else CODECS[ctype]
             limit = max(1, min(self._batch_size, cfg["max.message.bytes"] - RECORD_BATCH_OVERHEAD))
             append_time = cfg["message.timestamp.type"] == "LogAppendTime"
             st = _Topic(topic, n)
-            st.parts = [_Partition(self, st, p, store.log(topic, p), codec, limit, append_time) for p in range(n)]
+            st.parts = tuple(_Partition(self, st, p, store.log(topic, p), codec, limit, append_time)
+                             for p in range(n))
             st.sticky = st.parts[int(_random() * n)]
             self._topics[topic] = st
             return st
@@ -535,6 +465,7 @@ class KafkaProducer:
         with self._meta_lock:
             if self._topics.get(st.name) is st:
                 del self._topics[st.name]
+                self._topics_changed()
 
     def partitions_for(self, topic: str) -> set[int]:
         """The topic's partition ids (creating the topic if allow_auto_create_topics, like a metadata request)."""
@@ -542,54 +473,8 @@ class KafkaProducer:
 
     # ------------------------------------------------------------------------------------------------ send
 
-    def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
-        """Send one record; returns a FutureRecordMetadata at once (see the class docstring for when it resolves).
-
-        Raised here, nothing sent (as kafka-python): ``LogClosedError`` after close(); ``ValueError`` when key and
-        value are both None; ``TypeError`` for a serialized key/value that is not bytes-like or malformed headers
-        (a list of (str, bytes) pairs); whatever a serializer raises; ``InvalidTopicError`` for an illegal topic
-        name; ``UnknownTopicOrPartitionError`` for a missing topic without auto-creation or an explicit partition
-        outside the topic; ``InvalidTimestampError`` for a negative timestamp_ms.
-        Reported through the future, nothing else affected: ``RecordTooLargeError`` (above max_request_size or the
-        topic's max.message.bytes), any error the log raises for this record's batch.
-        """
-        # The hot path, inlined on purpose (a Python call is ~5% of a send): batching on, bytes value, bytes or no
-        # key, default partitioner, no serializers/headers/partition/timestamp, and the record fits the open batch
-        # without filling it. Everything else, and every state change, goes through _send().
-        if (self._fast and type(value) is bytes and headers is None and partition is None and timestamp_ms is None
-                and (key is None or type(key) is bytes)):
-            st = self._topics.get(topic)
-            if st is not None:
-                size = len(value) + _RECORD_OVERHEAD
-                if key is None:
-                    part = st.sticky
-                else:
-                    size += len(key)
-                    part = st.parts[hash_partition(key, st.n)]
-                if size <= self._max_fast:
-                    ts = _time_ns() // 1_000_000
-                    lock = self._lock
-                    lock.acquire()
-                    try:
-                        b = part.batch
-                        if b is not None and b.size + size < part.limit:
-                            i = len(b.values)
-                            b.values.append(value)
-                            if key is not None:
-                                if b.keys is None:
-                                    b.keys = [None] * i
-                                b.keys.append(key)
-                            elif b.keys is not None:
-                                b.keys.append(None)
-                            if b.headers is not None:
-                                b.headers.append(None)
-                            b.timestamps.append(ts)
-                            b.size += size
-                            return FutureRecordMetadata(b, i)
-                    finally:
-                        lock.release()
-                    timestamp_ms = ts
-        return self._send(topic, value, key, headers, partition, timestamp_ms)
+    # send(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None) is RecordAccumulator.send
+    # (compiled): plain records join their open batch there; everything else, and every state change, comes here.
 
     def _send(self, topic, value, key, headers, partition, timestamp_ms):
         if self._closed:
@@ -614,9 +499,11 @@ class KafkaProducer:
         if value is not None:
             size += len(value)
         if headers:
-            size += _check_headers(headers)
+            hsize, header_size = _check_headers(headers)
+            size += hsize
         else:
             headers = None
+            header_size = -1
         if timestamp_ms is None:
             ts = _time_ns() // 1_000_000
         elif type(timestamp_ms) is int and timestamp_ms >= 0:
@@ -643,13 +530,13 @@ class KafkaProducer:
             sticky = True
 
         if size + RECORD_BATCH_OVERHEAD > self._max_request_size:
-            return self._reject(part, value, key, ts, headers, RecordTooLargeError(
+            return self._reject(part, value, key, ts, header_size, RecordTooLargeError(
                 f"the record is {size + RECORD_BATCH_OVERHEAD} bytes when serialized, more than "
                 f"max_request_size={self._max_request_size}"))
 
         if not self._linger:
-            b = _Batch.single(part, self._early, value, key, ts, headers)
-            b.size = size
+            b = _Batch(part, self._early)
+            b.add(value, key, ts, headers, header_size, size)
             b.state = _CLOSED
             if sticky and st.n > 1:
                 _rotate(st, part)  # each send is a batch of its own: KIP-480 moves on after every one
@@ -675,22 +562,7 @@ class KafkaProducer:
                     b = None
             if b is None:
                 b = self._new_batch_locked(part)
-            i = len(b.values)
-            b.values.append(value)
-            if key is not None:
-                if b.keys is None:
-                    b.keys = [None] * i
-                b.keys.append(key)
-            elif b.keys is not None:
-                b.keys.append(None)
-            if headers is not None:
-                if b.headers is None:
-                    b.headers = [None] * i
-                b.headers.append(headers)
-            elif b.headers is not None:
-                b.headers.append(None)
-            b.timestamps.append(ts)
-            b.size += size
+            i = b.add(value, key, ts, headers, header_size, size)  # one C call: atomic for the compiled path too
             if b.size >= part.limit:
                 self._close_locked(part)
                 drain = part if drain is None else [*drain, part] if type(drain) is list else [drain, part]
@@ -719,9 +591,11 @@ class KafkaProducer:
                 f"partitioner returned partition {p!r} for topic {st.name!r}, which has {st.n} partitions")
         return st.parts[p]
 
-    def _reject(self, part, value, key, ts, headers, exc) -> FutureRecordMetadata:
+    def _reject(self, part, value, key, ts, header_size, exc) -> FutureRecordMetadata:
         """A future that failed before its record joined a batch; nothing else is affected."""
-        b = _Batch.single(part, False, value, key, ts, headers)
+        b = _Batch(part, False)
+        b.add_facts(ts, _nbytes(key), _nbytes(value), header_size)
+        b.drop_records()
         b.state = _FAILED
         b.error = exc
         with self._lock:
@@ -763,25 +637,37 @@ class KafkaProducer:
                 self._write(part, b)
 
     def _write(self, part: _Partition, b: _Batch) -> None:
-        """One Log.append_batch for the batch; a batch the log refuses for a record's sake is split to find it."""
+        """One Log.append_built of the built batch; a batch the log refuses for a record's sake is split to find
+        the records at fault."""
+        data = None
         try:
-            b.base = part.log.append_batch(b.values, b.keys, b.timestamps, b.headers, compression=part.codec)
+            # the batch's own buffer, no copy; built with the topic's codec, so the log stores it as it is
+            data = b.build_view()
+            b.base = part.log.append_built(data, b.records_count, b.max_timestamp)
         except (TypeError, ValueError):
-            # record-level refusals (RecordTooLargeError, InvalidTimestampError, bad types...) are ValueErrors or
-            # TypeErrors: isolate the records at fault, write the others in order (Kafka splits batches too)
+            # record-level refusals (RecordTooLargeError, InvalidTimestampError...) are ValueErrors: isolate the
+            # records at fault, write the others in order (Kafka splits batches too)
             pieces: list = []
-            self._write_split(part, b, 0, len(b.values), pieces)
+            if data is not None:
+                recs = list(RecordBatch(bytes(data)).records())
+                data.release()
+                self._write_split(part, recs, 0, b.records_count, pieces)
+            else:  # cannot happen (the records were encoded when sent); fail the batch rather than lose it quietly
+                pieces.append((0, b.records_count, ValueError("the producer could not build the batch")))
             b.pieces = pieces
             if not any(isinstance(res, int) for _, _, res in pieces):
                 b.error = pieces[0][2]
-                self._fail(b, b.error, count=len(b.values))
+                self._fail(b, b.error, count=b.records_count)
                 return
             b.error = next((res for _, _, res in pieces if isinstance(res, BaseException)), None)
         except Exception as e:
             if isinstance(e, LogClosedError):
                 self._forget_topic(part.topic)
-            self._fail(b, e, count=len(b.values))
+            self._fail(b, e, count=b.records_count)
             return
+        finally:
+            if isinstance(data, memoryview):
+                data.release()  # lets drop_records() recycle the buffer for the next batch
         if part.append_time:
             b.append_time = self._append_time(part, b)
         if self._acks_all:
@@ -797,18 +683,20 @@ class KafkaProducer:
         else:
             self._complete(b)
 
-    def _write_split(self, part: _Partition, b: _Batch, lo: int, hi: int, out: list) -> None:
-        keys, headers = b.keys, b.headers
+    def _write_split(self, part: _Partition, recs: list, lo: int, hi: int, out: list) -> None:
+        """Write recs[lo:hi] (records decoded from the refused batch) as one batch, or split it in halves."""
+        piece = recs[lo:hi]
         try:
-            base = part.log.append_batch(b.values[lo:hi], None if keys is None else keys[lo:hi], b.timestamps[lo:hi],
-                                         None if headers is None else headers[lo:hi], compression=part.codec)
+            base = part.log.append_batch([r.value for r in piece], [r.key for r in piece],
+                                         [r.timestamp for r in piece], [r.headers for r in piece],
+                                         compression=part.codec)
         except (TypeError, ValueError) as e:
             if hi - lo == 1:
                 out.append((lo, hi, e))
                 return
             mid = (lo + hi) // 2
-            self._write_split(part, b, lo, mid, out)
-            self._write_split(part, b, mid, hi, out)
+            self._write_split(part, recs, lo, mid, out)
+            self._write_split(part, recs, mid, hi, out)
             return
         out.append((lo, hi, base))
 
@@ -824,7 +712,7 @@ class KafkaProducer:
         return _now_ms()
 
     def _complete(self, b: _Batch) -> None:
-        n = len(b.values) if b.values is not None else len(b.sizes)
+        n = b.records_count
         failed = 0 if b.pieces is None else sum(hi - lo for lo, hi, res in b.pieces if isinstance(res, BaseException))
         with self._lock:
             b.state = _DONE
@@ -839,8 +727,7 @@ class KafkaProducer:
                 self._cond.notify_all()
         if failed and b.early:
             _log.warning("acks=0: %d records for %s were refused by the log: %s", failed, b.part.tp, b.error)
-        if b.values is not None and b.size >= _STRIP_AVG_BYTES * n:
-            b.strip()
+        b.drop_records()  # written: futures held by the app keep the sizes, not the payload (as kafka-python's)
         if callbacks:
             self._callbacks(b, callbacks)
 
@@ -855,6 +742,7 @@ class KafkaProducer:
                 self._cond.notify_all()
         if b.early:
             _log.warning("acks=0: a batch of %d records for %s was not written: %s", count, b.part.tp, exc)
+        b.drop_records()  # failed futures keep their sizes, not the payload
         if callbacks:
             self._callbacks(b, callbacks)
 
@@ -878,7 +766,7 @@ class KafkaProducer:
                 part.log.flush()
             except Exception as e:
                 for b in batches:
-                    self._fail(b, e, count=len(b.values) if b.values is not None else len(b.sizes))
+                    self._fail(b, e, count=b.records_count)
                 continue
             self._last_fsync = _monotonic() - t
             with self._lock:
@@ -1009,7 +897,7 @@ class KafkaProducer:
             leftovers = [b for b in self._incomplete if b.state < _WRITTEN]
         for b in leftovers:
             self._fail(b, LogClosedError("the producer was closed before the record was written"),
-                       count=len(b.values))
+                       count=b.records_count)
         for ser in (self.config["key_serializer"], self.config["value_serializer"]):
             close = getattr(ser, "close", None)
             if callable(close):
@@ -1064,17 +952,28 @@ def _timestamp(value) -> int:
     return ts
 
 
-def _check_headers(headers) -> int:
-    """kafka-python's rule: a list of (str, bytes) pairs (None values allowed, as in Kafka). Returns the size."""
+def _check_headers(headers) -> tuple[int, int]:
+    """kafka-python's rule: a list of (str, bytes) pairs (None values allowed, as in Kafka). Returns the batch_size
+    accounting size and kafka-python's serialized_header_size (UTF-8 keys + values)."""
     if not isinstance(headers, list | tuple):
         raise TypeError("headers must be a list of (str, bytes) tuples")
     size = 1
+    serialized = 0
     for h in headers:
         if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
                 and (h[1] is None or isinstance(h[1], _BYTES_LIKE))):
             raise TypeError(f"All headers items must be (str, bytes) tuples, got {h!r}")
-        size += len(h[0]) + (len(h[1]) if h[1] is not None else 0) + _HEADER_OVERHEAD
-    return size
+        n = len(h[0].encode()) + (_nbytes(h[1]) if h[1] is not None else 0)
+        size += n + _HEADER_OVERHEAD
+        serialized += n
+    return size, serialized
+
+
+def _nbytes(data) -> int:
+    """Serialized size as RecordMetadata reports it: -1 for None."""
+    if data is None:
+        return -1
+    return data.nbytes if type(data) is memoryview else len(data)
 
 
 def _serializer(s):

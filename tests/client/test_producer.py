@@ -18,7 +18,7 @@ from kafka.producer.future import RecordMetadata as KafkaRecordMetadata
 from kafka.serializer import JsonSerializer
 
 import kafkalog
-from kafkalog._engine.records import iter_batches
+from kafkalog._engine.records import ProducerBatch, build_batch, iter_batches
 from kafkalog.client.partitioner import StickyPartitioner, hash_partition, murmur2
 from kafkalog.client.producer import IGNORED_CONFIGS, FutureRecordMetadata, KafkaProducer
 from kafkalog.errors import (
@@ -447,7 +447,7 @@ def test_large_values_are_not_pinned_by_futures(open_store):
     p = KafkaProducer(store, linger_ms=LONG, acks=1)
     f = p.send("t", b"x" * 5000, key=b"k", headers=[("h", b"12")])
     p.flush()
-    assert f._batch.values is None  # payload dropped once complete; metadata keeps the sizes
+    assert f._batch.dropped  # payload dropped once written; metadata keeps the sizes
     md = f.get()
     assert (md.serialized_key_size, md.serialized_value_size, md.serialized_header_size) == (1, 5000, 3)
     p.close()
@@ -621,7 +621,12 @@ def wait_for(name):
 p = KafkaProducer(path, linger_ms=1, batch_size=400, acks=1)
 open(os.path.join(path, "child-ready"), "w").close()
 wait_for("go")
-futures = [p.send("shared", b"child-%d" % i, timestamp_ms=ts) for i in range(n)]
+futures = []
+for i in range(n):  # in rounds with pauses, so that the two processes' writes overlap in time
+    futures.append(p.send("shared", b"child-%d" % i, timestamp_ms=ts))
+    if i % 300 == 299:
+        p.flush()
+        time.sleep(0.002)
 p.flush()
 assert all(f.succeeded() for f in futures)
 wait_for("parent-done")
@@ -644,7 +649,12 @@ def test_two_processes_produce_to_one_store_without_offset_collisions(data_dir, 
             time.sleep(0.005)
         p = KafkaProducer(data_dir, linger_ms=1, batch_size=400, acks=1)
         (data_dir / "go").touch()
-        futures = [p.send("shared", b"parent-%d" % i, timestamp_ms=ts) for i in range(n)]
+        futures = []
+        for i in range(n):
+            futures.append(p.send("shared", b"parent-%d" % i, timestamp_ms=ts))
+            if i % 300 == 299:
+                p.flush()
+                time.sleep(0.002)
         p.flush()
         (data_dir / "parent-done").touch()
         assert child.wait(60) == 0
@@ -687,3 +697,127 @@ def test_future_type_is_exported_for_isinstance_checks(open_store):
     assert isinstance(p.send("t", b"v"), FutureRecordMetadata)
     p.close()
     assert os.path.isdir(store.path / "t-0")
+
+
+# ---------------------------------------------------------------------------------------------------- compiled path
+
+T0 = 1_700_000_000_000
+
+
+def test_a_producer_batch_is_byte_for_byte_build_batch():
+    """ProducerBatch encodes each record as it is added; the batch is the one build_batch makes of the same records
+    (negative timestamp deltas, null keys and values, headers included), and facts() keeps what RecordMetadata
+    reports."""
+    rnd = random.Random(5)
+    n = 700
+    values = [rnd.randbytes(rnd.randrange(0, 300)) if i % 7 else None for i in range(n)]
+    keys = [rnd.randbytes(rnd.randrange(0, 20)) if i % 3 else None for i in range(n)]
+    ts = [T0 + rnd.randrange(-5000, 5000) for _ in range(n)]
+    headers = [[("h", b"x"), ("\u00e9t\u00e9", None)] if i % 11 == 0 else None for i in range(n)]
+    for codec in (0, "lz4"):
+        b = ProducerBatch(codec)
+        for i, (v, k, t, h) in enumerate(zip(values, keys, ts, headers)):
+            assert b.add(v, k, t, h, -1 if h is None else 1 + 5, 10) == i
+        assert (b.records_count, b.size) == (n, 10 * n)
+        built = build_batch(values, keys, ts, headers, compression=codec)
+        assert bytes(b.build_view()) == built == b.build()
+        assert b.facts(0) == (ts[0], -1, -1, 1 + 5)
+        assert b.facts(1) == (ts[1], len(keys[1]), len(values[1]), -1)
+
+
+def test_records_sent_through_the_compiled_path_are_build_batch_bytes(open_store):
+    store = open_store()
+    store.create_topic("t", 1)
+    p = KafkaProducer(store, linger_ms=LONG, batch_size=1 << 20, acks=1)
+    rnd = random.Random(9)
+    values = [rnd.randbytes(rnd.randrange(1, 200)) for _ in range(2000)]
+    keys = [None if i % 4 == 0 else b"k%d" % i for i in range(2000)]
+    ts = [T0 + i * 3 for i in range(2000)]
+    futures = [p.send("t", v, k, timestamp_ms=t) for v, k, t in zip(values, keys, ts)]
+    p.flush()
+    (batch,) = batches(store, "t")
+    assert batch.tobytes() == build_batch(values, keys, ts)
+    mds = [f.get(timeout=0) for f in futures]
+    assert [md.offset for md in mds] == list(range(2000))
+    assert [(md.timestamp, md.serialized_key_size, md.serialized_value_size) for md in mds] == \
+        [(t, -1 if k is None else len(k), len(v)) for v, k, t in zip(values, keys, ts)]
+    p.close()
+
+
+def test_bytes_like_values_are_copied_when_sent(open_store):
+    store = open_store()
+    store.create_topic("t", 1)
+    p = KafkaProducer(store, linger_ms=LONG, acks=1)
+    value, key = bytearray(b"before"), bytearray(b"k")
+    f = p.send("t", value, key=memoryview(key))
+    value[:] = b"after!"
+    key[:] = b"x"
+    p.flush()
+    (rec,) = store.log("t", 0).records()
+    assert (rec.key, rec.value) == (b"k", b"before")
+    assert (f.get().serialized_key_size, f.get().serialized_value_size) == (1, 6)
+    p.close()
+
+
+def test_a_built_view_outlives_drop_records():
+    b = ProducerBatch()
+    b.add(b"v" * 5000, None, T0)
+    view = b.build_view()
+    b.drop_records()  # the view still holds the buffer: dropping waits for it
+    assert b.dropped and bytes(view) == build_batch([b"v" * 5000], timestamps=[T0])
+    view.release()
+    with pytest.raises(ValueError):
+        b.add(b"late", None, T0)
+    with pytest.raises(ValueError):
+        b.build_view()
+    assert b.facts(0) == (T0, -1, 5000, -1)
+
+
+def test_a_topic_deleted_under_the_producer_fails_its_batch_then_is_created_again(open_store):
+    store = open_store()
+    store.create_topic("t", 1)
+    p = KafkaProducer(store, linger_ms=LONG, acks=1)
+    lost = [p.send("t", b"lost-%d" % i) for i in range(5)]  # the first opens the batch, the others join it in C
+    store.delete_topic("t")
+    p.flush()
+    assert all(isinstance(f.exception, LogClosedError) for f in lost)
+    f = p.send("t", b"after")  # the producer forgot the topic: auto-created again
+    p.flush()
+    assert f.get(timeout=5).offset == 0
+    assert [r.value for r in store.log("t", 0).records()] == [b"after"]
+    p.close()
+
+
+def test_threads_race_the_compiled_path_against_batch_turnover(open_store):
+    """Unkeyed records from several threads, tiny batches, three partitions: the sticky partition moves and batches
+    close all the time while other threads append without the lock. Every record lands exactly once, in its
+    thread's order per partition, where its future says."""
+    store = open_store()
+    store.create_topic("t", 3)
+    p = KafkaProducer(store, linger_ms=1, batch_size=700, acks=1)
+    n_threads, n = 4, 3000
+    futures = {t: [] for t in range(n_threads)}
+
+    def work(t):
+        send = p.send
+        out = futures[t]
+        for i in range(n):
+            out.append(send("t", b"%d-%d" % (t, i), timestamp_ms=T0 + i))
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    p.flush()
+    recs = all_records(store, "t")
+    assert sorted(r.value for q in recs for r in recs[q]) == sorted(
+        b"%d-%d" % (t, i) for t in range(n_threads) for i in range(n))
+    for t in range(n_threads):
+        mds = [f.get(timeout=0) for f in futures[t]]
+        for md, i in zip(mds, range(n)):
+            assert recs[md.partition][md.offset].value == b"%d-%d" % (t, i)
+        for q in range(3):
+            offsets = [md.offset for md in mds if md.partition == q]
+            assert offsets == sorted(offsets)
+    assert len({md.partition for t in futures for md in (f.get(timeout=0) for f in futures[t])}) == 3
+    p.close()

@@ -180,6 +180,23 @@ def test_timestamp_bounds(open_store):
     assert log.log_end_offset == 0
     log.append(b"ok", timestamp=now)
     assert log.log_end_offset == 1
+    # a raw batch whose first and largest timestamps are in bounds but a middle record is too old
+    raw = build_batch([b"a", b"b", b"c"], timestamps=[now, now - 3_600_000, now])
+    with pytest.raises(InvalidTimestampError):
+        log.append_records(raw)
+    with pytest.raises(InvalidTimestampError):  # the producer's trusted path takes the checking one on such topics
+        log.append_built(bytearray(raw), 3, now)
+    assert log.log_end_offset == 1
+
+
+def test_append_built_stamps_in_place(open_store):
+    store, log = fresh(open_store)
+    log.append(b"first", timestamp=T0)
+    buf = bytearray(build_batch([b"a", b"b"], timestamps=[T0, T0 + 5]))
+    assert log.append_built(buf, 2, T0 + 5) == 1
+    assert next(iter_batches(buf)).base_offset == 1  # stamped in the caller's buffer, no copy
+    assert [(r.offset, r.value) for r in log.records()] == [(0, b"first"), (1, b"a"), (2, b"b")]
+    assert log.offset_for_time(T0 + 3).offset == 2
 
 
 # ---------------------------------------------------------------------------------------------------- size limits
