@@ -626,20 +626,58 @@ class KafkaAdminClient:
             self._offset_store = OffsetStore(self._store)
         return self._offset_store
 
+    def _group_ids(self) -> list[str]:
+        """Groups with committed offsets or with members (consumer groups of any process on this store)."""
+        from .group import known_groups
+        return sorted(set(self._offsets().groups()) | set(known_groups(self._store.path)))
+
     def list_consumer_groups(self, broker_ids=None):
-        """kafka-python 2.x: ``[(group_id, protocol_type)]`` of the groups with committed offsets in the store."""
+        """kafka-python 2.x: ``[(group_id, protocol_type)]`` of the groups with committed offsets or members."""
         with self._lock:
             self._check_open()
-            return [(g, PROTOCOL_TYPE) for g in sorted(self._offsets().groups())]
+            return [(g, PROTOCOL_TYPE) for g in self._group_ids()]
 
     def list_groups(self, broker_ids=None, states_filter=None, types_filter=None):
-        """kafka-python 3.x: ``[{'group_id', 'protocol_type', 'group_state', 'group_type'}]``. The offsets store
-        knows no group state or type: they are '' as from a broker before KIP-518/KIP-848, and filtering by them
-        raises UnsupportedVersionError (kafka-python raises IncompatibleBrokerVersion for such a broker)."""
-        if states_filter or types_filter:
-            raise UnsupportedVersionError("group state and type filters (KIP-518, KIP-848) are not supported")
-        return [{"group_id": g, "protocol_type": p, "group_state": "", "group_type": ""}
-                for g, p in self.list_consumer_groups(broker_ids)]
+        """kafka-python 3.x: ``[{'group_id', 'protocol_type', 'group_state', 'group_type'}]``; group_state is
+        'Empty', 'PreparingRebalance' or 'Stable' (KIP-518 names), group_type 'classic'. ``states_filter`` keeps
+        the groups in those states (case-insensitive); a types_filter other than 'classic'/'consumer' is
+        refused (KIP-848 groups do not exist here)."""
+        from .group import describe_group
+        if types_filter and any(str(t).lower() not in ("classic", "consumer") for t in types_filter):
+            raise UnsupportedVersionError(f"group types {sorted(types_filter)}: only classic groups exist here")
+        wanted = {str(x).lower() for x in states_filter} if states_filter else None
+        with self._lock:
+            self._check_open()
+            out = []
+            for g in self._group_ids():
+                state = describe_group(self._store, g)["state"]
+                if wanted is None or state.lower() in wanted:
+                    out.append({"group_id": g, "protocol_type": PROTOCOL_TYPE, "group_state": state,
+                                "group_type": "classic"})
+            return out
+
+    def describe_groups(self, group_ids, group_coordinator_id=None, include_authorized_operations=False):
+        """kafka-python 3.x: ``{group_id: {...}}`` shaped like a DescribeGroups response: error_code, group_id,
+        group_state ('Dead' for an unknown group), protocol_type, protocol_data (the assignor), members with
+        member_id, group_instance_id, client_id, client_host ('pid:<n>'), member_metadata {'topics'} and
+        member_assignment {'assigned_partitions': [TopicPartition]}."""
+        from .group import describe_group
+        with self._lock:
+            self._check_open()
+            known = set(self._group_ids())
+            out = {}
+            for g in group_ids:
+                d = describe_group(self._store, g)
+                members = [{"member_id": m["member_id"], "group_instance_id": None, "client_id": m["client_id"],
+                            "client_host": f"pid:{m['pid']}", "member_metadata": {"topics": m["topics"]},
+                            "member_assignment": {"assigned_partitions": m["assignment"]}}
+                           for m in d["members"]]
+                out[g] = {"error_code": 0, "group_id": g,
+                          "group_state": d["state"] if g in known else "Dead",
+                          "protocol_type": PROTOCOL_TYPE if g in known else "",
+                          "protocol_data": d["protocol"] or "", "members": members,
+                          "authorized_operations": None}
+            return out
 
     def list_consumer_group_offsets(self, group_id, group_coordinator_id=None, partitions=None):
         """kafka-python 2.x: ``{TopicPartition: OffsetAndMetadata}`` committed by ``group_id``: all of them, or the

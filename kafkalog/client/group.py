@@ -196,6 +196,16 @@ def _rebalance(state: dict, partitions: dict[str, int]) -> None:
     state["assignment"] = {m: [[tp.topic, tp.partition] for tp in tps] for m, tps in assignment.items()}
 
 
+def known_groups(store_path) -> list[str]:
+    """Group ids that have a group directory (members now or before) in this data dir."""
+    from urllib.parse import unquote
+    try:
+        names = os.listdir(Path(store_path) / GROUPS_DIR)
+    except FileNotFoundError:
+        return []
+    return sorted(unquote(n[2:]) for n in names if n.startswith("g-"))
+
+
 def describe_group(store, group: str) -> dict:
     """{"group_id", "state" ("Empty" | "PreparingRebalance" | "Stable"), "generation", "protocol", "leader",
     "members": [{"member_id", "client_id", "pid", "topics", "assignment": [TopicPartition]}]} as seen now."""

@@ -622,9 +622,10 @@ def test_delete_records_is_checkpointed_before_it_returns(open_store, data_dir, 
 
 # ---------------------------------------------------------------------------------------------------- groups
 
-def test_group_state_filters_are_unsupported(admin):
+def test_group_type_filters_other_than_classic_are_unsupported(admin):
     with pytest.raises(UnsupportedVersionError):
-        admin.list_groups(states_filter=["Stable"])
+        admin.list_groups(types_filter=["share"])
+    assert admin.list_groups(states_filter=["Stable"], types_filter=["classic"]) == []
 
 
 def commit(store, group, offsets):
@@ -643,9 +644,31 @@ def test_list_consumer_groups(admin, store):
     commit(store, "g1", {TopicPartition("t", 1): OffsetAndMetadata(7, "m", None)})
     assert admin.list_consumer_groups() == [("g1", "consumer"), ("g2", "consumer")]
     groups = admin.list_groups()
-    expected = ListGroupsResponse(error_code=0, version=3, groups=[
-        ListGroupsResponse.ListedGroup(group_id=g, protocol_type="consumer") for g in ("g1", "g2")]).to_dict()
+    expected = ListGroupsResponse(error_code=0, version=5, groups=[
+        ListGroupsResponse.ListedGroup(group_id=g, protocol_type="consumer", group_state="Empty",
+                                       group_type="classic", version=5) for g in ("g1", "g2")]).to_dict()
     assert groups == expected["groups"]
+
+
+def test_groups_with_members_are_listed_and_described(admin, store):
+    from kafkalog import KafkaConsumer
+    admin.create_topics([NewTopic("t", 2, 1)])
+    c = KafkaConsumer("t", store=store, group_id="live", client_id="app-1")
+    try:
+        c.poll(timeout_ms=200)
+        assert ("live", "consumer") in admin.list_consumer_groups()  # members, no commit yet
+        assert [g["group_id"] for g in admin.list_groups(states_filter=["stable"])] == ["live"]
+        d = admin.describe_groups(["live", "nope"])
+        assert d["nope"]["group_state"] == "Dead" and d["nope"]["members"] == []
+        live = d["live"]
+        assert live["group_state"] == "Stable" and live["protocol_data"] == "range"
+        [m] = live["members"]
+        assert m["client_id"] == "app-1" and m["member_metadata"]["topics"] == ["t"]
+        assert sorted(m["member_assignment"]["assigned_partitions"]) == [TopicPartition("t", 0),
+                                                                          TopicPartition("t", 1)]
+    finally:
+        c.close()
+    assert admin.describe_groups(["live"])["live"]["group_state"] == "Empty"
 
 
 @needs_offsets
