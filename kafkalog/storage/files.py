@@ -1,5 +1,5 @@
 """Crash-safe file primitives: atomic replace (temp, fsync, rename, fsync dir), Kafka's offset checkpoint format,
-the clean-shutdown marker, and advisory file locks shared by threads and processes.
+the clean-shutdown marker, and advisory file locks between processes.
 
 Checkpoint text format (Kafka's OffsetCheckpointFile, version 0)::
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -115,7 +114,8 @@ class OffsetCheckpointFile:
 
 
 class FileLock:
-    """An advisory flock on a file, usable across processes; a threading lock orders this process's threads.
+    """An advisory flock on a file, usable across processes. Not a lock between threads: two threads using one
+    FileLock share its descriptor (flock sees one owner), so its users serialise their threads themselves.
 
     ``acquire(shared=False, timeout=None)``: timeout None blocks, 0 tries once. Locks die with the process, so a
     writer killed while holding one leaves nothing locked.
@@ -125,7 +125,6 @@ class FileLock:
         self.path = Path(path)
         self._fd = -1
         self._mode = 0
-        self._thread_lock = threading.RLock()
 
     def _open(self):
         if self._fd < 0:

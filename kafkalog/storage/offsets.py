@@ -378,9 +378,9 @@ class OffsetStore:
     ``OffsetStore(store, *, num_partitions=None, snapshot_interval_records=None, snapshot_interval_bytes=None,
     truncate=None, max_metadata_size=None)``. ``num_partitions`` only applies when this store creates the topic
     (default 1). Each setting left None comes from the store's config when config.py declares its key (see
-    ``_setting``), else from the default here. ``truncate``: delete records below each snapshot (default: on when
-    the store is opened exclusively; off in shared mode, because a shared or read-only Log does not yet follow
-    another process's delete-before that removes the segment it has open — see ``Log._refresh``).
+    ``_setting``), else from the default here. ``truncate``: delete records below each snapshot (default: on
+    whenever the store is writable; the other processes' views follow a delete-before that removes the segment
+    they have open, see ``Log._refresh``).
 
     Durability: ``commit(..., sync=True)`` returns after the commit's batch is fsynced (it survives power loss);
     with ``sync=False`` it is in the OS page cache when the call returns (it survives kill -9 of this process, not a
