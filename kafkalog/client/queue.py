@@ -34,6 +34,8 @@ Delivery. ``get()`` hands out messages from a local prefetch buffer. When it is 
 ``state.lock``, folds this worker's journaled acks into the state, leases up to ``prefetch`` offsets to this worker
 (waiting redeliveries first, lowest offset first, then new offsets from NextOffset up to the log end), writes the
 state and releases the lock; the leased ranges are then read with ``Log.read`` (whole batches, CRC-checked).
+A worker keeps the state it last read or wrote: while both slots' Sequence fields are still the ones it saw
+(two 8-byte reads under the lock), nobody else wrote and it skips reading and decoding the state.
 Leased offsets stay leased while in the buffer, so a dead worker's prefetched messages are redelivered too. A
 ``get`` that finds nothing waits without spinning: appends through the same Log set its event at once; every
 millisecond it checks ``Log.has_data_after`` (other processes' appends) and the state slots' Sequence fields
@@ -41,8 +43,10 @@ millisecond it checks ``Log.has_data_after`` (other processes' appends) and the 
 
 Acks. ``ack()`` stores one AckRecord into the worker's own journal through a shared memory mapping: no system call,
 no lock, no fsync, and it is in the page cache, so it outlives a kill -9 of the process. The journal is folded into
-the state (then zeroed) at the next claim, ``nack``, ``qsize`` or ``close``, as soon as the worker holds nothing
-(every message it got is acked and its buffer is empty), and every 512 acks. ``nack()`` returns the
+the state (then zeroed) at the next claim, ``nack``, ``qsize`` or ``close``, and every 512 acks; also as soon as
+the worker holds nothing (every message it got is acked and its buffer is empty) unless its last state update was
+less than 50 ms before: a worker that loops on ``get`` folds those acks with its next claim, one state write instead of
+two (until then, other workers' ``qsize`` counts them and deletion waits for them). ``nack()`` returns the
 message at once (one state update): the next claim of any worker delivers it again, with ``delivery_count`` + 1.
 
 Dead workers. A worker whose journal can be flocked by someone else is dead (flocks die with the process, so
@@ -105,6 +109,8 @@ import struct
 import threading
 import time
 from collections import deque
+from itertools import repeat
+from operator import itemgetter
 
 from .._engine.records import crc32c, iter_records, next_offset_after
 from ..errors import (
@@ -160,21 +166,39 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _RANGE = struct.Struct(">qqi")  # start, end, deliveries
 _ACK = struct.Struct(">qq")  # offset, ~offset: one pack per ack; zero fill and torn stores never match
+_ACK_SIZE = _ACK.size
+_ACK_PACK_INTO = _ACK.pack_into
+_FAILPOINTS = failpoints._active  # the dict of enabled failpoints: the ack path skips the call while it is empty
 
 
 class Message:
     """One delivery of a queued record: ``value``, ``key`` (bytes or None), ``offset``, ``timestamp`` (ms),
     ``headers`` (list of (str, bytes)), ``delivery_count`` (1 on the first delivery), ``redelivered``."""
 
-    __slots__ = ("value", "key", "offset", "timestamp", "headers", "delivery_count")
+    # the decoded record (built in C) is kept as it is: copying its fields into slots cost about as much as the
+    # rest of a get + ack
+    __slots__ = ("_record", "offset", "delivery_count")
 
-    def __init__(self, value, key, offset: int, timestamp: int, headers, delivery_count: int):
-        self.value = value
-        self.key = key
-        self.offset = offset
-        self.timestamp = timestamp
-        self.headers = headers
+    def __init__(self, record, delivery_count: int):
+        self._record = record
+        self.offset = record.offset
         self.delivery_count = delivery_count
+
+    @property
+    def value(self):
+        return self._record.value
+
+    @property
+    def key(self):
+        return self._record.key
+
+    @property
+    def timestamp(self) -> int:
+        return self._record.timestamp
+
+    @property
+    def headers(self):
+        return self._record.headers
 
     @property
     def redelivered(self) -> bool:
@@ -254,8 +278,7 @@ class _Ranges:
         return out
 
 
-def _START(rng):
-    return rng[0]
+_START = itemgetter(0)  # bisect key of a range (C, not a Python call per probe)
 
 
 class _State:
@@ -272,11 +295,11 @@ class _State:
 
     def encode(self) -> bytes:
         parts = [_BODY_HEAD.pack(self.seq, self.prefix, self.next), _pack_ranges(self.redeliver)]
-        workers = [(w, d) for w, d in self.leases.items() if d]
+        workers = [(w, d) for w, d in self.leases.items() if d.r]
         parts.append(_I32.pack(len(workers)))
         for w, d in workers:
             name = w.encode()
-            parts += [_I16.pack(len(name)), name, _pack_ranges(d)]
+            parts += (_I16.pack(len(name)), name, _pack_ranges(d))
         body = b"".join(parts)
         return _HEAD.pack(STATE_MAGIC, STATE_VERSION, crc32c(body), len(body)) + body
 
@@ -392,6 +415,9 @@ def _unpack_ranges(body, pos: int) -> tuple[int, _Ranges]:
 
 def _runs(offsets: list[int]) -> list[tuple[int, int]]:
     """Sorted [a, b) runs of consecutive offsets."""
+    a, b = offsets[0], offsets[-1] + 1
+    if b - a == len(offsets) and offsets == list(range(a, b)):
+        return [(a, b)]  # in-order acks, the common case: one run, no loop in Python
     runs = []
     offsets = sorted(offsets)
     a = prev = offsets[0]
@@ -484,8 +510,9 @@ class _StateFiles:
     def peek(self) -> tuple:
         """The two slots' Sequence fields: a cheap change detector (two 8-byte preads)."""
         try:
-            return tuple(os.pread(fd, 8, _HEAD.size) for fd in self.fds)
-        except OSError:
+            fd0, fd1 = self.fds
+            return os.pread(fd0, 8, _HEAD.size), os.pread(fd1, 8, _HEAD.size)
+        except (OSError, ValueError):
             return ()
 
     def close(self) -> None:
@@ -539,6 +566,7 @@ class DurableQueue:
         self._jmap = None
         self._jpos = 0
         self._stamp = ()
+        self._cached: _State | None = None  # the state as this worker last read or wrote it (valid while _stamp is)
         self._files = None
         self._state_lock = None
         self._seen_leo = 0  # a log end offset this worker saw (never above the real one)
@@ -547,6 +575,7 @@ class DurableQueue:
         self._size = 0
         self._next_reap = 0.0
         self._next_delete_check = 0.0
+        self._next_idle_fold = 0.0  # a worker that holds nothing folds its acks at once from then on
         self._committed = -1
         self._delete = True
         self._worker = f"worker-{os.getpid()}-{secrets.token_hex(4)}"
@@ -650,7 +679,18 @@ class DurableQueue:
         then raises ``queue.Empty``."""
         if timeout is not None and not timeout >= 0:
             raise ValueError("'timeout' must be a non-negative number or None")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        lock = self._lock  # the fast path: a prefetched message, all in memory (acquire/release: cheaper than with)
+        lock.acquire()
+        try:
+            if self._buffer and not self._closed:
+                m = self._buffer.popleft()
+                self._held[m.offset] = m
+                return m
+        finally:
+            lock.release()
+        return self._get(None if timeout is None else time.monotonic() + timeout)
+
+    def _get(self, deadline: float | None) -> Message:
         while True:
             with self._lock:
                 if self._closed:
@@ -690,7 +730,7 @@ class DurableQueue:
     def _read(self, taken: list[tuple[int, int, int]]) -> list[Message]:
         """Messages of claimed (start, end, deliveries) ranges, in offset order. Offsets the log no longer has
         (deleted by someone else) are acked so that they leave the state."""
-        out = []
+        out: list[Message] = []
         log = self._log
         for lo, hi, deliveries in taken:
             first = len(out)
@@ -700,8 +740,7 @@ class DurableQueue:
                     view = log.read(pos)
                     if not len(view):
                         break
-                    for r in iter_records(view, min_offset=pos, max_offset=hi):
-                        out.append(Message(r.value, r.key, r.offset, r.timestamp, r.headers, deliveries))
+                    out += map(Message, iter_records(view, min_offset=pos, max_offset=hi), repeat(deliveries))
                     nxt = next_offset_after(view, pos)
                     if nxt <= pos:
                         break
@@ -719,15 +758,34 @@ class DurableQueue:
 
     def ack(self, message: Message) -> None:
         """The message is done: it is never delivered again (journaled before this returns)."""
-        with self._lock:
-            if self._closed:
+        lock = self._lock
+        lock.acquire()
+        try:
+            held = self._held
+            try:
+                offset = message.offset
+            except AttributeError:
+                offset = None
+            if held.get(offset) is not message or self._closed:
                 self._check_open()
-            offset = self._held_message(message)
-            del self._held[offset]
-            self._journal(offset)
-            failpoints.hit("queue:ack:after-journal")
-            if (not self._held and not self._buffer) or len(self._pending) >= _FOLD_ACKS:
+                self._held_message(message)  # raises
+            del held[offset]
+            # _journal, inlined: with the lock, this store is the whole cost of an ack
+            pos = self._jpos
+            if pos + _ACK_SIZE > JOURNAL_BYTES:
+                self._session()  # folds and empties the journal
+                pos = self._jpos
+            _ACK_PACK_INTO(self._jmap, pos, offset, ~offset)
+            self._jpos = pos + _ACK_SIZE
+            pending = self._pending
+            pending.append(offset)
+            if _FAILPOINTS:
+                failpoints.hit("queue:ack:after-journal")
+            if len(pending) >= _FOLD_ACKS or (not held and not self._buffer
+                                              and time.monotonic() >= self._next_idle_fold):
                 self._session()
+        finally:
+            lock.release()
 
     def nack(self, message: Message) -> None:
         """Give the message back: the next claim of any worker of the group (this one included) delivers it again."""
@@ -744,8 +802,8 @@ class DurableQueue:
         if pos + _ACK.size > JOURNAL_BYTES:
             self._session()  # folds and empties the journal
             pos = self._jpos
-        self._jmap[pos:pos + _ACK.size] = _ACK.pack(offset, ~offset)
-        self._jpos = pos + _ACK.size
+        _ACK_PACK_INTO(self._jmap, pos, offset, ~offset)
+        self._jpos = pos + _ACK_SIZE
         self._pending.append(offset)
 
     def qsize(self) -> int:
@@ -786,7 +844,11 @@ class DurableQueue:
         try:
             if self._jfd < 0:
                 self._open_journal()
-            st, changed = self._read_state()
+            st, self._cached = self._cached, None  # an exception from here on leaves no cached state
+            if st is not None and self._files.peek() == self._stamp:
+                changed = False  # nobody wrote since this worker's last read or write: its copy is the state
+            else:
+                st, changed = self._read_state()
             if opening or changed or measure:
                 self._seen_leo = self._log.log_end_offset
                 # the log start moves only below the prefix of every group, or by someone else's delete-before
@@ -828,6 +890,7 @@ class DurableQueue:
                 self._files.write(st)
                 failpoints.hit("queue:session:after-write")
             self._stamp = self._files.stamp()
+            self._cached = st
             if folded:
                 failpoints.hit("queue:fold:before-zero")
                 self._pending.clear()
@@ -846,11 +909,14 @@ class DurableQueue:
             for _, fd in dead:
                 os.close(fd)
             self._state_lock.release()
+        now = time.monotonic()
+        self._next_idle_fold = now + _RECLAIM_S
         if reap:
-            self._next_reap = time.monotonic() + _RECLAIM_S
-        self._size = max(0, self._seen_leo - st.next) + st.in_flight()
+            self._next_reap = now + _RECLAIM_S
+        if measure:
+            self._size = max(0, self._seen_leo - st.next) + st.in_flight()
         self._seen_prefix = st.prefix
-        if st.prefix > self._checked_prefix and (force_delete or time.monotonic() >= self._next_delete_check):
+        if st.prefix > self._checked_prefix and (force_delete or now >= self._next_delete_check):
             self._after_advance(st.prefix)
         return taken
 

@@ -234,6 +234,29 @@ def test_bad_arguments(data_dir):
         kafkalog.DurableQueue(r)
 
 
+def test_two_workers_of_one_process_interleave_claims_acks_and_nacks(data_dir):
+    """Each worker keeps the state it last wrote and trusts it while the slots' Sequence fields are unchanged: the
+    other worker's writes between its sessions must make it read the state again (or it would lease twice)."""
+    n = 40
+    with kafkalog.DurableQueue(data_dir, prefetch=1) as a, kafkalog.DurableQueue(data_dir, prefetch=3) as b:
+        a.put_many(values(n))
+        seen = []
+        for i in range(n):
+            q = a if i % 3 else b
+            m = q.get(timeout=0)
+            seen.append((m.value, m.delivery_count))
+            if i % 7 == 3:
+                q.nack(m)  # the other worker may take it
+            else:
+                q.ack(m)
+        for q in (a, b):
+            seen += [(m.value, m.delivery_count) for m in drain(q)]
+        assert sorted(v for v, c in seen if c == 1) == values(n)  # each offset leased once per delivery
+        assert Counter(v for v, c in seen if c == 2) == Counter(v for i, (v, c) in enumerate(seen[:n])
+                                                                 if i % 7 == 3)
+        assert a.qsize() == b.qsize() == 0
+
+
 def test_put_many_larger_than_a_batch_is_split(data_dir):
     with kafkalog.DurableQueue(data_dir, topic_config={"max.message.bytes": 4096}) as q:
         vals = [bytes([i]) * 100 for i in range(200)]  # ~20 KB: five times max.message.bytes
@@ -386,26 +409,35 @@ def test_kill_at_failpoints_loses_nothing(data_dir, worker, failpoint):
 
 def test_workers_killed_at_random_moments(data_dir, worker, tmp_path):
     """Three workers; four times a random one is SIGKILLed at a random moment while it works (more messages are put
-    each round, so there is always work) and is replaced. Every message is acked at least once, and only messages in
-    a killed worker's hands are delivered twice."""
+    each round, and again whenever the others drain the queue before the victim reached its goal, so there is always
+    work) and is replaced. Every message is acked at least once, and only messages in a killed worker's hands are
+    delivered twice."""
     rng = random.Random(20240607)
     batch, rounds = 400, 4
-    all_values = values(batch * (rounds + 1))
+    all_values = []
     stop = tmp_path / "stop"
+
+    def put_batch():
+        more = [b"m%05d" % i for i in range(len(all_values), len(all_values) + batch)]
+        all_values.extend(more)
+        q.put_many(more)
+
     with kafkalog.DurableQueue(data_dir) as q:
-        q.put_many(all_values[:batch])
+        put_batch()
         alive = [worker(f"w{i}", str(stop), prefetch=rng.choice([1, 5, 20])) for i in range(3)]
         killed = []
         for rnd in range(rounds):
             for p, out in alive:
                 wait_for_line(out, "started", p)
-            q.put_many(all_values[batch * (rnd + 1):batch * (rnd + 2)])
+            put_batch()
             p, out = victim = alive[rng.randrange(len(alive))]
             progress = sum(1 for line in lines(out) if line.startswith("got"))
             goal = progress + 1 + rng.randrange(15)
             deadline = time.monotonic() + HANG_GUARD
             while sum(1 for line in lines(out) if line.startswith("got")) < goal:
                 assert p.poll() is None and time.monotonic() < deadline, f"{out.name} made no progress"
+                if not q.qsize():
+                    put_batch()  # the other workers took the whole round first
                 time.sleep(0.002)
             time.sleep(rng.uniform(0, 0.005))
             p.send_signal(signal.SIGKILL)
