@@ -1256,15 +1256,25 @@ cdef class BatchBuilder:
 #
 # Thread safety, GIL builds of CPython only (kafkalog's target, as for BatchBuilder.stage): RecordAccumulator.send's
 # fast path takes no lock. Between reading a partition's open batch and appending to it, it runs no Python code and
-# allocates no GC-tracked object (the future is allocated first: a GC pass may run finalizers, which may switch
-# threads), so the append is atomic with respect to every other thread. The Python side keeps to that contract:
+# allocates no GC-tracked object (the future is taken first: a GC pass may run finalizers, which may switch threads;
+# and a reused future lets go of its previous batch only after the append, since freeing a batch runs Python code),
+# so the append is atomic with respect to every other thread. The Python side keeps to that contract:
 # it detaches a batch (``partition.batch = None``) before building it, so a batch is never built while appended to.
 
 from cpython.buffer cimport PyBuffer_FillInfo
-from cpython.dict cimport PyDict_GetItemWithError
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_SetItem
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact
+from cpython.object cimport PyCFunction, PyMethodDef, PyTypeObject
+from cpython.ref cimport Py_REFCNT
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from cpython.type cimport PyType_Modified
 from cpython.unicode cimport PyUnicode_CheckExact
+
+
+cdef extern from "Python.h":
+    int METH_FASTCALL
+    int METH_KEYWORDS
+    object PyDescr_NewMethod(PyTypeObject *cls, PyMethodDef *meth)
 
 
 cdef struct _RecordFacts:
@@ -1402,41 +1412,58 @@ cdef class ProducerBatch(BatchBuilder):
         self.size += size
         return <int32_t>(self._nfacts - 1)
 
+    @cython.final
     cdef int32_t _add_plain(self, object value, object key, int64_t timestamp, Py_ssize_t size) except -1:
         """_add for value and key that are exact bytes or None, no headers (RecordAccumulator.send): the same bytes
-        as BatchBuilder._append, without its buffer and header handling. Runs no Python code."""
-        cdef Slice k, v
-        cdef Py_ssize_t body, need
-        cdef int64_t first_ts
+        as BatchBuilder._append, written here without its buffer and header handling. Runs no Python code."""
+        cdef const unsigned char *kp = NULL
+        cdef const unsigned char *vp = NULL
+        cdef Py_ssize_t kn = -1, vn = -1, body, need
+        cdef int64_t first_ts, ts_delta
+        cdef unsigned char *w
         cdef _RecordFacts *f
         cdef int32_t i = self._count
         if self._dropped or self._exports or self._nfacts != i:
             raise ValueError("the batch takes no more records")
         if i == KL_INT32_MAX:
             raise RecordTooLargeError("a record batch holds at most 2**31 - 1 records")
-        if value is None:
-            v.p = NULL
-            v.n = -1
-        else:
-            v.p = <const unsigned char *>PyBytes_AS_STRING(value)
-            v.n = PyBytes_GET_SIZE(value)
-        if key is None:
-            k.p = NULL
-            k.n = -1
-        else:
-            k.p = <const unsigned char *>PyBytes_AS_STRING(key)
-            k.n = PyBytes_GET_SIZE(key)
-        _check_len(k.n, "a key")
-        _check_len(v.n, "a value")
-        self._grow_facts()
+        if value is not None:
+            vp = <const unsigned char *>PyBytes_AS_STRING(value)
+            vn = PyBytes_GET_SIZE(value)
+        if key is not None:
+            kp = <const unsigned char *>PyBytes_AS_STRING(key)
+            kn = PyBytes_GET_SIZE(key)
+        if kn > KL_INT32_MAX or vn > KL_INT32_MAX:
+            _check_len(kn, "a key")
+            _check_len(vn, "a value")
+        if self._nfacts == self._facts_cap:
+            self._grow_facts()
         first_ts = self._first_ts if i else timestamp
-        body = _body_size(timestamp - first_ts, i, k, v, 1)
+        ts_delta = timestamp - first_ts
+        # Record => Length Attributes(0) TimestampDelta OffsetDelta KeyLength Key ValueLength Value HeaderCount(0)
+        body = (2 + kl_varlong_size(ts_delta) + kl_varint_size(i) + kl_varint_size(<int32_t>kn) + (kn if kn > 0 else 0)
+                + kl_varint_size(<int32_t>vn) + (vn if vn > 0 else 0))
         need = kl_varint_size(<int32_t>min(body, KL_INT32_MAX)) + body
-        _check_len(body, "a record")
-        _check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
+        if body > KL_INT32_MAX or self._len + need - KL_LOG_OVERHEAD > KL_INT32_MAX:
+            _check_len(body, "a record")
+            _check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
         if self._cap - self._len < need:
             self._reserve(need)
-        _write_record(self._buf + self._len, <int32_t>body, timestamp - first_ts, i, k, v, NULL, 0)
+        w = self._buf + self._len
+        w += kl_write_varint(w, <int32_t>body)
+        w[0] = 0
+        w += 1
+        w += kl_write_varlong(w, ts_delta)
+        w += kl_write_varint(w, i)
+        w += kl_write_varint(w, <int32_t>kn)
+        if kn > 0:
+            memcpy(w, kp, kn)
+            w += kn
+        w += kl_write_varint(w, <int32_t>vn)
+        if vn > 0:
+            memcpy(w, vp, vn)
+            w += vn
+        w[0] = 0
         self._len += need
         self._first_ts = first_ts
         if i == 0 or timestamp > self._max_ts:
@@ -1444,8 +1471,8 @@ cdef class ProducerBatch(BatchBuilder):
         self._count = i + 1
         f = &self._facts[i]
         f.timestamp = timestamp
-        f.key_size = <int32_t>k.n
-        f.value_size = <int32_t>v.n
+        f.key_size = <int32_t>kn
+        f.value_size = <int32_t>vn
         f.header_size = -1
         self._nfacts = i + 1
         self.size += size
@@ -1693,6 +1720,7 @@ cdef class RecordAccumulator:
     cdef Py_ssize_t _max_fast           # larger records (accounted) take _send, which refuses them
     cdef object _last_name              # the topic object of the last fast send, and its entry: most apps send
     cdef AccumulatorTopic _last_topic   # to one topic with one str object, so a pointer compare replaces the dict
+    cdef FutureRecordMetadata _spare    # the future send() returned last: reused once nobody else holds it
 
     def __cinit__(self):
         self._topics = {}
@@ -1706,17 +1734,11 @@ cdef class RecordAccumulator:
         self._last_name = None
         self._last_topic = None
 
-    def send(self, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None):
-        """Send one record; returns a FutureRecordMetadata at once (see the class docstring for when it resolves).
-
-        Raised here, nothing sent (as kafka-python): ``LogClosedError`` after close(); ``ValueError`` when key and
-        value are both None; ``TypeError`` for a serialized key/value that is not bytes-like or malformed headers
-        (a list of (str, bytes) pairs); whatever a serializer raises; ``InvalidTopicError`` for an illegal topic
-        name; ``UnknownTopicOrPartitionError`` for a missing topic without auto-creation or an explicit partition
-        outside the topic; ``InvalidTimestampError`` for a negative timestamp_ms.
-        Reported through the future, nothing else affected: ``RecordTooLargeError`` (above max_request_size or the
-        topic's max.message.bytes), any error the log raises for this record's batch.
-        """
+    # send(topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None) is _accumulator_send below
+    # (its arguments parsed by hand), which calls this.
+    @cython.final
+    cdef object _send_fast(self, object topic, object value, object key, object headers, object partition,
+                           object timestamp_ms):
         cdef PyObject *found
         cdef AccumulatorTopic st
         cdef AccumulatorPartition part
@@ -1766,8 +1788,13 @@ cdef class RecordAccumulator:
             p = <Py_ssize_t>_plain_int(partition, n - 1)
             if p < 0:
                 return self._send(topic, value, key, headers, partition, timestamp_ms)
-        fut = FutureRecordMetadata.__new__(FutureRecordMetadata)
-        # GIL-atomic from here to the return: no Python code, no GC-tracked allocation
+        # The future: the one returned last when only self._spare (and now fut) refers to it, as a free list would
+        # hand it back (no weak references: nobody can tell), else a new one. Either way before the append.
+        fut = self._spare
+        if fut is None or Py_REFCNT(fut) != 2:
+            fut = FutureRecordMetadata.__new__(FutureRecordMetadata)
+            self._spare = fut
+        # GIL-atomic from here to the append: no Python code, no GC-tracked allocation
         if p < 0:
             part = st.sticky
         else:
@@ -1778,9 +1805,91 @@ cdef class RecordAccumulator:
         if b is None or b.size + size >= part.limit or b._dropped or b._exports or b._nfacts != b._count:
             return self._send(topic, value, key, headers, partition, timestamp_ms)
         i = b._add_plain(value, key, ts, size)
-        fut._batch = b
         fut._index = i
+        fut._batch = b  # may free the reused future's previous batch: Python code, so after the append
         return fut
+
+
+# RecordAccumulator.send is this METH_FASTCALL | METH_KEYWORDS function (a method descriptor, as a built-in type's
+# methods are: CPython's call specializations reach it directly), its arguments parsed here with borrowed references.
+# Cython's generic parsing (an argument array, a reference taken and dropped per argument) cost ~5 ns a call, a
+# sixth of what send() itself does.
+cdef tuple _SEND_ARGS = ("topic", "value", "key", "headers", "partition", "timestamp_ms")
+cdef PyObject *_send_names[6]     # _SEND_ARGS' items (interned, as keyword names at call sites are), without a lookup
+
+
+cdef int _send_arg_index(object name, Py_ssize_t nargs) except -1:
+    """A keyword argument's position when the pointer compare missed: a name built at run time, or an error."""
+    if name not in _SEND_ARGS:
+        raise TypeError(f"send() got an unexpected keyword argument {name!r}")
+    i = _SEND_ARGS.index(name)
+    if i < nargs:
+        raise TypeError(f"send() got multiple values for argument {name!r}")
+    return i
+
+
+cdef object _accumulator_send(RecordAccumulator self, PyObject **args, Py_ssize_t nargs, PyObject *kwnames):
+    cdef PyObject *a[6]
+    cdef PyObject *name
+    cdef PyObject *topic
+    cdef PyObject *value
+    cdef PyObject *key
+    cdef PyObject *headers
+    cdef PyObject *partition
+    cdef PyObject *timestamp_ms
+    cdef Py_ssize_t i, j
+    if nargs > 6:
+        raise TypeError(f"send() takes from 1 to 6 positional arguments but {nargs} were given")
+    for i in range(6):
+        a[i] = args[i] if i < nargs else NULL
+    if kwnames != NULL:
+        for j in range(PyTuple_GET_SIZE(<tuple>kwnames)):
+            name = PyTuple_GET_ITEM(<tuple>kwnames, j)
+            i = nargs
+            while i < 6 and name != _send_names[i]:
+                i += 1
+            if i == 6:
+                i = _send_arg_index(<object>name, nargs)
+            if a[i] != NULL:
+                raise TypeError(f"send() got multiple values for argument {_SEND_ARGS[i]!r}")
+            a[i] = args[nargs + j]
+    if a[0] == NULL:
+        raise TypeError("send() missing required argument 'topic' (pos 1)")
+    for i in range(1, 6):
+        if a[i] == NULL:
+            a[i] = <PyObject *>None
+    topic, value, key, headers, partition, timestamp_ms = a[0], a[1], a[2], a[3], a[4], a[5]
+    return self._send_fast(<object>topic, <object>value, <object>key, <object>headers, <object>partition,
+                           <object>timestamp_ms)  # borrowed: the caller's references last the call
+
+
+cdef PyMethodDef _send_def
+_send_def.ml_name = "send"
+_send_def.ml_meth = <PyCFunction><void *>_accumulator_send
+_send_def.ml_flags = METH_FASTCALL | METH_KEYWORDS
+_send_def.ml_doc = (
+    "send($self, /, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None)\n--\n\n"
+    "Send one record; returns a FutureRecordMetadata at once (see the class docstring for when it resolves).\n\n"
+    "Raised here, nothing sent (as kafka-python): ``LogClosedError`` after close(); ``ValueError`` when key and\n"
+    "value are both None; ``TypeError`` for a serialized key/value that is not bytes-like or malformed headers\n"
+    "(a list of (str, bytes) pairs); whatever a serializer raises; ``InvalidTopicError`` for an illegal topic\n"
+    "name; ``UnknownTopicOrPartitionError`` for a missing topic without auto-creation or an explicit partition\n"
+    "outside the topic; ``InvalidTimestampError`` for a negative timestamp_ms.\n"
+    "Reported through the future, nothing else affected: ``RecordTooLargeError`` (above max_request_size or the\n"
+    "topic's max.message.bytes), any error the log raises for this record's batch.")
+
+
+cdef int _install_send() except -1:
+    cdef Py_ssize_t i
+    for i in range(6):
+        _send_names[i] = PyTuple_GET_ITEM(_SEND_ARGS, i)
+    PyDict_SetItem(<object>(<PyTypeObject *>RecordAccumulator).tp_dict, "send",
+                   PyDescr_NewMethod(<PyTypeObject *>RecordAccumulator, &_send_def))
+    PyType_Modified(RecordAccumulator)
+    return 0
+
+
+_install_send()
 
 
 cdef int _get_buffer(object o, Py_buffer *view, Slice *s, str what) except -1:

@@ -1,6 +1,7 @@
 """KafkaProducer on real files, with kafka-python as the oracle where its behaviour is defined without a broker
 (partitioner, murmur2, serializers, RecordMetadata shape), and a second process for shared-mode offsets."""
 
+import inspect
 import json
 import os
 import random
@@ -820,4 +821,58 @@ def test_threads_race_the_compiled_path_against_batch_turnover(open_store):
             offsets = [md.offset for md in mds if md.partition == q]
             assert offsets == sorted(offsets)
     assert len({md.partition for t in futures for md in (f.get(timeout=0) for f in futures[t])}) == 3
+    p.close()
+
+
+def test_futures_the_caller_holds_are_never_reused(open_store):
+    """send() hands back the future it returned last once nobody holds it (as a free list would): a held future
+    keeps its record, across batch turnover too, whatever was sent and dropped in between."""
+    store = open_store()
+    store.create_topic("t", 1)
+    p = KafkaProducer(store, linger_ms=LONG, batch_size=2000, acks=1)
+    held = {}
+    for i in range(300):
+        f = p.send("t", b"v%d" % i, timestamp_ms=T0 + i)
+        if i % 7 == 0:
+            held[i] = f
+        del f
+        p.send("t", b"dropped", timestamp_ms=T0)  # its future is dropped at once
+    p.flush()
+    assert len({id(f) for f in held.values()}) == len(held)
+    recs = list(store.log("t", 0).records())
+    for i, f in held.items():
+        md = f.get(timeout=0)
+        assert (md.offset, md.timestamp) == (2 * i, T0 + i)
+        assert recs[md.offset].value == b"v%d" % i
+    p.close()
+
+
+def test_send_takes_kafka_pythons_arguments_by_position_or_keyword(open_store):
+    store = open_store()
+    store.create_topic("t", 2)
+    p = KafkaProducer(store, linger_ms=LONG, acks=1)
+    assert str(inspect.signature(KafkaProducer.send)) == \
+        "(self, /, topic, value=None, key=None, headers=None, partition=None, timestamp_ms=None)"
+    calls = [
+        (("t", b"a", b"k", None, 1, T0), {}),
+        (("t",), {"value": b"a", "key": b"k", "partition": 1, "timestamp_ms": T0}),
+        ((), {"timestamp_ms": T0, "partition": 1, "key": b"k", "value": b"a", "topic": "t"}),
+        (("t", b"a"), {"".join(["timest", "amp_ms"]): T0, "key": b"k", "partition": 1}),  # a name not interned
+    ]
+    futures = [p.send(*args, **kwargs) for args, kwargs in calls]
+    p.flush()
+    assert [(md.partition, md.offset, md.timestamp, md.serialized_key_size) for md in
+            (f.get(timeout=0) for f in futures)] == [(1, i, T0, 1) for i in range(4)]
+    for args, kwargs, message in [
+        ((), {}, "missing required argument 'topic'"),
+        ((), {"value": b"v"}, "missing required argument 'topic'"),
+        (("t", b"v", None, None, None, None, 7), {}, "takes from 1 to 6 positional arguments but 7 were given"),
+        (("t", b"v"), {"value": b"w"}, "multiple values for argument 'value'"),
+        (("t", b"v"), {"topic": "t"}, "multiple values for argument 'topic'"),
+        (("t", b"v"), {"timestamp": T0}, "unexpected keyword argument 'timestamp'"),
+    ]:
+        with pytest.raises(TypeError, match=message):
+            p.send(*args, **kwargs)
+    p.flush()
+    assert store.log("t", 1).log_end_offset == 4
     p.close()
