@@ -801,8 +801,9 @@ cdef inline Py_ssize_t _body_size(int64_t ts_delta, int32_t offset_delta, Slice 
             + header_bytes)
 
 
-cdef unsigned char *_write_record(unsigned char *w, int32_t body, int64_t ts_delta, int32_t offset_delta, Slice key,
-                                  Slice value, const Slice *headers, int32_t header_count) noexcept nogil:
+cdef inline unsigned char *_write_record(unsigned char *w, int32_t body, int64_t ts_delta, int32_t offset_delta,
+                                         Slice key, Slice value, const Slice *headers,
+                                         int32_t header_count) noexcept nogil:
     cdef int32_t j
     w += kl_write_varint(w, body)
     w[0] = 0
@@ -1395,7 +1396,6 @@ cdef class ProducerBatch(BatchBuilder):
                       int32_t header_size, Py_ssize_t size) except -1:
         """Encode one record (timestamp >= 0) and keep its facts; returns its index. Runs no Python code when value
         and key are bytes or None and headers is None (the GIL-atomic path)."""
-        cdef _RecordFacts *f
         if self._dropped or self._exports:
             raise ValueError("the batch was built or written: it takes no more records")
         if self._nfacts != self._count:
@@ -1403,12 +1403,7 @@ cdef class ProducerBatch(BatchBuilder):
         self._grow_facts()  # first: a record is never encoded without room for its facts
         if self._append(value, key, timestamp, headers) < 0:
             raise RecordTooLargeError("the batch is full")  # not reached: max_batch_bytes stays 2 GiB
-        f = &self._facts[self._nfacts]
-        f.timestamp = timestamp
-        f.key_size = key_size
-        f.value_size = value_size
-        f.header_size = header_size
-        self._nfacts += 1
+        self._put_facts(timestamp, key_size, value_size, header_size)
         self.size += size
         return <int32_t>(self._nfacts - 1)
 
@@ -1416,67 +1411,57 @@ cdef class ProducerBatch(BatchBuilder):
     cdef int32_t _add_plain(self, object value, object key, int64_t timestamp, Py_ssize_t size) except -1:
         """_add for value and key that are exact bytes or None, no headers (RecordAccumulator.send): the same bytes
         as BatchBuilder._append, written here without its buffer and header handling. Runs no Python code."""
-        cdef const unsigned char *kp = NULL
-        cdef const unsigned char *vp = NULL
-        cdef Py_ssize_t kn = -1, vn = -1, body, need
-        cdef int64_t first_ts, ts_delta
-        cdef unsigned char *w
-        cdef _RecordFacts *f
+        cdef Slice k, v
+        cdef Py_ssize_t body, need
+        cdef int64_t first_ts
         cdef int32_t i = self._count
         if self._dropped or self._exports or self._nfacts != i:
             raise ValueError("the batch takes no more records")
         if i == KL_INT32_MAX:
             raise RecordTooLargeError("a record batch holds at most 2**31 - 1 records")
+        v.p = NULL
+        v.n = -1
+        k.p = NULL
+        k.n = -1
         if value is not None:
-            vp = <const unsigned char *>PyBytes_AS_STRING(value)
-            vn = PyBytes_GET_SIZE(value)
+            v.p = <const unsigned char *>PyBytes_AS_STRING(value)
+            v.n = PyBytes_GET_SIZE(value)
         if key is not None:
-            kp = <const unsigned char *>PyBytes_AS_STRING(key)
-            kn = PyBytes_GET_SIZE(key)
-        if kn > KL_INT32_MAX or vn > KL_INT32_MAX:
-            _check_len(kn, "a key")
-            _check_len(vn, "a value")
+            k.p = <const unsigned char *>PyBytes_AS_STRING(key)
+            k.n = PyBytes_GET_SIZE(key)
+        if k.n > KL_INT32_MAX or v.n > KL_INT32_MAX:
+            _check_len(k.n, "a key")
+            _check_len(v.n, "a value")
         if self._nfacts == self._facts_cap:
             self._grow_facts()
         first_ts = self._first_ts if i else timestamp
-        ts_delta = timestamp - first_ts
-        # Record => Length Attributes(0) TimestampDelta OffsetDelta KeyLength Key ValueLength Value HeaderCount(0)
-        body = (2 + kl_varlong_size(ts_delta) + kl_varint_size(i) + kl_varint_size(<int32_t>kn) + (kn if kn > 0 else 0)
-                + kl_varint_size(<int32_t>vn) + (vn if vn > 0 else 0))
+        body = _body_size(timestamp - first_ts, i, k, v, 1)  # 1: the HeaderCount varint of 0
         need = kl_varint_size(<int32_t>min(body, KL_INT32_MAX)) + body
         if body > KL_INT32_MAX or self._len + need - KL_LOG_OVERHEAD > KL_INT32_MAX:
             _check_len(body, "a record")
             _check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
         if self._cap - self._len < need:
             self._reserve(need)
-        w = self._buf + self._len
-        w += kl_write_varint(w, <int32_t>body)
-        w[0] = 0
-        w += 1
-        w += kl_write_varlong(w, ts_delta)
-        w += kl_write_varint(w, i)
-        w += kl_write_varint(w, <int32_t>kn)
-        if kn > 0:
-            memcpy(w, kp, kn)
-            w += kn
-        w += kl_write_varint(w, <int32_t>vn)
-        if vn > 0:
-            memcpy(w, vp, vn)
-            w += vn
-        w[0] = 0
+        _write_record(self._buf + self._len, <int32_t>body, timestamp - first_ts, i, k, v, NULL, 0)
         self._len += need
         self._first_ts = first_ts
         if i == 0 or timestamp > self._max_ts:
             self._max_ts = timestamp
         self._count = i + 1
-        f = &self._facts[i]
-        f.timestamp = timestamp
-        f.key_size = <int32_t>kn
-        f.value_size = <int32_t>vn
-        f.header_size = -1
-        self._nfacts = i + 1
+        self._put_facts(timestamp, <int32_t>k.n, <int32_t>v.n, -1)
         self.size += size
         return i
+
+    @cython.final
+    cdef inline void _put_facts(self, int64_t timestamp, int32_t key_size, int32_t value_size,
+                                int32_t header_size) noexcept:
+        """Keep one record's facts (room was made by _grow_facts)."""
+        cdef _RecordFacts *f = &self._facts[self._nfacts]
+        f.timestamp = timestamp
+        f.key_size = key_size
+        f.value_size = value_size
+        f.header_size = header_size
+        self._nfacts += 1
 
     def add(self, value, key=None, int64_t timestamp=0, headers=None, int32_t header_size=-1, Py_ssize_t size=0):
         """Encode one record with timestamp (ms, >= 0); returns its index in the batch. ``header_size`` is
@@ -1487,14 +1472,8 @@ cdef class ProducerBatch(BatchBuilder):
 
     def add_facts(self, int64_t timestamp, int32_t key_size, int32_t value_size, int32_t header_size):
         """Keep a record's facts without encoding it (a record refused before it could join a batch)."""
-        cdef _RecordFacts *f
         self._grow_facts()
-        f = &self._facts[self._nfacts]
-        f.timestamp = timestamp
-        f.key_size = key_size
-        f.value_size = value_size
-        f.header_size = header_size
-        self._nfacts += 1
+        self._put_facts(timestamp, key_size, value_size, header_size)
         return self._nfacts - 1
 
     def facts(self, Py_ssize_t i):
