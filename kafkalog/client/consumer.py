@@ -41,7 +41,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from ..storage import LogStore
-from ..storage.log import EXCLUSIVE, READ
+from ..storage.log import EXCLUSIVE
 from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .group import GroupMember, assignor_name
 from .parallel import ParallelRebalance
@@ -782,8 +782,6 @@ class KafkaConsumer:
             with member._locked(shared=True):
                 self._owns_for_commit(offsets)
                 self._store.offsets.commit(self._group, offsets, sync=sync)
-        if self._parallel is not None:
-            self._parallel.committed_primary(offsets)
         self._metrics["commits-total"] += 1
 
     def _check_offsets(self, offsets) -> dict:
@@ -876,7 +874,7 @@ class KafkaConsumer:
                 else:
                     getattr(self._listener, "on_partitions_lost", self._listener.on_partitions_revoked)(owned)
             if self._parallel is not None:
-                self._parallel.close(clean=True)
+                self._parallel.close()
             for p in self._parts.values():
                 p.log.remove_waiter(self._event)
             self._parts = {}
@@ -904,7 +902,3 @@ class KafkaConsumer:
     def __repr__(self):
         return (f"KafkaConsumer(store={str(self._store.path)!r}, group_id={self._group!r}, "
                 f"assignment={sorted(self._parts)})")
-
-
-def _read_only(store: LogStore) -> bool:
-    return store.mode == READ

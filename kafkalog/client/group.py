@@ -151,23 +151,27 @@ def _member_lock(path: Path, member_id: str) -> Path:
     return path / f"member-{member_id}.lock"
 
 
-def _member_alive(path: Path, member_id: str, session_timeout_s: float, now: float) -> bool:
-    """False when the member's process is gone (its flock can be taken) or its heartbeat is older than the session
-    timeout."""
-    p = _member_lock(path, member_id)
+def lock_holder_alive(path, session_timeout_s: float | None = None, now: float = 0.0) -> bool:
+    """Whether a process holds the flock on ``path`` (a member's or an owner's lock file). False when the file is
+    gone or its lock can be taken (the holder died: flocks die with their process); with ``session_timeout_s``,
+    also False when the file's mtime (the holder's heartbeat) is older than that at ``now``."""
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return now - os.fstat(fd).st_mtime <= session_timeout_s
+            return session_timeout_s is None or now - os.fstat(fd).st_mtime <= session_timeout_s
         fcntl.flock(fd, fcntl.LOCK_UN)
         return False
     finally:
         os.close(fd)
+
+
+def _member_alive(path: Path, member_id: str, session_timeout_s: float, now: float) -> bool:
+    return lock_holder_alive(_member_lock(path, member_id), session_timeout_s, now)
 
 
 def _rebalance(state: dict, partitions: dict[str, int]) -> None:

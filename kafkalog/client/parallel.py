@@ -35,7 +35,7 @@ import os
 import uuid
 
 from ..structs import OffsetAndMetadata, TopicPartition
-from .group import group_dir
+from .group import group_dir, lock_holder_alive
 
 CHILD_GROUP_PREFIX = "__parallel__."
 
@@ -97,18 +97,11 @@ class ParallelRebalance:
         return str(self.dir / "owned" / f"{tp.topic}-{tp.partition}")
 
     def _owner_alive(self, owner: str) -> bool:
-        try:
-            fd = os.open(self.dir / f"owner-{owner}.lock", os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        path = self.dir / f"owner-{owner}.lock"
+        if lock_holder_alive(path):
             return True
-        finally:
-            os.close(fd)
         try:
-            os.unlink(self.dir / f"owner-{owner}.lock")  # a dead owner's file: nobody needs it any more
+            os.unlink(path)  # a dead owner's file: nobody needs it any more
         except OSError:
             pass
         return False
@@ -163,11 +156,10 @@ class ParallelRebalance:
             except OSError:
                 pass
 
-    def close(self, clean: bool) -> None:
+    def close(self) -> None:
+        """A clean close: release every partition (no crash for the next owner to see), drop the owner lock."""
         for tp in list(self.gaps):
-            if clean:
-                self.release(tp)
-        self.gaps.clear()
+            self.release(tp)
         if self._fd >= 0:
             try:
                 os.unlink(self.dir / f"owner-{self.owner}.lock")
@@ -244,9 +236,6 @@ class ParallelRebalance:
         if mine:
             self.c.store.offsets.commit(self.child_group, mine, sync=sync)
         return rest
-
-    def committed_primary(self, offsets: dict) -> None:
-        pass
 
     def committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         """The child's committed offset while its ranges for tp are unfinished (None: ask the primary)."""
