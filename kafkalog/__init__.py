@@ -19,7 +19,16 @@ from .structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, Reco
 
 __version__ = "0.1.0"
 
-__all__ = ["Config", "ConfigResource", "ConfigResourceType", "ConsumerRebalanceListener", "ConsumerRecord",
+
+def __getattr__(name):
+    # the broker (asyncio, the wire codec) loads only when asked for
+    if name == "Broker":
+        from .broker import Broker
+        return Broker
+    raise AttributeError(f"module 'kafkalog' has no attribute {name!r}")
+
+
+__all__ = ["Broker", "Config", "ConfigResource", "ConfigResourceType", "ConsumerRebalanceListener", "ConsumerRecord",
            "DurableQueue", "FutureRecordMetadata", "KafkaAdminClient", "KafkaConsumer", "KafkaError",
            "KafkaProducer", "Log", "LogStore", "NewTopic", "OffsetAndMetadata", "OffsetAndTimestamp", "OffsetStore",
            "RecordMetadata", "TopicPartition", "__version__"]

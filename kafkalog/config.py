@@ -19,6 +19,7 @@ INT_MAX = 2**31 - 1
 
 TOPIC = "topic"  # per-topic key: stored with the topic, overridable per topic
 STORE = "store"  # per-store key: how the store runs (checkpoints, maintenance), not per topic
+BROKER = "broker"  # server.properties key of the broker facade (kafkalog serve); a store ignores it
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,56 @@ CONFIG_KEYS = _keys(
               low=1, high=INT_MAX),
     ConfigKey("lock.timeout.ms", int, 30000, "How long an append waits for another process's partition lock.",
               scope=STORE, low=0, high=LONG_MAX),
+    # broker facade (kafkalog serve / kafkalog.Broker): Kafka's server.properties keys
+    ConfigKey("listeners", str, "PLAINTEXT://127.0.0.1:9092", "Where the broker listens: [PLAINTEXT://]host:port "
+              "(port 0 picks a free port).", scope=BROKER),
+    ConfigKey("advertised.listeners", str, "", "host:port clients are told to connect to (default: the listener's "
+              "address).", scope=BROKER),
+    ConfigKey("log.dirs", str, "", "The data dir (one: a kafkalog data dir is one node's log dir).", scope=BROKER),
+    ConfigKey("log.dir", str, "", "Synonym of log.dirs.", scope=BROKER),
+    ConfigKey("node.id", int, 1, "The broker's node id in Metadata and FindCoordinator answers.", scope=BROKER,
+              low=0, high=INT_MAX),
+    ConfigKey("broker.id", int, -1, "Synonym of node.id (when >= 0).", scope=BROKER, low=-1, high=INT_MAX),
+    ConfigKey("auto.create.topics.enable", bool, True, "Create a topic with num.partitions partitions when a "
+              "client asks Metadata for an unknown one (and allows auto-creation).", scope=BROKER),
+    ConfigKey("delete.topic.enable", bool, True, "Whether DeleteTopics may delete topics.", scope=BROKER),
+    ConfigKey("socket.request.max.bytes", int, 104857600, "Largest request frame accepted; a bigger size prefix "
+              "closes the connection before anything is allocated.", scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("group.initial.rebalance.delay.ms", int, 3000, "How long the first member of an empty group waits "
+              "for others before the group's first generation is answered.", scope=BROKER, low=0, high=INT_MAX),
+    ConfigKey("group.min.session.timeout.ms", int, 6000, "Smallest session timeout a member may ask for.",
+              scope=BROKER, low=0, high=INT_MAX),
+    ConfigKey("group.max.session.timeout.ms", int, 1800000, "Largest session timeout a member may ask for.",
+              scope=BROKER, low=0, high=INT_MAX),
+    ConfigKey("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", scope=BROKER,
+              low=1, high=LONG_MAX),
+    # accepted so a Kafka server.properties works unchanged; one node has nothing to replicate or balance
+    ConfigKey("default.replication.factor", int, 1, "Accepted for compatibility (one node).", scope=BROKER, low=1,
+              high=1),
+    ConfigKey("offsets.topic.replication.factor", int, 1, "Accepted for compatibility (one node).", scope=BROKER,
+              low=1, high=INT_MAX),
+    ConfigKey("transaction.state.log.replication.factor", int, 1, "Accepted for compatibility.", scope=BROKER,
+              low=1, high=INT_MAX),
+    ConfigKey("transaction.state.log.min.isr", int, 1, "Accepted for compatibility.", scope=BROKER, low=1,
+              high=INT_MAX),
+    ConfigKey("num.network.threads", int, 3, "Accepted for compatibility (one asyncio loop).", scope=BROKER, low=1,
+              high=INT_MAX),
+    ConfigKey("num.io.threads", int, 8, "Accepted for compatibility (one asyncio loop).", scope=BROKER, low=1,
+              high=INT_MAX),
+    ConfigKey("num.recovery.threads.per.data.dir", int, 1, "Accepted for compatibility.", scope=BROKER, low=1,
+              high=INT_MAX),
+    ConfigKey("socket.send.buffer.bytes", int, 102400, "SO_SNDBUF of accepted sockets (-1: the OS default).",
+              scope=BROKER, low=-1, high=INT_MAX),
+    ConfigKey("socket.receive.buffer.bytes", int, 102400, "SO_RCVBUF of accepted sockets (-1: the OS default).",
+              scope=BROKER, low=-1, high=INT_MAX),
+    ConfigKey("process.roles", str, "broker,controller", "Accepted for compatibility (KRaft single node).",
+              scope=BROKER),
+    ConfigKey("controller.quorum.voters", str, "", "Accepted for compatibility.", scope=BROKER),
+    ConfigKey("controller.listener.names", str, "", "Accepted for compatibility.", scope=BROKER),
+    ConfigKey("listener.security.protocol.map", str, "", "Accepted for compatibility (PLAINTEXT only for now).",
+              scope=BROKER),
+    ConfigKey("inter.broker.listener.name", str, "", "Accepted for compatibility.", scope=BROKER),
+    ConfigKey("zookeeper.connect", str, "", "Accepted for compatibility (no ZooKeeper).", scope=BROKER),
 )
 
 # Broker-level names of topic keys (server.properties), with a unit multiplier.

@@ -127,6 +127,32 @@ class EngineNotBuiltError(ImportError):
     """kafkalog's compiled engine is missing: install with ``pip install .`` (there is no pure-Python fallback)."""
 
 
+# broker facade (wire protocol): codes a Kafka broker answers with
+NetworkError = _define("NetworkError", 13, "NETWORK_EXCEPTION", retriable=True)
+CoordinatorLoadInProgressError = _define("CoordinatorLoadInProgressError", 14, "COORDINATOR_LOAD_IN_PROGRESS",
+                                         retriable=True)
+CoordinatorNotAvailableError = _define("CoordinatorNotAvailableError", 15, "COORDINATOR_NOT_AVAILABLE", retriable=True)
+NotCoordinatorError = _define("NotCoordinatorError", 16, "NOT_COORDINATOR", retriable=True)
+TopicAuthorizationFailedError = _define("TopicAuthorizationFailedError", 29, "TOPIC_AUTHORIZATION_FAILED",
+                                        bases=(PermissionError,))
+GroupAuthorizationFailedError = _define("GroupAuthorizationFailedError", 30, "GROUP_AUTHORIZATION_FAILED",
+                                        bases=(PermissionError,))
+ClusterAuthorizationFailedError = _define("ClusterAuthorizationFailedError", 31, "CLUSTER_AUTHORIZATION_FAILED",
+                                          bases=(PermissionError,))
+UnsupportedSaslMechanismError = _define("UnsupportedSaslMechanismError", 33, "UNSUPPORTED_SASL_MECHANISM")
+IllegalSaslStateError = _define("IllegalSaslStateError", 34, "ILLEGAL_SASL_STATE")
+OutOfOrderSequenceNumberError = _define("OutOfOrderSequenceNumberError", 45, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+DuplicateSequenceNumberError = _define("DuplicateSequenceNumberError", 46, "DUPLICATE_SEQUENCE_NUMBER")
+InvalidProducerEpochError = _define("InvalidProducerEpochError", 47, "INVALID_PRODUCER_EPOCH")
+SaslAuthenticationFailedError = _define("SaslAuthenticationFailedError", 58, "SASL_AUTHENTICATION_FAILED",
+                                        bases=(PermissionError,))
+UnknownProducerIdError = _define("UnknownProducerIdError", 59, "UNKNOWN_PRODUCER_ID")
+FetchSessionIdNotFoundError = _define("FetchSessionIdNotFoundError", 70, "FETCH_SESSION_ID_NOT_FOUND", retriable=True)
+InvalidFetchSessionEpochError = _define("InvalidFetchSessionEpochError", 71, "INVALID_FETCH_SESSION_EPOCH",
+                                        retriable=True)
+MemberIdRequiredError = _define("MemberIdRequiredError", 79, "MEMBER_ID_REQUIRED")
+
+
 def storage_error(exc: OSError, operation: str, path) -> KafkaStorageError:
     """Wrap an OSError so it names the operation and the path (OSError never leaves storage/ raw)."""
     err = KafkaStorageError(exc.errno, f"{operation} failed on {path}: {exc.strerror or exc}")

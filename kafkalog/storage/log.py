@@ -558,8 +558,14 @@ class Log:
         """Append raw v2 batches as a producer sent them; offsets are assigned by rewriting each batch's base
         offset (no recompression unless the topic's compression.type names another codec). Every batch is
         validated first (CRC, framing, count, size, timestamps); an invalid one rejects the whole call and nothing
-        is appended. Returns (first offset, last offset)."""
-        buf = bytearray(data)
+        is appended. Returns (first offset, last offset). A writable buffer (bytearray, writable memoryview: the
+        broker's receive buffer) is stamped in place and written without a copy; anything else is copied once."""
+        if isinstance(data, bytearray):
+            buf = data
+        elif isinstance(data, memoryview) and not data.readonly and data.contiguous:
+            buf = data.cast("B") if data.format != "B" else data
+        else:
+            buf = bytearray(data)
         batches = []
         total = len(buf)
         pos = 0
@@ -798,6 +804,11 @@ class Log:
     def high_watermark(self) -> int:
         """Offsets below it are readable by every consumer: a single node acknowledges what it has written."""
         return self.log_end_offset
+
+    @property
+    def closed(self) -> bool:
+        """True once closed (or deleted with its topic): open the partition again through the store."""
+        return self._closed
 
     @property
     def recovery_point(self) -> int:

@@ -1,0 +1,637 @@
+"""The broker's APIs: what each Kafka request does to the one data dir, and the versions advertised.
+
+Each handler is ``handler(services, ctx, header, frame, offset)`` and returns the response chunks, ``None`` (no
+response: acks=0), or a coroutine whose result is the chunks (a Fetch long poll, a group barrier). Errors that Kafka
+answers per partition are answered per partition; a request that cannot be parsed raises InvalidRequestError and
+the connection is closed (Kafka's answer too).
+
+The advertised matrix (``ADVERTISED``) is the one every real client accepts (see the protocol reference): Produce
+advertises 0-7 but v0-2 close the connection (KAFKA-18659: librdkafka 2.0 probes Produce v0 to enable compression);
+no flexible version is advertised except ApiVersions 3-4, and no tagged field is ever written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import threading
+import time
+
+from ..errors import (
+    ClusterAuthorizationFailedError,
+    CoordinatorNotAvailableError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    TopicAlreadyExistsError,
+    UnknownServerError,
+    UnknownTopicOrPartitionError,
+)
+from ..storage.store import validate_topic_name
+from ..structs import OffsetAndMetadata, TopicPartition
+from . import protocol
+from .groups import GroupCoordinator
+from .producers import ProducerStates
+
+log = logging.getLogger("kafkalog.broker")
+
+ADVERTISED: dict[int, tuple[int, int]] = {
+    0: (0, 7),    # Produce (3-7 accepted)
+    1: (4, 11),   # Fetch
+    2: (1, 3),    # ListOffsets
+    3: (0, 4),    # Metadata
+    8: (2, 3),    # OffsetCommit
+    9: (1, 3),    # OffsetFetch
+    10: (0, 2),   # FindCoordinator
+    11: (0, 5),   # JoinGroup
+    12: (0, 3),   # Heartbeat
+    13: (0, 1),   # LeaveGroup
+    14: (0, 3),   # SyncGroup
+    18: (0, 4),   # ApiVersions
+    19: (2, 4),   # CreateTopics
+    20: (1, 3),   # DeleteTopics
+    21: (0, 1),   # DeleteRecords
+    22: (0, 1),   # InitProducerId
+}
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+CLUSTER_ID = "kafkalog-single-node"
+
+_BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")  # RecordBatch header v2, 61 bytes (see _engine/records.pyx)
+
+
+def _code(exc: BaseException) -> int:
+    if isinstance(exc, KafkaError):
+        return exc.code if exc.code != -1 else UnknownServerError.code
+    return UnknownServerError.code
+
+
+class RequestContext:
+    """Per-connection request context: who is asking, and what the answer should carry. Issue-5 hooks: quotas
+    set ``throttle_time_ms``, authentication sets ``principal``."""
+
+    __slots__ = ("connection", "client_id", "principal", "throttle_time_ms")
+
+    def __init__(self, connection):
+        self.connection = connection
+        self.client_id: str | None = None
+        self.principal = "User:ANONYMOUS"
+        self.throttle_time_ms = 0
+
+    @property
+    def peer(self) -> str:
+        return self.connection.peer
+
+
+class _LoopWaker:
+    """Given to Log.add_waiter: an append (on the loop thread or any other thread of this process) wakes the
+    fetches waiting on the partition."""
+
+    __slots__ = ("services", "tp")
+
+    def __init__(self, services, tp):
+        self.services = services
+        self.tp = tp
+
+    def set(self):
+        s = self.services
+        if threading.get_ident() == s.loop_thread:
+            s.wake(self.tp)
+        else:
+            try:
+                s.loop.call_soon_threadsafe(s.wake, self.tp)
+            except RuntimeError:  # loop closed
+                pass
+
+
+class Services:
+    """Everything the handlers share: the store, groups, producer state, fetch waiters. Loop thread only."""
+
+    def __init__(self, broker, store, config):
+        self.broker = broker
+        self.store = store
+        self.config = config
+        self.node_id = config["broker.id"] if config["broker.id"] >= 0 else config["node.id"]
+        self.auto_create = config["auto.create.topics.enable"]
+        self.max_request_bytes = config["socket.request.max.bytes"]
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.loop = asyncio.get_running_loop()
+        self.loop_thread = threading.get_ident()
+        self.waiters: dict[TopicPartition, set] = {}
+        self.wakers: dict[TopicPartition, _LoopWaker] = {}
+        self.logs: dict[TopicPartition, object] = {}
+        self.groups = GroupCoordinator(self)
+        self.producers = ProducerStates(store)
+        self._sweeper = None
+
+    def advertise(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+
+    def start(self) -> None:
+        self._sweeper = self.loop.create_task(self._sweep())
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self.groups.close()
+        for tp, w in self.wakers.items():
+            lg = self.logs.get(tp)
+            if lg is not None:
+                lg.remove_waiter(w)
+        self.wakers.clear()
+        self.logs.clear()
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                self.groups.sweep()
+            except Exception:
+                log.exception("group sweep failed")
+
+    def connection_closed(self, conn) -> None:
+        pass
+
+    # -- logs and waiters -----------------------------------------------------------------------------------------
+
+    def log(self, topic: str, partition: int):
+        tp = TopicPartition(topic, partition)
+        lg = self.logs.get(tp)
+        if lg is not None and not lg.closed:
+            return lg
+        lg = self.store.log(topic, partition)
+        self.logs[tp] = lg
+        w = _LoopWaker(self, tp)
+        self.wakers[tp] = w
+        lg.add_waiter(w)
+        return lg
+
+    def forget_topic(self, topic: str) -> None:
+        for tp in [tp for tp in self.logs if tp.topic == topic]:
+            self.logs.pop(tp, None)
+            self.wakers.pop(tp, None)
+            self.wake(tp)
+
+    def wake(self, tp) -> None:
+        futs = self.waiters.get(tp)
+        if futs:
+            for f in futs:
+                if not f.done():
+                    f.set_result(None)
+
+    def partitions(self, topic: str) -> int:
+        """Partition count of an existing topic, else 0."""
+        try:
+            return self.store.partitions_for(topic)
+        except KafkaError:
+            return 0
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+def _resp(header, body: dict) -> list:
+    return protocol.encode_response(header.api_key, header.api_version, header.correlation_id, body)
+
+
+def _body(header, frame, offset) -> dict:
+    return protocol.decode_request(header.api_key, header.api_version, frame, offset)
+
+
+# ---------------------------------------------------------------------------------------------------- ApiVersions
+
+def api_versions(s: Services, ctx, header, frame, offset):
+    # the body (client software name/version in v3+) is not needed; parse it to reject garbage all the same
+    _body(header, frame, offset)
+    return _resp(header, {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
+                          "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                                       for k, (lo, hi) in sorted(ADVERTISED.items())]})
+
+
+# ---------------------------------------------------------------------------------------------------- Metadata
+
+def metadata(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    v = header.api_version
+    wanted = req.get("topics")
+    all_topics = wanted is None or (v == 0 and not wanted)
+    if all_topics:
+        names = sorted(s.store.topics())
+    else:
+        names = [t["name"] for t in wanted]
+    allow_create = req.get("allow_auto_topic_creation", True) if v >= 4 else True
+    topics = []
+    for name in names:
+        n = s.partitions(name) if isinstance(name, str) else 0
+        err = 0
+        if n == 0 and not all_topics:
+            try:
+                validate_topic_name(name)
+            except (KafkaError, ValueError, TypeError):
+                topics.append({"error_code": InvalidTopicError.code, "name": name, "is_internal": False,
+                               "partitions": []})
+                continue
+            if s.auto_create and allow_create:
+                try:
+                    s.store.create_topic(name, s.store.config["num.partitions"])
+                    log.info("auto-created topic %s (%d partitions) for %s", name, s.store.config["num.partitions"],
+                             ctx.peer)
+                except TopicAlreadyExistsError:
+                    pass
+                except KafkaError as e:
+                    err = _code(e)
+                n = s.partitions(name)
+            if n == 0 and not err:
+                err = UnknownTopicOrPartitionError.code
+        topics.append({"error_code": err, "name": name, "is_internal": name in INTERNAL_TOPICS,
+                       "partitions": [{"error_code": 0, "partition_index": p, "leader_id": s.node_id,
+                                       "replica_nodes": [s.node_id], "isr_nodes": [s.node_id]}
+                                      for p in range(n)]})
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
+                          "brokers": [{"node_id": s.node_id, "host": s.host, "port": s.port, "rack": None}],
+                          "cluster_id": CLUSTER_ID, "controller_id": s.node_id, "topics": topics})
+
+
+# ---------------------------------------------------------------------------------------------------- Produce
+
+def produce(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    acks = req["acks"]
+    if req.get("transactional_id") is not None:
+        raise InvalidRequestError(f"transactional produce (transactional id {req['transactional_id']!r}) is not "
+                                  "supported by kafkalog")
+    responses = []
+    failed = False
+    for t in req["topic_data"]:
+        name = t["name"]
+        parts = []
+        for p in t["partition_data"]:
+            idx = p["index"]
+            res = {"index": idx, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
+                   "log_start_offset": -1}
+            records = p["records"]
+            try:
+                lg = s.log(name, idx)
+                if records is None or not len(records):
+                    raise InvalidRequestError(f"produce to {name}-{idx} carries no record batch")
+                dup = s.producers.check(name, idx, lg, records)
+                if dup is not None:
+                    res["base_offset"] = dup
+                else:
+                    first, last = lg.append_records(records)
+                    s.producers.appended(name, idx, records, first)
+                    res["base_offset"] = first
+                    if lg.config["message.timestamp.type"] == "LogAppendTime":
+                        res["log_append_time_ms"] = _BATCH_HEADER.unpack_from(records, 0)[8]
+                res["log_start_offset"] = lg.log_start_offset
+            except InvalidRequestError as e:
+                res["error_code"] = InvalidRequestError.code
+                failed = True
+                log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
+            except KafkaError as e:
+                res["error_code"] = _code(e)
+                failed = True
+                if not isinstance(e, UnknownTopicOrPartitionError):
+                    log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
+            except (ValueError, TypeError) as e:
+                res["error_code"] = 2  # CORRUPT_MESSAGE: a batch our parser rejects
+                failed = True
+                log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
+            parts.append(res)
+        responses.append({"name": name, "partition_responses": parts})
+    if acks == 0:
+        if failed:  # Kafka's answer to a failed acks=0 produce: close, so the client notices
+            ctx.connection.close("acks=0 produce failed (see the previous line)")
+        return None
+    return _resp(header, {"responses": responses, "throttle_time_ms": ctx.throttle_time_ms})
+
+
+# ---------------------------------------------------------------------------------------------------- Fetch
+
+def fetch(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    v = header.api_version
+    if v >= 7 and req.get("session_epoch", -1) not in (-1, 0):
+        # incremental fetch of a session this broker never created (sessions: see the fetch-session cache)
+        return _resp(header, {"throttle_time_ms": 0, "error_code": 70, "session_id": 0, "responses": []})
+    parts = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
+    result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
+    max_wait = req["max_wait_ms"] / 1000.0
+    if size >= max(req["min_bytes"], 1) or max_wait <= 0 or any(r["error_code"] for r in result.values()):
+        return _fetch_response(header, ctx, parts, result)
+    return _fetch_wait(s, ctx, header, req, parts, max_wait)
+
+
+async def _fetch_wait(s, ctx, header, req, parts, max_wait):
+    deadline = time.monotonic() + max_wait
+    fut = s.loop.create_future()
+    tps = [TopicPartition(t, p["partition"]) for t, p in parts]
+    for tp in tps:
+        s.waiters.setdefault(tp, set()).add(fut)
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                # appends through this process wake the future; other processes' appends are seen every 100 ms
+                await asyncio.wait_for(asyncio.shield(fut), min(remaining, 0.1))
+            except TimeoutError:
+                pass
+            if fut.done():
+                fut = s.loop.create_future()
+                for tp in tps:
+                    s.waiters.setdefault(tp, set()).add(fut)
+            if _any_new(s, parts):
+                result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
+                if size >= req["min_bytes"] or any(r["error_code"] for r in result.values()):
+                    return _fetch_response(header, ctx, parts, result)
+    finally:
+        for tp in tps:
+            w = s.waiters.get(tp)
+            if w is not None:
+                w.discard(fut)
+                if not w:
+                    del s.waiters[tp]
+    result, _ = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
+    return _fetch_response(header, ctx, parts, result)
+
+
+def _any_new(s, parts) -> bool:
+    for topic, p in parts:
+        try:
+            if s.log(topic, p["partition"]).has_data_after(p["fetch_offset"]):
+                return True
+        except KafkaError:
+            return True
+    return False
+
+
+def _fetch_once(s, parts, max_bytes):
+    result = {}
+    total = 0
+    for topic, p in parts:
+        idx = p["partition"]
+        r = {"error_code": 0, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
+             "records": b""}  # empty, not null: kafka-python reads len() of it
+        try:
+            lg = s.log(topic, idx)
+            off = p["fetch_offset"]
+            data = None
+            lso = lg.log_start_offset
+            hwm = lg.high_watermark
+            if off < lso or off > hwm:
+                raise OffsetOutOfRangeError(f"fetch offset {off} is outside [{lso}, {hwm}] of {topic}-{idx}")
+            if off < hwm:
+                budget = min(p["partition_max_bytes"], max_bytes - total)
+                # KIP-74: the first partition with data returns at least one whole batch, whatever the budget
+                data = lg.read(off, max(budget, 1) if total == 0 else budget) if (budget > 0 or total == 0) else None
+                if data is not None and total > 0 and len(data) > budget:
+                    data = None
+                if data is not None:
+                    total += len(data)
+            r.update(high_watermark=hwm, last_stable_offset=hwm, log_start_offset=lso,
+                     records=data if data is not None else b"")
+        except KafkaError as e:
+            r["error_code"] = _code(e)
+        result[(topic, idx)] = r
+    return result, total
+
+
+def _fetch_response(header, ctx, parts, result):
+    topics = []
+    by_topic: dict[str, list] = {}
+    for topic, p in parts:
+        idx = p["partition"]
+        r = result[(topic, idx)]
+        lst = by_topic.get(topic)
+        if lst is None:
+            lst = by_topic[topic] = []
+            topics.append({"topic": topic, "partitions": lst})
+        lst.append({"partition_index": idx, "error_code": r["error_code"], "high_watermark": r["high_watermark"],
+                    "last_stable_offset": r["last_stable_offset"], "log_start_offset": r["log_start_offset"],
+                    "aborted_transactions": [], "preferred_read_replica": -1, "records": r["records"]})
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "session_id": 0,
+                          "responses": topics})
+
+
+# ---------------------------------------------------------------------------------------------------- ListOffsets
+
+def list_offsets(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    topics = []
+    for t in req["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            r = {"partition_index": p["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1}
+            try:
+                lg = s.log(t["name"], p["partition_index"])
+                ts = p["timestamp"]
+                if ts < -2:
+                    raise InvalidRequestError(f"ListOffsets timestamp {ts} is not supported at this version")
+                found = lg.offset_for_time(ts)
+                if found is not None:
+                    r["offset"] = found.offset
+                    r["timestamp"] = found.timestamp
+            except KafkaError as e:
+                r["error_code"] = _code(e)
+            parts.append(r)
+        topics.append({"name": t["name"], "partitions": parts})
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+
+
+# ---------------------------------------------------------------------------------------------------- DeleteRecords
+
+def delete_records(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    topics = []
+    for t in req["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            r = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": 0}
+            try:
+                lg = s.log(t["name"], p["partition_index"])
+                r["low_watermark"] = lg.delete_records_before(p["offset"])
+                log.info("delete-records %s-%d before %d by %s: log start offset now %d", t["name"],
+                         p["partition_index"], p["offset"], ctx.peer, r["low_watermark"])
+            except KafkaError as e:
+                r["error_code"] = _code(e)
+            parts.append(r)
+        topics.append({"name": t["name"], "partitions": parts})
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+
+
+# ---------------------------------------------------------------------------------------------------- topics
+
+def create_topics(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    out = []
+    for t in req["topics"]:
+        name = t["name"]
+        r = {"name": name, "error_code": 0, "error_message": None}
+        try:
+            n = t["num_partitions"]
+            rf = t["replication_factor"]
+            if t.get("assignments"):
+                if n != -1 or rf != -1:
+                    raise InvalidRequestError("both replica assignments and partitions/replication factor given")
+                n = len(t["assignments"])
+                if any(list(a["broker_ids"]) != [s.node_id] for a in t["assignments"]):
+                    raise InvalidReplicationFactorError(f"replica assignment must name only broker {s.node_id}")
+            if rf not in (-1, 1):
+                raise InvalidReplicationFactorError(f"replication factor {rf} is larger than the 1 broker here")
+            if n == -1:
+                n = s.store.config["num.partitions"]
+            if n < 1:
+                raise InvalidPartitionsError(f"number of partitions must be at least 1, got {n}")
+            validate_topic_name(name)
+            if name in INTERNAL_TOPICS:
+                raise TopicAlreadyExistsError(f"topic {name!r} is internal")
+            configs = {c["name"]: c["value"] for c in t.get("configs", [])}
+            if req.get("validate_only"):
+                if s.partitions(name):
+                    raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+                from ..config import TOPIC, Config
+                Config(configs, scope=TOPIC)
+            else:
+                s.store.create_topic(name, n, configs)
+                log.info("created topic %s (%d partitions) for %s", name, n, ctx.peer)
+        except KafkaError as e:
+            r["error_code"] = _code(e)
+            r["error_message"] = str(e)
+        out.append(r)
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": out})
+
+
+def delete_topics(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    out = []
+    for name in req["topic_names"]:
+        r = {"name": name, "error_code": 0}
+        try:
+            if not s.config["delete.topic.enable"]:
+                raise PolicyViolationError("delete.topic.enable is false")
+            if name in INTERNAL_TOPICS:
+                raise ClusterAuthorizationFailedError(f"topic {name!r} is internal")
+            s.forget_topic(name)
+            s.store.delete_topic(name)
+            s.producers.forget_topic(name)
+            log.info("deleted topic %s for %s", name, ctx.peer)
+        except KafkaError as e:
+            r["error_code"] = _code(e)
+        out.append(r)
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": out})
+
+
+# ---------------------------------------------------------------------------------------------------- producers
+
+def init_producer_id(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    if req.get("transactional_id") is not None:
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
+                              "producer_id": -1, "producer_epoch": -1})
+    pid = s.producers.new_producer_id()
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "producer_id": pid,
+                          "producer_epoch": 0})
+
+
+# ---------------------------------------------------------------------------------------------------- groups
+
+def find_coordinator(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    if req.get("key_type", 0) != 0:
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code":
+                              CoordinatorNotAvailableError.code, "error_message": "transactions are not supported",
+                              "node_id": -1, "host": "", "port": -1})
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+                          "node_id": s.node_id, "host": s.host, "port": s.port})
+
+
+def join_group(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    return s.groups.join(ctx, header, req)
+
+
+def sync_group(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    return s.groups.sync(ctx, header, req)
+
+
+def heartbeat(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
+                          "error_code": s.groups.heartbeat(req["group_id"], req["member_id"], req["generation_id"])})
+
+
+def leave_group(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
+                          "error_code": s.groups.leave(req["group_id"], req["member_id"])})
+
+
+def offset_commit(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    group = req["group_id"]
+    generation = req.get("generation_id_or_member_epoch", req.get("generation_id", -1))
+    err = s.groups.check_commit(group, req["member_id"], generation)
+    topics = []
+    offsets = {}
+    for t in req["topics"]:
+        parts = []
+        for p in t["partitions"]:
+            code = err
+            if not code:
+                if s.partitions(t["name"]) <= p["partition_index"]:
+                    code = UnknownTopicOrPartitionError.code
+                else:
+                    offsets[TopicPartition(t["name"], p["partition_index"])] = OffsetAndMetadata(
+                        p["committed_offset"], p.get("committed_metadata") or "", None)
+            parts.append({"partition_index": p["partition_index"], "error_code": code})
+        topics.append({"name": t["name"], "partitions": parts})
+    if offsets:
+        try:
+            s.store.offsets.commit(group, offsets)
+        except KafkaError as e:
+            code = _code(e)
+            for t in topics:
+                for p in t["partitions"]:
+                    if TopicPartition(t["name"], p["partition_index"]) in offsets:
+                        p["error_code"] = code
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+
+
+def offset_fetch(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    group = req["group_id"]
+    committed = s.store.offsets.committed_all(group)
+    wanted = req.get("topics")
+    if wanted is None:
+        pairs = sorted(committed)
+        names = []
+        for tp in pairs:
+            if tp.topic not in names:
+                names.append(tp.topic)
+        wanted = [{"name": n, "partition_indexes": [tp.partition for tp in pairs if tp.topic == n]} for n in names]
+    topics = []
+    for t in wanted:
+        parts = []
+        for idx in t["partition_indexes"]:
+            om = committed.get(TopicPartition(t["name"], idx))
+            parts.append({"partition_index": idx, "committed_offset": om.offset if om else -1,
+                          "metadata": (om.metadata if om else "") or "", "error_code": 0})
+        topics.append({"name": t["name"], "partitions": parts})
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics, "error_code": 0})
+
+
+API_HANDLERS = {
+    0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch, 10: find_coordinator,
+    11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group, 18: api_versions, 19: create_topics,
+    20: delete_topics, 21: delete_records, 22: init_producer_id,
+}
+
+__all__ = ["ADVERTISED", "API_HANDLERS", "RequestContext", "Services"]

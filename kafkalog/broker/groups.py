@@ -1,0 +1,385 @@
+"""Consumer groups over the wire, on the embedded client's group model (one group state, two doors).
+
+A wire member (a kafka-python, librdkafka or aiokafka consumer talking JoinGroup/SyncGroup/Heartbeat) is a
+``client.group.GroupMember`` held by the broker: its member lock file is flock'ed by the broker process and its
+mtime is touched by the member's Heartbeat requests, so embedded ``KafkaConsumer`` members in other processes see
+wire members (and the reverse) in the same ``state.json``, and one generation and one assignment cover both.
+
+Kafka's wire protocol is mapped onto the file protocol (``client/group.py``) like this:
+
+- JoinGroup (KIP-394 from v4: an empty member id is answered MEMBER_ID_REQUIRED with the id to use) registers the
+  member's subscription (the topics of its ConsumerProtocolSubscription) and the assignors it offers. A join that
+  changes nothing (a member re-joining after REBALANCE_IN_PROGRESS) does not start another generation. The answer
+  waits, like Kafka's join phase, until every wire member of the generation has re-joined (or its rebalance timeout
+  passed: laggards are removed), and for an empty group ``group.initial.rebalance.delay.ms`` longer.
+- The assignment is computed by the group model (range or roundrobin, Kafka's algorithms): a wire leader still gets
+  the members' metadata and sends its assignments in SyncGroup, but the model's assignment is what every member
+  gets, so an embedded member and a wire member can never disagree. A member that offers neither assignor (only
+  sticky / cooperative-sticky) is refused with INCONSISTENT_GROUP_PROTOCOL (23), naming the assignors it offered.
+- SyncGroup marks the member synced (it revoked everything before joining: the eager protocol) and answers when the
+  generation is stable (every member, wire or embedded, synced), with the model's assignment encoded as a
+  ConsumerProtocolAssignment v0; a newer generation meanwhile answers REBALANCE_IN_PROGRESS (27).
+- Heartbeat touches the lock file, evicts dead members (a dead embedded process's flock is free), and answers 27
+  when a newer generation exists, 25 when the member was evicted. A wire member silent for its session timeout is
+  removed by the broker's sweep.
+- OffsetCommit from a member is fenced like an embedded commit: under the group lock (shared), the member must be
+  in the group and at its generation (25 / 22 otherwise). Commits with generation -1 (assign()-only consumers,
+  admin tools) are not fenced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+
+from ..client.group import ASSIGNORS, GroupMember
+from ..errors import (
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    InvalidSessionTimeoutError,
+    KafkaError,
+    MemberIdRequiredError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from . import protocol
+
+log = logging.getLogger("kafkalog.broker")
+
+POLL_S = 0.01
+PENDING_MEMBER_S = 300.0
+
+
+class WireMember:
+    __slots__ = ("gm", "protocols", "session_timeout_ms", "rebalance_timeout_ms", "last_seen", "join_waiter",
+                 "join_header", "joined_generation", "synced_generation", "topics", "strategies", "joined_at")
+
+    def __init__(self, gm: GroupMember):
+        self.gm = gm
+        self.protocols: list[tuple[str, bytes]] = []
+        self.session_timeout_ms = 10000
+        self.rebalance_timeout_ms = 300000
+        self.last_seen = time.monotonic()
+        self.join_waiter: asyncio.Future | None = None
+        self.join_header = None
+        self.joined_generation = -1
+        self.synced_generation = -1
+        self.topics: list[str] = []
+        self.strategies: list[str] = []
+        self.joined_at = time.monotonic()
+
+
+class WireGroup:
+    __slots__ = ("group_id", "members", "pending_ids", "phase", "phase_started", "initial")
+
+    def __init__(self, group_id: str):
+        self.group_id = group_id
+        self.members: dict[str, WireMember] = {}
+        self.pending_ids: dict[str, float] = {}  # KIP-394 member ids handed out, not joined yet
+        self.phase: asyncio.Task | None = None
+        self.phase_started = 0.0
+        self.initial = False
+
+
+class GroupCoordinator:
+    """The broker's coordinator for every group of its data dir. Loop thread only."""
+
+    def __init__(self, services):
+        self.s = services
+        self.groups: dict[str, WireGroup] = {}
+        self.initial_delay_s = services.config["group.initial.rebalance.delay.ms"] / 1000.0
+        self.min_session = services.config["group.min.session.timeout.ms"]
+        self.max_session = services.config["group.max.session.timeout.ms"]
+
+    def _topic_partitions(self, topics) -> dict[str, int]:
+        out = {}
+        for t in topics:
+            n = self.s.partitions(t)
+            if n:
+                out[t] = n
+        return out
+
+    def close(self) -> None:
+        for g in self.groups.values():
+            if g.phase is not None:
+                g.phase.cancel()
+            for m in g.members.values():
+                m.gm.close()
+        self.groups.clear()
+
+    def _member(self, group_id: str, member_id: str) -> WireMember | None:
+        g = self.groups.get(group_id)
+        return g.members.get(member_id) if g is not None else None
+
+    def _drop(self, g: WireGroup, member_id: str, leave: bool, why: str) -> None:
+        m = g.members.pop(member_id, None)
+        if m is None:
+            return
+        if m.join_waiter is not None and not m.join_waiter.done():
+            m.join_waiter.set_result(UnknownMemberIdError.code)
+        try:
+            if leave:
+                m.gm.leave()
+            else:
+                m.gm.close()
+        except KafkaError as e:
+            log.warning("group %s: member %s: %s", g.group_id, member_id, e)
+        log.info("group %s: member %s removed (%s)", g.group_id, member_id, why)
+
+    # -- JoinGroup ------------------------------------------------------------------------------------------------
+
+    def join(self, ctx, header, req):
+        v = header.api_version
+        gid = req["group_id"]
+        err = self._validate_join(req)
+        member_id = req["member_id"] or ""
+        if err:
+            return self._join_error(header, err, member_id)
+        g = self.groups.get(gid)
+        if g is None:
+            g = self.groups[gid] = WireGroup(gid)
+        if not member_id:
+            member_id = f"{ctx.client_id or 'consumer'}-{uuid.uuid4()}".replace("/", "_")
+            if v >= 4:
+                g.pending_ids[member_id] = time.monotonic() + PENDING_MEMBER_S
+                return self._join_error(header, MemberIdRequiredError.code, member_id)
+        elif member_id not in g.members and member_id not in g.pending_ids:
+            return self._join_error(header, UnknownMemberIdError.code, member_id)
+        try:
+            topics = self._subscription(req)
+        except InvalidRequestError as e:
+            log.warning("group %s: JoinGroup from %s: %s", gid, ctx.peer, e)
+            return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
+        strategies = [p["name"] for p in req["protocols"] if p["name"] in ASSIGNORS]
+        if not strategies:
+            log.warning("group %s: member %s offers only %s; kafkalog assigns with %s", gid, member_id,
+                        [p["name"] for p in req["protocols"]], " or ".join(sorted(ASSIGNORS)))
+            return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
+        m = g.members.get(member_id)
+        fresh = m is None
+        if fresh:
+            gm = GroupMember(self.s.store, gid, client_id=ctx.client_id or "", strategies=strategies,
+                             session_timeout_ms=req["session_timeout_ms"], topic_partitions=self._topic_partitions)
+            gm.member_id = member_id
+            m = WireMember(gm)
+        m.protocols = [(p["name"], bytes(p["metadata"] or b"")) for p in req["protocols"]]
+        m.session_timeout_ms = req["session_timeout_ms"]
+        m.rebalance_timeout_ms = req.get("rebalance_timeout_ms", req["session_timeout_ms"]) or m.session_timeout_ms
+        m.last_seen = time.monotonic()
+        gm = m.gm
+        gm.refresh()
+        try:
+            if fresh or topics != m.topics or strategies != m.strategies or not gm.is_member():
+                was_empty = not [x for x in gm.state["members"] if x != member_id]
+                gm.strategies = strategies
+                gm.session_timeout_s = m.session_timeout_ms / 1000.0
+                gm.join(topics)
+                if was_empty:
+                    g.initial = True
+            else:
+                gm.heartbeat()
+        except InconsistentGroupProtocolError as e:
+            log.warning("group %s: member %s refused: %s", gid, member_id, e)
+            return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
+        g.pending_ids.pop(member_id, None)
+        m.topics, m.strategies = topics, strategies
+        g.members[member_id] = m
+        if m.join_waiter is not None and not m.join_waiter.done():
+            m.join_waiter.set_result(RebalanceInProgressError.code)
+        m.join_waiter = self.s.loop.create_future()
+        m.join_header = header
+        if g.phase is None or g.phase.done():
+            g.phase_started = time.monotonic()
+            g.phase = self.s.loop.create_task(self._join_phase(g))
+        return self._await_join(g, m, header)
+
+    def _validate_join(self, req) -> int:
+        if not req["group_id"]:
+            return InvalidGroupIdError.code
+        st = req["session_timeout_ms"]
+        if not self.min_session <= st <= self.max_session:
+            return InvalidSessionTimeoutError.code
+        if req["protocol_type"] != "consumer" or not req["protocols"]:
+            return InconsistentGroupProtocolError.code
+        return 0
+
+    @staticmethod
+    def _subscription(req) -> list[str]:
+        topics: set[str] = set()
+        for p in req["protocols"]:
+            if p["name"] in ASSIGNORS:
+                topics.update(protocol.decode_subscription(bytes(p["metadata"] or b""))["topics"])
+        return sorted(topics)
+
+    def _join_error(self, header, code: int, member_id: str):
+        return protocol.encode_response(11, header.api_version, header.correlation_id, {
+            "throttle_time_ms": 0, "error_code": code, "generation_id": -1, "protocol_name": "", "leader": "",
+            "member_id": member_id, "members": []})
+
+    async def _await_join(self, g: WireGroup, m: WireMember, header):
+        fut = m.join_waiter
+        try:
+            result = await asyncio.wait_for(asyncio.shield(fut), m.rebalance_timeout_ms / 1000.0 + 5.0)
+        except TimeoutError:
+            result = RebalanceInProgressError.code
+        if isinstance(result, int):
+            return self._join_error(header, result, m.gm.member_id)
+        return protocol.encode_response(11, header.api_version, header.correlation_id, result)
+
+    async def _join_phase(self, g: WireGroup) -> None:
+        """Answer the pending joins of ``g`` once every wire member of the current generation re-joined."""
+        while True:
+            await asyncio.sleep(POLL_S)
+            waiting = [m for m in g.members.values() if m.join_waiter is not None and not m.join_waiter.done()]
+            if not waiting:
+                g.phase = None
+                return
+            now = time.monotonic()
+            timeout = max(m.rebalance_timeout_ms for m in waiting) / 1000.0
+            if g.initial and now - g.phase_started < min(self.initial_delay_s, timeout):
+                continue
+            any_gm = waiting[0].gm
+            any_gm.refresh()
+            state = any_gm.state
+            # wire members of the group not yet told about this generation (they learn it from a heartbeat)
+            laggards = [mid for mid, m in g.members.items() if mid in state["members"]
+                        and (m.join_waiter is None or m.join_waiter.done())
+                        and m.joined_generation < state["generation"]]
+            if laggards and now - g.phase_started < timeout:
+                continue
+            for mid in laggards:
+                self._drop(g, mid, True, "did not re-join within the rebalance timeout")
+            if laggards:
+                any_gm.refresh()
+                state = any_gm.state
+            g.initial = False
+            self._answer_joins(g, state)
+
+    def _answer_joins(self, g: WireGroup, state: dict) -> None:
+        generation = state["generation"]
+        protocol_name = state["protocol"] or ""
+        ours = [m for m in g.members.values() if m.gm.member_id in state["members"]]
+        if not ours:
+            return
+        leader = min(ours, key=lambda m: (m.joined_at, m.gm.member_id)).gm.member_id
+        members = []
+        for m in ours:
+            meta = next((md for name, md in m.protocols if name == protocol_name), m.protocols[0][1])
+            members.append({"member_id": m.gm.member_id, "group_instance_id": None, "metadata": meta})
+        for m in list(g.members.values()):
+            fut = m.join_waiter
+            if fut is None or fut.done():
+                continue
+            if m.gm.member_id not in state["members"]:
+                fut.set_result(UnknownMemberIdError.code)
+                continue
+            m.joined_generation = generation
+            fut.set_result({"throttle_time_ms": 0, "error_code": 0, "generation_id": generation,
+                            "protocol_name": protocol_name, "leader": leader, "member_id": m.gm.member_id,
+                            "members": members if m.gm.member_id == leader else []})
+        log.info("group %s: generation %d (%s), %d members (%d over the wire), leader %s", g.group_id, generation,
+                 protocol_name, len(state["members"]), len(ours), leader)
+
+    # -- SyncGroup ------------------------------------------------------------------------------------------------
+
+    def sync(self, ctx, header, req):
+        m = self._member(req["group_id"], req["member_id"])
+        if m is None:
+            return self._sync_answer(header, UnknownMemberIdError.code, b"")
+        return self._sync_wait(m, header, req["generation_id"])
+
+    def _sync_answer(self, header, code: int, assignment: bytes):
+        return protocol.encode_response(14, header.api_version, header.correlation_id, {
+            "throttle_time_ms": 0, "error_code": code, "assignment": assignment})
+
+    async def _sync_wait(self, m: WireMember, header, generation: int):
+        gm = m.gm
+        m.last_seen = time.monotonic()
+        try:
+            gm.sync(generation)
+        except UnknownMemberIdError:
+            return self._sync_answer(header, UnknownMemberIdError.code, b"")
+        deadline = time.monotonic() + m.rebalance_timeout_ms / 1000.0
+        while True:
+            gm.refresh()
+            state = gm.state
+            if gm.member_id not in state["members"]:
+                return self._sync_answer(header, UnknownMemberIdError.code, b"")
+            if state["generation"] != generation:
+                code = RebalanceInProgressError.code if state["generation"] > generation else \
+                    IllegalGenerationError.code
+                return self._sync_answer(header, code, b"")
+            if state["stable"]:
+                m.synced_generation = generation
+                m.last_seen = time.monotonic()
+                assigned: dict[str, list[int]] = {}
+                for t, p in state["assignment"].get(gm.member_id, []):
+                    assigned.setdefault(t, []).append(p)
+                return self._sync_answer(header, 0, protocol.encode_assignment(assigned))
+            if time.monotonic() > deadline:
+                return self._sync_answer(header, RebalanceInProgressError.code, b"")
+            gm.heartbeat()
+            gm.check()  # a dead embedded member must not hold the generation back
+            await asyncio.sleep(POLL_S)
+
+    # -- Heartbeat / LeaveGroup / commits -------------------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int) -> int:
+        g = self.groups.get(group_id)
+        m = g.members.get(member_id) if g is not None else None
+        if m is None:
+            return UnknownMemberIdError.code
+        m.last_seen = time.monotonic()
+        gm = m.gm
+        gm.heartbeat()
+        gm.check()
+        gm.refresh()
+        state = gm.state
+        if member_id not in state["members"]:
+            self._drop(g, member_id, False, "evicted from the group")
+            return UnknownMemberIdError.code
+        if state["generation"] != generation:
+            return RebalanceInProgressError.code if state["generation"] > generation else IllegalGenerationError.code
+        return 0
+
+    def leave(self, group_id: str, member_id: str) -> int:
+        g = self.groups.get(group_id)
+        if g is None or member_id not in g.members:
+            return UnknownMemberIdError.code
+        self._drop(g, member_id, True, "left the group")
+        return 0
+
+    def check_commit(self, group_id: str, member_id: str, generation: int) -> int:
+        if not group_id:
+            return InvalidGroupIdError.code
+        if generation < 0 and not member_id:
+            return 0
+        m = self._member(group_id, member_id)
+        if m is None:
+            return UnknownMemberIdError.code
+        m.last_seen = time.monotonic()
+        gm = m.gm
+        gm.refresh()
+        state = gm.state
+        if member_id not in state["members"]:
+            return UnknownMemberIdError.code
+        if state["generation"] != generation:
+            return IllegalGenerationError.code
+        return 0
+
+    def sweep(self) -> None:
+        now = time.monotonic()
+        for g in list(self.groups.values()):
+            for mid in [k for k, t in g.pending_ids.items() if t < now]:
+                del g.pending_ids[mid]
+            for mid, m in list(g.members.items()):
+                if m.join_waiter is not None and not m.join_waiter.done():
+                    continue
+                if now - m.last_seen > m.session_timeout_ms / 1000.0:
+                    self._drop(g, mid, True, f"no heartbeat for {m.session_timeout_ms} ms (session timeout)")
+            if not g.members and not g.pending_ids and (g.phase is None or g.phase.done()):
+                del self.groups[g.group_id]

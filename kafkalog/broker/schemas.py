@@ -1,0 +1,530 @@
+"""Kafka message tables for the broker codec (one table per API, all versions in one table).
+
+Follows Apache Kafka's message specs ``clients/src/main/resources/common/message/*.json`` (the copies kafka-python
+bundles), cut down to the versions kafkalog speaks. Each message is a tuple of fields:
+
+    (name, type, versions, opts)              a scalar, string, bytes, records or array of scalars ("[]int32")
+    (name, type, versions, opts, fields)      an array of structs ("[]Topic") or a struct, with its own fields
+
+``name`` is the JSON name in snake_case, ``versions`` / ``opts["nullable"]`` / ``opts["tagged"]`` use the JSON's
+version notation ("3+", "0-12", "5"), ``opts["default"]`` is the JSON default (else 0 / "" / False / [] / None when
+nullable), ``opts["tag"]`` marks a tagged field (decoded by skipping, never encoded: kafkalog writes no tagged field).
+An API table: ``{"key", "name", "versions": (min, max) this codec speaks, "flexible": first flexible version or None,
+"request", "response"}``. Extend a table (and its ``versions``) to speak more; the codec is generic.
+"""
+
+PRODUCE = {
+    "key": 0, "name": "Produce", "versions": (3, 7), "flexible": 9,
+    "request": (
+        ("transactional_id", "string", "3+", {"nullable": "3+", "default": None}),
+        ("acks", "int16", "0+", {}),
+        ("timeout_ms", "int32", "0+", {}),
+        ("topic_data", "[]TopicProduceData", "0+", {}, (
+            ("name", "string", "0-12", {}),
+            ("partition_data", "[]PartitionProduceData", "0+", {}, (
+                ("index", "int32", "0+", {}),
+                ("records", "records", "0+", {"nullable": "0+"}),
+            )),
+        )),
+    ),
+    "response": (
+        ("responses", "[]TopicProduceResponse", "0+", {}, (
+            ("name", "string", "0-12", {}),
+            ("partition_responses", "[]PartitionProduceResponse", "0+", {}, (
+                ("index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("base_offset", "int64", "0+", {}),
+                ("log_append_time_ms", "int64", "2+", {"default": -1}),
+                ("log_start_offset", "int64", "5+", {"default": -1}),
+            )),
+        )),
+        ("throttle_time_ms", "int32", "1+", {"default": 0}),
+    ),
+}
+
+FETCH = {
+    "key": 1, "name": "Fetch", "versions": (4, 11), "flexible": 12,
+    "request": (
+        ("replica_id", "int32", "0-14", {"default": -1}),
+        ("max_wait_ms", "int32", "0+", {}),
+        ("min_bytes", "int32", "0+", {}),
+        ("max_bytes", "int32", "3+", {"default": 2147483647}),
+        ("isolation_level", "int8", "4+", {"default": 0}),
+        ("session_id", "int32", "7+", {"default": 0}),
+        ("session_epoch", "int32", "7+", {"default": -1}),
+        ("topics", "[]FetchTopic", "0+", {}, (
+            ("topic", "string", "0-12", {}),
+            ("partitions", "[]FetchPartition", "0+", {}, (
+                ("partition", "int32", "0+", {}),
+                ("current_leader_epoch", "int32", "9+", {"default": -1}),
+                ("fetch_offset", "int64", "0+", {}),
+                ("log_start_offset", "int64", "5+", {"default": -1}),
+                ("partition_max_bytes", "int32", "0+", {}),
+            )),
+        )),
+        ("forgotten_topics_data", "[]ForgottenTopic", "7+", {}, (
+            ("topic", "string", "7-12", {}),
+            ("partitions", "[]int32", "7+", {}),
+        )),
+        ("rack_id", "string", "11+", {"default": ""}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("error_code", "int16", "7+", {}),
+        ("session_id", "int32", "7+", {"default": 0}),
+        ("responses", "[]FetchableTopicResponse", "0+", {}, (
+            ("topic", "string", "0-12", {}),
+            ("partitions", "[]PartitionData", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("high_watermark", "int64", "0+", {}),
+                ("last_stable_offset", "int64", "4+", {"default": -1}),
+                ("log_start_offset", "int64", "5+", {"default": -1}),
+                ("aborted_transactions", "[]AbortedTransaction", "4+", {"nullable": "4+"}, (
+                    ("producer_id", "int64", "4+", {}),
+                    ("first_offset", "int64", "4+", {}),
+                )),
+                ("preferred_read_replica", "int32", "11+", {"default": -1}),
+                ("records", "records", "0+", {"nullable": "0+"}),
+            )),
+        )),
+    ),
+}
+
+LIST_OFFSETS = {
+    "key": 2, "name": "ListOffsets", "versions": (1, 3), "flexible": 6,
+    "request": (
+        ("replica_id", "int32", "0+", {}),
+        ("isolation_level", "int8", "2+", {}),
+        ("topics", "[]ListOffsetsTopic", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]ListOffsetsPartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("timestamp", "int64", "0+", {}),
+            )),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "2+", {}),
+        ("topics", "[]ListOffsetsTopicResponse", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]ListOffsetsPartitionResponse", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("timestamp", "int64", "1+", {"default": -1}),
+                ("offset", "int64", "1+", {"default": -1}),
+            )),
+        )),
+    ),
+}
+
+METADATA = {
+    "key": 3, "name": "Metadata", "versions": (0, 4), "flexible": 9,
+    "request": (
+        ("topics", "[]MetadataRequestTopic", "0+", {"nullable": "1+"}, (
+            ("name", "string", "0+", {}),
+        )),
+        ("allow_auto_topic_creation", "bool", "4+", {"default": True}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "3+", {}),
+        ("brokers", "[]MetadataResponseBroker", "0+", {}, (
+            ("node_id", "int32", "0+", {}),
+            ("host", "string", "0+", {}),
+            ("port", "int32", "0+", {}),
+            ("rack", "string", "1+", {"nullable": "1+", "default": None}),
+        )),
+        ("cluster_id", "string", "2+", {"nullable": "2+", "default": None}),
+        ("controller_id", "int32", "1+", {"default": -1}),
+        ("topics", "[]MetadataResponseTopic", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("name", "string", "0+", {}),
+            ("is_internal", "bool", "1+", {"default": False}),
+            ("partitions", "[]MetadataResponsePartition", "0+", {}, (
+                ("error_code", "int16", "0+", {}),
+                ("partition_index", "int32", "0+", {}),
+                ("leader_id", "int32", "0+", {}),
+                ("replica_nodes", "[]int32", "0+", {}),
+                ("isr_nodes", "[]int32", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+OFFSET_COMMIT = {
+    "key": 8, "name": "OffsetCommit", "versions": (2, 3), "flexible": 8,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("generation_id_or_member_epoch", "int32", "1+", {"default": -1}),
+        ("member_id", "string", "1+", {}),
+        ("retention_time_ms", "int64", "2-4", {"default": -1}),
+        ("topics", "[]OffsetCommitRequestTopic", "0+", {}, (
+            ("name", "string", "0-9", {}),
+            ("partitions", "[]OffsetCommitRequestPartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("committed_offset", "int64", "0+", {}),
+                ("committed_metadata", "string", "0+", {"nullable": "0+"}),
+            )),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "3+", {}),
+        ("topics", "[]OffsetCommitResponseTopic", "0+", {}, (
+            ("name", "string", "0-9", {}),
+            ("partitions", "[]OffsetCommitResponsePartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+OFFSET_FETCH = {
+    "key": 9, "name": "OffsetFetch", "versions": (1, 3), "flexible": 6,
+    "request": (
+        ("group_id", "string", "0-7", {}),
+        ("topics", "[]OffsetFetchRequestTopic", "0-7", {"nullable": "2-7"}, (
+            ("name", "string", "0-7", {}),
+            ("partition_indexes", "[]int32", "0-7", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "3+", {}),
+        ("topics", "[]OffsetFetchResponseTopic", "0-7", {}, (
+            ("name", "string", "0-7", {}),
+            ("partitions", "[]OffsetFetchResponsePartition", "0-7", {}, (
+                ("partition_index", "int32", "0-7", {}),
+                ("committed_offset", "int64", "0-7", {}),
+                ("metadata", "string", "0-7", {"nullable": "0-7"}),
+                ("error_code", "int16", "0-7", {}),
+            )),
+        )),
+        ("error_code", "int16", "2-7", {"default": 0}),
+    ),
+}
+
+FIND_COORDINATOR = {
+    "key": 10, "name": "FindCoordinator", "versions": (0, 2), "flexible": 3,
+    "request": (
+        ("key", "string", "0-3", {}),
+        ("key_type", "int8", "1+", {"default": 0}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("error_code", "int16", "0-3", {}),
+        ("error_message", "string", "1-3", {"nullable": "1-3"}),
+        ("node_id", "int32", "0-3", {}),
+        ("host", "string", "0-3", {}),
+        ("port", "int32", "0-3", {}),
+    ),
+}
+
+JOIN_GROUP = {
+    "key": 11, "name": "JoinGroup", "versions": (0, 5), "flexible": 6,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("session_timeout_ms", "int32", "0+", {}),
+        ("rebalance_timeout_ms", "int32", "1+", {"default": -1}),
+        ("member_id", "string", "0+", {}),
+        ("group_instance_id", "string", "5+", {"nullable": "5+", "default": None}),
+        ("protocol_type", "string", "0+", {}),
+        ("protocols", "[]JoinGroupRequestProtocol", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("metadata", "bytes", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "2+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("generation_id", "int32", "0+", {"default": -1}),
+        ("protocol_name", "string", "0+", {}),
+        ("leader", "string", "0+", {}),
+        ("member_id", "string", "0+", {}),
+        ("members", "[]JoinGroupResponseMember", "0+", {}, (
+            ("member_id", "string", "0+", {}),
+            ("group_instance_id", "string", "5+", {"nullable": "5+", "default": None}),
+            ("metadata", "bytes", "0+", {}),
+        )),
+    ),
+}
+
+HEARTBEAT = {
+    "key": 12, "name": "Heartbeat", "versions": (0, 3), "flexible": 4,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("generation_id", "int32", "0+", {}),
+        ("member_id", "string", "0+", {}),
+        ("group_instance_id", "string", "3+", {"nullable": "3+", "default": None}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("error_code", "int16", "0+", {}),
+    ),
+}
+
+LEAVE_GROUP = {
+    "key": 13, "name": "LeaveGroup", "versions": (0, 1), "flexible": 4,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("member_id", "string", "0-2", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("error_code", "int16", "0+", {}),
+    ),
+}
+
+SYNC_GROUP = {
+    "key": 14, "name": "SyncGroup", "versions": (0, 3), "flexible": 4,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("generation_id", "int32", "0+", {}),
+        ("member_id", "string", "0+", {}),
+        ("group_instance_id", "string", "3+", {"nullable": "3+", "default": None}),
+        ("assignments", "[]SyncGroupRequestAssignment", "0+", {}, (
+            ("member_id", "string", "0+", {}),
+            ("assignment", "bytes", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("assignment", "bytes", "0+", {}),
+    ),
+}
+
+SASL_HANDSHAKE = {
+    "key": 17, "name": "SaslHandshake", "versions": (0, 1), "flexible": None,
+    "request": (
+        ("mechanism", "string", "0+", {}),
+    ),
+    "response": (
+        ("error_code", "int16", "0+", {}),
+        ("mechanisms", "[]string", "0+", {}),
+    ),
+}
+
+API_VERSIONS = {
+    "key": 18, "name": "ApiVersions", "versions": (0, 4), "flexible": 3,
+    "request": (
+        ("client_software_name", "string", "3+", {}),
+        ("client_software_version", "string", "3+", {}),
+    ),
+    "response": (
+        ("error_code", "int16", "0+", {}),
+        ("api_keys", "[]ApiVersion", "0+", {}, (
+            ("api_key", "int16", "0+", {}),
+            ("min_version", "int16", "0+", {}),
+            ("max_version", "int16", "0+", {}),
+        )),
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("supported_features", "[]SupportedFeatureKey", "3+", {"tag": 0, "tagged": "3+"}, (
+            ("name", "string", "3+", {}),
+            ("min_version", "int16", "3+", {}),
+            ("max_version", "int16", "3+", {}),
+        )),
+        ("finalized_features_epoch", "int64", "3+", {"tag": 1, "tagged": "3+", "default": -1}),
+        ("finalized_features", "[]FinalizedFeatureKey", "3+", {"tag": 2, "tagged": "3+"}, (
+            ("name", "string", "3+", {}),
+            ("max_version_level", "int16", "3+", {}),
+            ("min_version_level", "int16", "3+", {}),
+        )),
+        ("zk_migration_ready", "bool", "3+", {"tag": 3, "tagged": "3+", "default": False}),
+    ),
+}
+
+CREATE_TOPICS = {
+    "key": 19, "name": "CreateTopics", "versions": (2, 4), "flexible": 5,
+    "request": (
+        ("topics", "[]CreatableTopic", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("num_partitions", "int32", "0+", {}),
+            ("replication_factor", "int16", "0+", {}),
+            ("assignments", "[]CreatableReplicaAssignment", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("broker_ids", "[]int32", "0+", {}),
+            )),
+            ("configs", "[]CreatableTopicConfig", "0+", {}, (
+                ("name", "string", "0+", {}),
+                ("value", "string", "0+", {"nullable": "0+"}),
+            )),
+        )),
+        ("timeout_ms", "int32", "0+", {"default": 60000}),
+        ("validate_only", "bool", "1+", {"default": False}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "2+", {}),
+        ("topics", "[]CreatableTopicResult", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "1+", {"nullable": "0+"}),
+        )),
+    ),
+}
+
+DELETE_TOPICS = {
+    "key": 20, "name": "DeleteTopics", "versions": (1, 3), "flexible": 4,
+    "request": (
+        ("topic_names", "[]string", "0-5", {}),
+        ("timeout_ms", "int32", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("responses", "[]DeletableTopicResult", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("error_code", "int16", "0+", {}),
+        )),
+    ),
+}
+
+DELETE_RECORDS = {
+    "key": 21, "name": "DeleteRecords", "versions": (0, 1), "flexible": 2,
+    "request": (
+        ("topics", "[]DeleteRecordsTopic", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]DeleteRecordsPartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("offset", "int64", "0+", {}),
+            )),
+        )),
+        ("timeout_ms", "int32", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("topics", "[]DeleteRecordsTopicResult", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]DeleteRecordsPartitionResult", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("low_watermark", "int64", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+INIT_PRODUCER_ID = {
+    "key": 22, "name": "InitProducerId", "versions": (0, 1), "flexible": 2,
+    "request": (
+        ("transactional_id", "string", "0+", {"nullable": "0+"}),
+        ("transaction_timeout_ms", "int32", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("producer_id", "int64", "0+", {"default": -1}),
+        ("producer_epoch", "int16", "0+", {}),
+    ),
+}
+
+SASL_AUTHENTICATE = {
+    "key": 36, "name": "SaslAuthenticate", "versions": (0, 1), "flexible": 2,
+    "request": (
+        ("auth_bytes", "bytes", "0+", {}),
+    ),
+    "response": (
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+"}),
+        ("auth_bytes", "bytes", "0+", {}),
+        ("session_lifetime_ms", "int64", "1+", {"default": 0}),
+    ),
+}
+
+DESCRIBE_CLIENT_QUOTAS = {
+    "key": 48, "name": "DescribeClientQuotas", "versions": (0, 0), "flexible": 1,
+    "request": (
+        ("components", "[]ComponentData", "0+", {}, (
+            ("entity_type", "string", "0+", {}),
+            ("match_type", "int8", "0+", {}),
+            ("match", "string", "0+", {"nullable": "0+"}),
+        )),
+        ("strict", "bool", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+"}),
+        ("entries", "[]EntryData", "0+", {"nullable": "0+"}, (
+            ("entity", "[]EntityData", "0+", {}, (
+                ("entity_type", "string", "0+", {}),
+                ("entity_name", "string", "0+", {"nullable": "0+"}),
+            )),
+            ("values", "[]ValueData", "0+", {}, (
+                ("key", "string", "0+", {}),
+                ("value", "float64", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+ALTER_CLIENT_QUOTAS = {
+    "key": 49, "name": "AlterClientQuotas", "versions": (0, 0), "flexible": 1,
+    "request": (
+        ("entries", "[]EntryData", "0+", {}, (
+            ("entity", "[]EntityData", "0+", {}, (
+                ("entity_type", "string", "0+", {}),
+                ("entity_name", "string", "0+", {"nullable": "0+"}),
+            )),
+            ("ops", "[]OpData", "0+", {}, (
+                ("key", "string", "0+", {}),
+                ("value", "float64", "0+", {}),
+                ("remove", "bool", "0+", {}),
+            )),
+        )),
+        ("validate_only", "bool", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("entries", "[]EntryData", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {"nullable": "0+"}),
+            ("entity", "[]EntityData", "0+", {}, (
+                ("entity_type", "string", "0+", {}),
+                ("entity_name", "string", "0+", {"nullable": "0+"}),
+            )),
+        )),
+    ),
+}
+
+# ConsumerProtocolSubscription (versions 0-3): opaque bytes in JoinGroup protocol metadata / SyncGroup assignments
+CONSUMER_PROTOCOL_SUBSCRIPTION = (
+    ("topics", "[]string", "0+", {}),
+    ("user_data", "bytes", "0+", {"nullable": "0+", "default": None}),
+    ("owned_partitions", "[]TopicPartition", "1+", {}, (
+        ("topic", "string", "1+", {}),
+        ("partitions", "[]int32", "1+", {}),
+    )),
+    ("generation_id", "int32", "2+", {"default": -1}),
+    ("rack_id", "string", "3+", {"nullable": "3+", "default": None}),
+)
+
+# ConsumerProtocolAssignment (versions 0-3): opaque bytes in JoinGroup protocol metadata / SyncGroup assignments
+CONSUMER_PROTOCOL_ASSIGNMENT = (
+    ("assigned_partitions", "[]TopicPartition", "0+", {}, (
+        ("topic", "string", "0+", {}),
+        ("partitions", "[]int32", "0+", {}),
+    )),
+    ("user_data", "bytes", "0+", {"nullable": "0+", "default": None}),
+)
+
+APIS = {
+    0: PRODUCE,
+    1: FETCH,
+    2: LIST_OFFSETS,
+    3: METADATA,
+    8: OFFSET_COMMIT,
+    9: OFFSET_FETCH,
+    10: FIND_COORDINATOR,
+    11: JOIN_GROUP,
+    12: HEARTBEAT,
+    13: LEAVE_GROUP,
+    14: SYNC_GROUP,
+    17: SASL_HANDSHAKE,
+    18: API_VERSIONS,
+    19: CREATE_TOPICS,
+    20: DELETE_TOPICS,
+    21: DELETE_RECORDS,
+    22: INIT_PRODUCER_ID,
+    36: SASL_AUTHENTICATE,
+    48: DESCRIBE_CLIENT_QUOTAS,
+    49: ALTER_CLIENT_QUOTAS,
+}

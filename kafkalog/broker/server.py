@@ -1,0 +1,396 @@
+"""The broker facade's server: Kafka's framing over asyncio, one request at a time per connection.
+
+Frames on the wire (Kafka protocol guide)::
+
+    RequestOrResponse => Size RequestMessage | ResponseMessage
+      Size => int32                  bytes that follow; checked against socket.request.max.bytes before anything
+                                     is allocated (a bigger one closes the connection, as Kafka's SocketServer does)
+    Request Header v1 => request_api_key request_api_version correlation_id client_id   (v2: + TAG_BUFFER)
+    Response Header v0 => correlation_id                                                 (v1: + TAG_BUFFER)
+
+A connection is served in order: the next request is parsed only when the previous one's response was handed to
+the transport (Kafka mutes a channel while a response is pending). Requests whose answer can wait (a Fetch long
+poll, a JoinGroup/SyncGroup barrier) run as a task; the others are answered inline from ``data``/``buffer_updated``.
+Frames are received into their own bytearray, so a Produce's record batches are stamped and written by the storage
+engine where they landed (no copy of record data between the socket and the segment file).
+
+``Broker`` runs the server on an event loop: in a background thread (``start``/``stop``, context manager) or on
+the caller's loop (``await start_async()`` / ``await stop_async()``, ``await serve_forever()``). One Broker owns
+one data dir as a shared-mode writer: embedded producers, consumers and the CLI may use the same dir beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import threading
+import time
+from pathlib import Path
+
+from ..config import Config
+from ..errors import InvalidConfigError, InvalidRequestError, KafkaError, UnsupportedVersionError
+from ..storage import LogStore
+from . import protocol
+from .api import ADVERTISED, API_HANDLERS, RequestContext, Services
+
+log = logging.getLogger("kafkalog.broker")
+
+_SIZE = struct.Struct(">i")
+_SCRATCH = 65536
+
+
+def parse_listener(value: str) -> tuple[str, int]:
+    """'PLAINTEXT://127.0.0.1:9092', '127.0.0.1:9092' or ':9092' → (host, port). Only PLAINTEXT for now."""
+    v = value.strip()
+    if "," in v:
+        v = v.split(",")[0].strip()
+    if "://" in v:
+        scheme, v = v.split("://", 1)
+        if scheme.upper() not in ("PLAINTEXT", "BROKER", "CLIENT"):
+            raise InvalidConfigError(f"listener {value!r}: only PLAINTEXT listeners are supported")
+    host, sep, port = v.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InvalidConfigError(f"listener {value!r}: expected host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    p = int(port)
+    if not 0 <= p <= 65535:
+        raise InvalidConfigError(f"listener {value!r}: port out of range")
+    return host, p
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One client connection. Lives on the broker's loop thread only."""
+
+    def __init__(self, broker: Broker):
+        self.broker = broker
+        self.services = broker.services
+        self.max_frame = broker.services.max_request_bytes
+        self.transport = None
+        self.peer = "?"
+        self.scratch = bytearray(_SCRATCH)
+        self.sview = memoryview(self.scratch)
+        self.slen = 0  # bytes of scratch filled
+        self.frame = None  # bytearray being received directly (a frame bigger than what scratch holds)
+        self.fview = None
+        self.fpos = 0
+        self.pending: list = []  # complete frames not yet processed
+        self.busy = False  # a request's task is running: later frames wait
+        self.closed = False
+        self.paused = False
+        self.ctx = RequestContext(self)
+
+    # -- asyncio protocol -----------------------------------------------------------------------------------------
+
+    def connection_made(self, transport):
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.broker.connections.add(self)
+
+    def connection_lost(self, exc):
+        self.closed = True
+        self.broker.connections.discard(self)
+        self.services.connection_closed(self)
+
+    def get_buffer(self, sizehint):
+        if self.frame is not None:
+            return self.fview[self.fpos:]
+        return self.sview[self.slen:]
+
+    def buffer_updated(self, nbytes):
+        if self.frame is not None:
+            self.fpos += nbytes
+            if self.fpos < len(self.frame):
+                return
+            self.pending.append(self.frame)
+            self.frame = self.fview = None
+            self.fpos = 0
+        else:
+            self.slen += nbytes
+            if not self._split_scratch():
+                return
+        if not self.busy:
+            self._process()
+
+    def eof_received(self):
+        return False
+
+    # -- framing --------------------------------------------------------------------------------------------------
+
+    def _split_scratch(self) -> bool:
+        """Move complete frames out of scratch (and start a direct receive for a big one); False on close."""
+        buf = self.scratch
+        pos = 0
+        n = self.slen
+        while n - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > self.max_frame:
+                self.close(f"request size {size} is outside [0, socket.request.max.bytes={self.max_frame}]")
+                return False
+            have = n - pos - 4
+            if have >= size:
+                self.pending.append(bytearray(self.sview[pos + 4:pos + 4 + size]))
+                pos += 4 + size
+                continue
+            if size > _SCRATCH - 4:
+                frame = bytearray(size)
+                frame[:have] = self.sview[pos + 4:n]
+                self.frame = frame
+                self.fview = memoryview(frame)
+                self.fpos = have
+                pos = n
+            break
+        if pos:
+            rest = n - pos
+            if rest:
+                self.scratch[:rest] = self.sview[pos:n]
+            self.slen = rest
+        return True
+
+    def close(self, why: str | None = None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if why:
+            log.warning("closing connection from %s: %s", self.peer, why)
+        if self.transport is not None:
+            self.transport.abort()
+
+    # -- requests -------------------------------------------------------------------------------------------------
+
+    def _process(self) -> None:
+        while self.pending and not self.busy and not self.closed:
+            frame = self.pending.pop(0)
+            try:
+                out = self._handle(frame)
+            except (InvalidRequestError, UnsupportedVersionError) as e:
+                self.close(str(e))
+                return
+            except Exception as e:  # a bug must not take the broker down: answerable by closing this connection
+                log.exception("closing connection from %s: internal error", self.peer)
+                self.close(f"internal error: {type(e).__name__}: {e}")
+                return
+            if out is None:
+                continue
+            if isinstance(out, list):
+                self._write(out)
+                continue
+            self.busy = True
+            task = asyncio.ensure_future(out)
+            task.add_done_callback(self._done)
+            self.broker.tasks.add(task)
+
+    def _done(self, task) -> None:
+        self.broker.tasks.discard(task)
+        self.busy = False
+        if task.cancelled():
+            self.close()
+            return
+        exc = task.exception()
+        if exc is not None:
+            if isinstance(exc, (InvalidRequestError, UnsupportedVersionError)):
+                self.close(str(exc))
+            else:
+                log.error("closing connection from %s: internal error: %r", self.peer, exc,
+                          exc_info=(type(exc), exc, exc.__traceback__))
+                self.close(f"internal error: {type(exc).__name__}")
+            return
+        out = task.result()
+        if out is not None:
+            self._write(out)
+        if self.pending:
+            self._process()
+
+    def _write(self, chunks) -> None:
+        if self.closed:
+            return
+        if len(chunks) == 1:
+            self.transport.write(chunks[0])
+        else:
+            self.transport.writelines(chunks)
+
+    def _handle(self, frame: bytearray):
+        header, offset = protocol.read_request_header(frame)
+        key, version = header.api_key, header.api_version
+        self.ctx.client_id = header.client_id
+        handler = API_HANDLERS.get(key)
+        rng = ADVERTISED.get(key)
+        if key == 18 and (version < rng[0] or version > rng[1]):
+            # KIP-511: an ApiVersions version we do not know is answered as v0 with UNSUPPORTED_VERSION and our
+            # ApiVersions range, so the client can retry with one we support
+            return protocol.encode_response(18, 0, header.correlation_id, {
+                "error_code": UnsupportedVersionError.code,
+                "api_keys": [{"api_key": 18, "min_version": rng[0], "max_version": rng[1]}]})
+        if handler is None or rng is None:
+            raise InvalidRequestError(f"unknown API key {key} (correlation id {header.correlation_id})")
+        if not rng[0] <= version <= rng[1] or (key == 0 and version < 3):
+            name = protocol.API_NAMES.get(key, str(key))
+            raise UnsupportedVersionError(f"{name} v{version} is not supported (advertised {rng[0]}-{rng[1]}"
+                                          + (", Produce below v3 needs message format v0/v1" if key == 0 else "")
+                                          + ")")
+        return handler(self.services, self.ctx, header, frame, offset)
+
+
+class Broker:
+    """A Kafka-compatible broker over one kafkalog data dir.
+
+    ``Broker(data_dir=None, listen=None, config=None)``: ``listen`` is ``host:port`` (port 0 picks a free port;
+    default the ``listeners`` config key, else 127.0.0.1:9092); ``config`` holds Kafka's server.properties keys
+    (``auto.create.topics.enable``, ``num.partitions``, ``log.segment.bytes``, ``group.initial.rebalance.delay.ms``,
+    ...) and any store/topic default. ``data_dir`` defaults to ``log.dirs``.
+
+    Thread safety: ``start``/``stop`` from any one thread; everything else runs on the broker's loop.
+    """
+
+    def __init__(self, data_dir=None, listen: str | None = None, config=None):
+        self.config = config if isinstance(config, Config) else Config(config)
+        data_dir = data_dir or self.config["log.dirs"].split(",")[0] or self.config["log.dir"]
+        if not data_dir:
+            raise InvalidConfigError("no data dir: pass data_dir or set log.dirs")
+        self.data_dir = Path(data_dir)
+        self.host, self._port = parse_listener(listen or self.config["listeners"])
+        self.port = self._port
+        self.connections: set[Connection] = set()
+        self.tasks: set = set()
+        self.store: LogStore | None = None
+        self.services: Services | None = None
+        self._server = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Event | None = None
+        self.started_at = 0.0
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # -- on a loop ------------------------------------------------------------------------------------------------
+
+    async def start_async(self) -> None:
+        """Open the data dir and listen (on the running loop)."""
+        if self._server is not None:
+            raise RuntimeError("broker already started")
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        self.store = LogStore(self.data_dir, self.config)
+        try:
+            advertised = self.config["advertised.listeners"]
+            self.services = Services(self, self.store, self.config)
+            self._server = await self._loop.create_server(lambda: Connection(self), self.host, self._port,
+                                                          reuse_address=True, backlog=1024)
+            self.port = self._server.sockets[0].getsockname()[1]
+            if advertised:
+                self.services.advertise(*parse_listener(advertised))
+            else:
+                host = self.host if self.host not in ("0.0.0.0", "::", "") else socket.gethostname()
+                self.services.advertise(host, self.port)
+            self.services.start()
+        except BaseException:
+            if self.services is not None:
+                self.services.close()
+            self.store.close()
+            self.store = None
+            raise
+        self.started_at = time.time()
+        log.info("kafkalog broker listening on %s:%d (data dir %s)", self.host, self.port, self.data_dir)
+
+    async def stop_async(self) -> None:
+        """Stop listening, close every connection, close the store (clean-shutdown marker written)."""
+        if self._server is None:
+            return
+        self._server.close()
+        for c in list(self.connections):
+            c.close()
+        for t in list(self.tasks):
+            t.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self._server.wait_closed() if not self.connections else asyncio.sleep(0)
+        self._server = None
+        self.services.close()
+        self.store.close()
+        self.store = None
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        if self._server is None:
+            await self.start_async()
+        await self._stopped.wait()
+
+    # -- in a thread ----------------------------------------------------------------------------------------------
+
+    def start(self) -> Broker:
+        """Serve from a background thread with its own event loop (uvloop when installed); returns when
+        listening, or raises what prevented it."""
+        if self._thread is not None:
+            raise RuntimeError("broker already started")
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run():
+            loop = new_event_loop()
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self.start_async())
+            except BaseException as e:
+                failure.append(e)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_until_complete(self._stopped.wait())
+            finally:
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"kafkalog-broker-{self._port}", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise failure[0]
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            fut = asyncio.run_coroutine_threadsafe(self.stop_async(), loop)
+            try:
+                fut.result(timeout=30)
+            except Exception:
+                log.exception("broker stop failed")
+        self._thread.join(timeout=30)
+        self._thread = None
+        self._loop = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        return f"Broker({str(self.data_dir)!r}, listen='{self.host}:{self.port}')"
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+__all__ = ["Broker", "KafkaError", "parse_listener", "new_event_loop"]
