@@ -13,6 +13,8 @@
     kafkalog groups DATA_DIR [GROUP] [--json]  committed offset, log end offset, lag and members per partition
     kafkalog dump PATH [--deep] [--max-records N]   like kafka-dump-log: a .log/.index/.timeindex file or a dir
     kafkalog check DATA_DIR                    CRCs and index consistency; exit 1 naming file and position
+    kafkalog serve [--data-dir DIR] [--listen HOST:PORT] [--config server.properties] [--override KEY=VALUE ...]
+                                               a Kafka-compatible broker over DATA_DIR (Kafka clients unchanged)
 
 produce: each stdin line (without its trailing newline) is a record value; with ``--key-separator`` the line is
 split at the first SEP into key and value, and a line without SEP stops the run with exit 1 naming the line: the
@@ -814,6 +816,70 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def read_properties(path) -> dict[str, str]:
+    """A Java .properties file as Kafka's server.properties uses it: key=value (or key: value) lines, # and !
+    comments, trailing backslash continuations."""
+    out: dict[str, str] = {}
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise UsageError(f"--config {path}: {e.strerror or e}") from None
+    pending = ""
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut <= 0:
+            raise UsageError(f"--config {path}:{n}: expected key=value, got {raw.strip()!r}")
+        out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+def cmd_serve(args) -> int:
+    """Run the broker facade until SIGTERM/SIGINT (a clean shutdown: the clean-shutdown marker is written)."""
+    import asyncio
+    import logging
+    import signal
+
+    from .broker.server import Broker, new_event_loop
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    props = read_properties(args.config) if args.config else {}
+    for kv in args.override or ():
+        key, sep, value = kv.partition("=")
+        if not sep:
+            raise UsageError(f"--override {kv!r}: expected KEY=VALUE")
+        props[key.strip()] = value.strip()
+    data_dir = args.data_dir or props.get("log.dirs", props.get("log.dir", "")).split(",")[0]
+    if not data_dir:
+        raise UsageError("no data dir: give --data-dir or log.dirs in --config")
+    listen = args.listen
+    if listen is None and "listeners" not in props:
+        listen = "127.0.0.1:9092"
+    broker = Broker(data_dir, listen, props)
+    loop = new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    async def run():
+        await broker.start_async()
+        print(f"kafkalog broker listening on {broker.host}:{broker.port}", flush=True)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: loop.create_task(broker.stop_async()))
+        await broker.serve_forever()
+
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+    print("kafkalog broker stopped (clean shutdown)", file=sys.stderr, flush=True)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -899,6 +965,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="verify CRCs and index consistency")
     p.add_argument("data_dir")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("serve", help="a Kafka-compatible broker over a data dir (Kafka clients unchanged)")
+    p.add_argument("--data-dir", help="the data dir (default: log.dirs of --config)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="listen address; port 0 picks a free port and prints it "
+                   "(default: listeners of --config, else 127.0.0.1:9092)")
+    p.add_argument("--config", metavar="FILE", help="a Kafka server.properties (listeners, log.dirs, num.partitions, "
+                   "auto.create.topics.enable, log.segment.bytes, log.retention.ms, message.max.bytes, ...)")
+    p.add_argument("--override", action="append", metavar="KEY=VALUE", help="a server.properties key (repeatable)")
+    p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    p.set_defaults(func=cmd_serve)
     return ap
 
 

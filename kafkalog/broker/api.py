@@ -124,6 +124,8 @@ class Services:
         self.loop = asyncio.get_running_loop()
         self.loop_thread = threading.get_ident()
         self.waiters: dict[TopicPartition, set] = {}
+        # appends by other processes (embedded producers beside the broker) wake no future: looked for this often
+        self.other_writers_poll_s = 0.1
         self.wakers: dict[TopicPartition, _LoopWaker] = {}
         self.logs: dict[TopicPartition, object] = {}
         self.groups = GroupCoordinator(self)
@@ -340,7 +342,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 break
             try:
                 # appends through this process wake the future; other processes' appends are seen every 100 ms
-                await asyncio.wait_for(asyncio.shield(fut), min(remaining, 0.1))
+                await asyncio.wait_for(asyncio.shield(fut), min(remaining, s.other_writers_poll_s))
             except TimeoutError:
                 pass
             if fut.done():

@@ -174,8 +174,8 @@ class Connection(asyncio.BufferedProtocol):
             except (InvalidRequestError, UnsupportedVersionError) as e:
                 self.close(str(e))
                 return
-            except Exception as e:  # a bug must not take the broker down: answerable by closing this connection
-                log.exception("closing connection from %s: internal error", self.peer)
+            except Exception as e:  # a bug must not take the broker down: answered by closing this connection
+                log.debug("internal error serving %s", self.peer, exc_info=True)
                 self.close(f"internal error: {type(e).__name__}: {e}")
                 return
             if out is None:
@@ -199,9 +199,8 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(exc, (InvalidRequestError, UnsupportedVersionError)):
                 self.close(str(exc))
             else:
-                log.error("closing connection from %s: internal error: %r", self.peer, exc,
-                          exc_info=(type(exc), exc, exc.__traceback__))
-                self.close(f"internal error: {type(exc).__name__}")
+                log.debug("internal error serving %s", self.peer, exc_info=(type(exc), exc, exc.__traceback__))
+                self.close(f"internal error: {type(exc).__name__}: {exc}")
             return
         out = task.result()
         if out is not None:
@@ -313,7 +312,7 @@ class Broker:
             t.cancel()
         if self.tasks:
             await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self._server.wait_closed() if not self.connections else asyncio.sleep(0)
+        await asyncio.sleep(0)  # let aborted connections run connection_lost
         self._server = None
         self.services.close()
         self.store.close()

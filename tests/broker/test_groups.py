@@ -1,0 +1,203 @@
+"""One store, two doors (issue 4, item 5): groups and offsets committed over the wire are what the embedded
+KafkaConsumer sees and the reverse; a group can mix wire members and embedded members; read-only tools and
+embedded consumers work beside a running broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import kafkalog
+from kafkalog.broker import Broker
+from kafkalog.structs import OffsetAndMetadata, TopicPartition
+
+from .wire import Wire
+
+kafka = pytest.importorskip("kafka")
+
+CONFIG = {"group.initial.rebalance.delay.ms": 0, "auto.create.topics.enable": False}
+FAST = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500, "max_poll_interval_ms": 30000,
+        "request_timeout_ms": 31000}
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(tmp_path / "data", listen="127.0.0.1:0", config=CONFIG)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _produce(b, topic, partitions, per_partition):
+    with Wire(b.port) as w:
+        assert w.create_topic(topic, partitions)["error_code"] == 0
+    from .wire import batch
+    with Wire(b.port) as w:
+        for p in range(partitions):
+            assert w.produce(topic, p, batch([b"%s-%d-%d" % (topic.encode(), p, i) for i in range(per_partition)]))[
+                "error_code"] == 0
+
+
+def _wait(fn, timeout=30.0, what=""):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_offsets_committed_over_the_wire_are_seen_embedded_and_back(broker):
+    _produce(broker, "t", 2, 5)
+    c = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id="g", enable_auto_commit=False,
+                            **FAST)
+    try:
+        c.assign([kafka.TopicPartition("t", 0), kafka.TopicPartition("t", 1)])
+        c.commit({kafka.TopicPartition("t", 0): kafka.structs.OffsetAndMetadata(3, "wire", -1)})
+        # the embedded door, in another process's view of the same data dir
+        emb = kafkalog.KafkaConsumer(store=broker.data_dir, group_id="g", enable_auto_commit=False)
+        try:
+            assert emb.committed(TopicPartition("t", 0)) == 3
+            assert emb.committed(TopicPartition("t", 0), metadata=True).metadata == "wire"
+            emb.assign([TopicPartition("t", 1)])
+            emb.commit({TopicPartition("t", 1): OffsetAndMetadata(4, "embedded", None)})
+        finally:
+            emb.close()
+        got = c.committed(kafka.TopicPartition("t", 1), metadata=True)
+        assert (got.offset, got.metadata) == (4, "embedded")
+    finally:
+        c.close()
+    out = subprocess.run([sys.executable, "-m", "kafkalog", "groups", str(broker.data_dir), "g", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    committed = {(p["topic"], p["partition"]): p["committed"] for p in row["partitions"]}
+    assert committed == {("t", 0): 3, ("t", 1): 4}
+
+
+def test_a_group_mixes_wire_and_embedded_members(broker):
+    _produce(broker, "mix", 4, 3)
+    stop = threading.Event()
+    seen_embedded: list = []
+    errors: list = []
+
+    def embedded_member():
+        try:
+            emb = kafkalog.KafkaConsumer("mix", store=broker.data_dir, group_id="mixed", auto_offset_reset="earliest",
+                                         session_timeout_ms=6000, heartbeat_interval_ms=300)
+            try:
+                while not stop.is_set():
+                    emb.poll(timeout_ms=100)
+                    seen_embedded.append(sorted(tp.partition for tp in emb.assignment()))
+            finally:
+                emb.close()
+        except Exception as e:  # surfaced by the assertions below
+            errors.append(e)
+
+    wire = kafka.KafkaConsumer("mix", bootstrap_servers=broker.bootstrap_servers, group_id="mixed",
+                               auto_offset_reset="earliest", **FAST)
+    t = threading.Thread(target=embedded_member, daemon=True)
+    try:
+        _wait(lambda: (wire.poll(timeout_ms=100), wire.assignment())[1], what="wire member assignment")
+        assert sorted(tp.partition for tp in wire.assignment()) == [0, 1, 2, 3]
+        t.start()
+
+        def split():
+            wire.poll(timeout_ms=100)
+            mine = sorted(tp.partition for tp in wire.assignment())
+            theirs = seen_embedded[-1] if seen_embedded else []
+            return len(mine) == 2 and len(theirs) == 2 and sorted(mine + theirs) == [0, 1, 2, 3]
+        _wait(split, what="the two doors to split 4 partitions 2/2")
+        state = kafkalog.client.group.describe_group(kafkalog.LogStore(broker.data_dir, read_only=True), "mixed")
+        assert state["state"] == "Stable" and len(state["members"]) == 2
+    finally:
+        wire.close()  # LeaveGroup: the embedded member takes everything
+    try:
+        _wait(lambda: seen_embedded and seen_embedded[-1] == [0, 1, 2, 3], what="embedded member to take all")
+    finally:
+        stop.set()
+        t.join(timeout=30)
+    assert not errors
+
+
+def test_two_wire_members_split_and_rebalance_on_leave(broker):
+    _produce(broker, "two", 4, 2)
+    a = kafka.KafkaConsumer("two", bootstrap_servers=broker.bootstrap_servers, group_id="g2",
+                            auto_offset_reset="earliest", **FAST)
+    b = kafka.KafkaConsumer("two", bootstrap_servers=broker.bootstrap_servers, group_id="g2",
+                            auto_offset_reset="earliest", **FAST)
+    try:
+        def split():
+            a.poll(timeout_ms=50)
+            b.poll(timeout_ms=50)
+            pa = {tp.partition for tp in a.assignment()}
+            pb = {tp.partition for tp in b.assignment()}
+            return len(pa) == 2 and len(pb) == 2 and pa | pb == {0, 1, 2, 3}
+        _wait(split, what="2/2 split")
+    finally:
+        b.close()
+    try:
+        _wait(lambda: (a.poll(timeout_ms=50), {tp.partition for tp in a.assignment()} == {0, 1, 2, 3})[1],
+              what="the remaining member to take all partitions")
+    finally:
+        a.close()
+
+
+def test_wire_member_refused_without_a_common_assignor(broker):
+    _produce(broker, "st", 1, 1)
+    with Wire(broker.port) as w:
+        from kafkalog.broker import protocol
+        meta = protocol.encode_subscription(["st"])
+        r = w.call(11, 5, {"group_id": "gs", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+                           "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                           "protocols": [{"name": "cooperative-sticky", "metadata": meta}]})
+        assert r["error_code"] == 79  # KIP-394 first
+        r = w.call(11, 5, {"group_id": "gs", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+                           "member_id": r["member_id"], "group_instance_id": None, "protocol_type": "consumer",
+                           "protocols": [{"name": "cooperative-sticky", "metadata": meta}]})
+        assert r["error_code"] == 23
+        r = w.call(11, 5, {"group_id": "gs", "session_timeout_ms": 10, "rebalance_timeout_ms": 10000,
+                           "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+                           "protocols": [{"name": "range", "metadata": meta}]})
+        assert r["error_code"] == 26  # session timeout below group.min.session.timeout.ms
+        hb = w.call(12, 3, {"group_id": "gs", "generation_id": 1, "member_id": "nobody", "group_instance_id": None})
+        assert hb["error_code"] == 25
+        oc = w.call(8, 3, {"group_id": "gs", "generation_id_or_member_epoch": 5, "member_id": "nobody",
+                           "retention_time_ms": -1, "topics": [{"name": "st", "partitions": [
+                               {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]})
+        assert oc["topics"][0]["partitions"][0]["error_code"] == 25
+
+
+def test_read_only_tools_beside_the_running_broker(broker):
+    _produce(broker, "ro", 1, 4)
+    data = str(broker.data_dir)
+    out = subprocess.run([sys.executable, "-m", "kafkalog", "consume", data, "ro", "--from-beginning"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"ro-0-{i}" for i in range(4)]
+    out = subprocess.run([sys.executable, "-m", "kafkalog", "offsets", data, "ro", "--time", "latest", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [{"topic": "ro", "partition": 0, "offset": 4, "timestamp": -1}]
+    out = subprocess.run([sys.executable, "-m", "kafkalog", "dump", str(broker.data_dir / "ro-0")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    emb = kafkalog.KafkaConsumer("ro", store=broker.data_dir, auto_offset_reset="earliest")
+    try:
+        got = []
+        def four():
+            got.extend(r.value for rs in emb.poll(timeout_ms=100).values() for r in rs)
+            return len(got) == 4
+        _wait(four, what="4 records")
+        assert got == [b"ro-0-%d" % i for i in range(4)]
+    finally:
+        emb.close()
