@@ -16,6 +16,7 @@ EXTENSIONS = [
     ("kafkalog._engine.records", ["kafkalog/_engine/records.pyx"]),
     ("kafkalog._engine.index", ["kafkalog/_engine/index.pyx"]),
     ("kafkalog._engine.segment", ["kafkalog/_engine/segment.pyx"]),
+    ("kafkalog.broker._wire", ["kafkalog/broker/_wire.pyx"]),
 ]
 
 only = {m.strip() for m in os.environ.get("KAFKALOG_ONLY", "").split(",") if m.strip()}

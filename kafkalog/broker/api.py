@@ -34,7 +34,7 @@ from ..errors import (
 )
 from ..storage.store import validate_topic_name
 from ..structs import OffsetAndMetadata, TopicPartition
-from . import protocol
+from . import _wire, protocol
 from .groups import GroupCoordinator
 from .producers import ProducerStates
 
@@ -262,61 +262,53 @@ def metadata(s: Services, ctx, header, frame, offset):
 # ---------------------------------------------------------------------------------------------------- Produce
 
 def produce(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
-    acks = req["acks"]
-    if req.get("transactional_id") is not None:
-        raise InvalidRequestError(f"transactional produce (transactional id {req['transactional_id']!r}) is not "
-                                  "supported by kafkalog")
+    # hot path: the batches are memoryviews of the frame as received, stamped and written in place by the engine
+    txn, acks, _timeout, topic_data = _wire.parse_produce(frame, offset, header.api_version)
+    if txn is not None:
+        raise InvalidRequestError(f"transactional produce (transactional id {txn!r}) is not supported by kafkalog")
     responses = []
     failed = False
-    for t in req["topic_data"]:
-        name = t["name"]
+    for name, partitions in topic_data:
         parts = []
-        for p in t["partition_data"]:
-            idx = p["index"]
-            res = {"index": idx, "error_code": 0, "base_offset": -1, "log_append_time_ms": -1,
-                   "log_start_offset": -1}
-            records = p["records"]
+        for idx, records in partitions:
+            code = 0
+            base = append_time = lso = -1
             try:
                 lg = s.log(name, idx)
                 if records is None or not len(records):
                     raise InvalidRequestError(f"produce to {name}-{idx} carries no record batch")
                 dup = s.producers.check(name, idx, lg, records)
                 if dup is not None:
-                    res["base_offset"] = dup
+                    base = dup
                 else:
-                    first, last = lg.append_records(records)
-                    s.producers.appended(name, idx, records, first)
-                    res["base_offset"] = first
-                    if lg.config["message.timestamp.type"] == "LogAppendTime":
-                        res["log_append_time_ms"] = _BATCH_HEADER.unpack_from(records, 0)[8]
-                res["log_start_offset"] = lg.log_start_offset
-            except InvalidRequestError as e:
-                res["error_code"] = InvalidRequestError.code
-                failed = True
-                log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
+                    base = lg.append_records(records)[0]
+                    s.producers.appended(name, idx, records, base)
+                    if lg.log_append_time:
+                        append_time = _BATCH_HEADER.unpack_from(records, 0)[8]
+                lso = lg.log_start_offset
             except KafkaError as e:
-                res["error_code"] = _code(e)
+                code = _code(e)
                 failed = True
                 if not isinstance(e, UnknownTopicOrPartitionError):
                     log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
             except (ValueError, TypeError) as e:
-                res["error_code"] = 2  # CORRUPT_MESSAGE: a batch our parser rejects
+                code = 2  # CORRUPT_MESSAGE: a batch our parser rejects
                 failed = True
                 log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
-            parts.append(res)
-        responses.append({"name": name, "partition_responses": parts})
+            parts.append((idx, code, base, append_time, lso))
+        responses.append((name, parts))
     if acks == 0:
         if failed:  # Kafka's answer to a failed acks=0 produce: close, so the client notices
             ctx.connection.close("acks=0 produce failed (see the previous line)")
         return None
-    return _resp(header, {"responses": responses, "throttle_time_ms": ctx.throttle_time_ms})
+    return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
+                                          ctx.throttle_time_ms)]
 
 
 # ---------------------------------------------------------------------------------------------------- Fetch
 
 def fetch(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _wire.parse_fetch(frame, offset, header.api_version)
     v = header.api_version
     if v >= 7 and req.get("session_epoch", -1) not in (-1, 0):
         # incremental fetch of a session this broker never created (sessions: see the fetch-session cache)
@@ -414,12 +406,12 @@ def _fetch_response(header, ctx, parts, result):
         lst = by_topic.get(topic)
         if lst is None:
             lst = by_topic[topic] = []
-            topics.append({"topic": topic, "partitions": lst})
-        lst.append({"partition_index": idx, "error_code": r["error_code"], "high_watermark": r["high_watermark"],
-                    "last_stable_offset": r["last_stable_offset"], "log_start_offset": r["log_start_offset"],
-                    "aborted_transactions": [], "preferred_read_replica": -1, "records": r["records"]})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "session_id": 0,
-                          "responses": topics})
+            topics.append((topic, lst))
+        lst.append((idx, r["error_code"], r["high_watermark"], r["last_stable_offset"], r["log_start_offset"],
+                    r["records"]))
+    # header bytes, then the segment slices themselves: no copy of record data
+    return _wire.encode_fetch_response(header.api_version, header.correlation_id, ctx.throttle_time_ms, 0, 0,
+                                       topics)
 
 
 # ---------------------------------------------------------------------------------------------------- ListOffsets

@@ -806,6 +806,11 @@ class Log:
         return self.log_end_offset
 
     @property
+    def log_append_time(self) -> bool:
+        """True when the topic stamps LogAppendTime (message.timestamp.type): appends carry the broker's clock."""
+        return self._log_append_time
+
+    @property
     def closed(self) -> bool:
         """True once closed (or deleted with its topic): open the partition again through the store."""
         return self._closed

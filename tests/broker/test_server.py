@@ -435,3 +435,14 @@ def test_bad_listen_and_config_fail_clearly(tmp_path):
         Broker(tmp_path, listen="SSL://127.0.0.1:0")
     with Broker(tmp_path / "a", listen="127.0.0.1:0") as b, pytest.raises(OSError):
         Broker(tmp_path / "b", listen=f"127.0.0.1:{b.port}").start()
+
+
+def test_log_append_time_topic_answers_the_append_time(broker):
+    with Wire(broker.port) as w:
+        assert w.create_topic("lat", 1, {"message.timestamp.type": "LogAppendTime"})["error_code"] == 0
+        before = int(time.time() * 1000)
+        r = w.produce("lat", 0, batch([b"x", b"y"], base_ts=1))
+        after = int(time.time() * 1000)
+        assert r["error_code"] == 0 and before <= r["log_append_time_ms"] <= after
+        recs = _records(w.fetch("lat", 0, 0)["records"])
+        assert [rec.timestamp for rec in recs] == [r["log_append_time_ms"]] * 2
