@@ -154,8 +154,13 @@ class Services:
             await asyncio.sleep(0.5)
             try:
                 self.groups.sweep()
-            except Exception:
-                log.exception("group sweep failed")
+            except Exception as e:
+                log.error("group sweep failed: %r", e)
+            idle = self.config["connections.max.idle.ms"] / 1000.0
+            now = time.monotonic()
+            for c in list(self.broker.connections):
+                if not c.busy and now - c.last_active > idle:
+                    c.close(f"idle for more than connections.max.idle.ms={self.config['connections.max.idle.ms']}")
 
     def connection_closed(self, conn) -> None:
         pass

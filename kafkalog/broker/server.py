@@ -80,6 +80,7 @@ class Connection(asyncio.BufferedProtocol):
         self.closed = False
         self.paused = False
         self.ctx = RequestContext(self)
+        self.last_active = time.monotonic()
 
     # -- asyncio protocol -----------------------------------------------------------------------------------------
 
@@ -106,6 +107,7 @@ class Connection(asyncio.BufferedProtocol):
         return self.sview[self.slen:]
 
     def buffer_updated(self, nbytes):
+        self.last_active = time.monotonic()
         if self.frame is not None:
             self.fpos += nbytes
             if self.fpos < len(self.frame):

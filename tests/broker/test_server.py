@@ -446,3 +446,14 @@ def test_log_append_time_topic_answers_the_append_time(broker):
         assert r["error_code"] == 0 and before <= r["log_append_time_ms"] <= after
         recs = _records(w.fetch("lat", 0, 0)["records"])
         assert [rec.timestamp for rec in recs] == [r["log_append_time_ms"]] * 2
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms(tmp_path):
+    with Broker(tmp_path / "d", listen="127.0.0.1:0", config={"connections.max.idle.ms": 300}) as b:
+        with Wire(b.port) as idle, Wire(b.port, timeout=30) as busy:
+            assert idle.call(18, 0, {})["error_code"] == 0
+            for _ in range(12):  # keeps talking past the idle limit: stays open
+                assert busy.call(18, 0, {})["error_code"] == 0
+                time.sleep(0.1)
+            assert idle.closed_by_peer()
+            assert busy.call(18, 0, {})["error_code"] == 0
