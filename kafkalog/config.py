@@ -165,6 +165,17 @@ CONFIG_KEYS = _keys(
               scope=BROKER, low=0, high=INT_MAX),
     ConfigKey("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", scope=BROKER,
               low=1, high=LONG_MAX),
+    # client quotas (KIP-13): bytes per second per client id; empty = no quota
+    ConfigKey("quota.producer.default", str, "", "Produce byte rate every client id may use (e.g. 1048576, 500K, "
+              "2M; empty: no quota).", scope=BROKER),
+    ConfigKey("quota.consumer.default", str, "", "Fetch byte rate every client id may use (empty: no quota).",
+              scope=BROKER),
+    ConfigKey("quota.producer.override", str, "", "Per client id produce rates: clientA:4M,clientB:10M.",
+              scope=BROKER),
+    ConfigKey("quota.consumer.override", str, "", "Per client id fetch rates: clientC:3M,clientD:5M.", scope=BROKER),
+    ConfigKey("quota.window.num", int, 11, "Samples a quota's rate is measured over.", scope=BROKER, low=2,
+              high=1000),
+    ConfigKey("quota.window.size.seconds", int, 1, "Length of one quota sample.", scope=BROKER, low=1, high=3600),
     # accepted so a Kafka server.properties works unchanged; one node has nothing to replicate or balance
     ConfigKey("default.replication.factor", int, 1, "Accepted for compatibility (one node).", scope=BROKER, low=1,
               high=1),

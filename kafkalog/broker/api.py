@@ -37,6 +37,9 @@ from ..structs import OffsetAndMetadata, TopicPartition
 from . import _wire, protocol
 from .groups import GroupCoordinator
 from .producers import ProducerStates
+from .quotas import FETCH as FETCH_QUOTA
+from .quotas import PRODUCE as PRODUCE_QUOTA
+from .quotas import ClientQuotas
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -57,6 +60,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     20: (1, 3),   # DeleteTopics
     21: (0, 1),   # DeleteRecords
     22: (0, 1),   # InitProducerId
+    48: (0, 0),   # DescribeClientQuotas
+    49: (0, 0),   # AlterClientQuotas
 }
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
@@ -130,6 +135,7 @@ class Services:
         self.logs: dict[TopicPartition, object] = {}
         self.groups = GroupCoordinator(self)
         self.producers = ProducerStates(store)
+        self.quotas = ClientQuotas(config, store.path / ".kafkalog-broker" / "quotas.json")
         self._sweeper = None
 
     def advertise(self, host: str, port: int) -> None:
@@ -302,6 +308,8 @@ def produce(s: Services, ctx, header, frame, offset):
                 log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
             parts.append((idx, code, base, append_time, lso))
         responses.append((name, parts))
+    if s.quotas.enabled:  # KIP-13: appended first, then the request's bytes count against the client's quota
+        ctx.throttle_time_ms = s.quotas.record_produce(ctx.client_id, len(frame) + 4)
     if acks == 0:
         if failed:  # Kafka's answer to a failed acks=0 produce: close, so the client notices
             ctx.connection.close("acks=0 produce failed (see the previous line)")
@@ -322,7 +330,7 @@ def fetch(s: Services, ctx, header, frame, offset):
     result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
     max_wait = req["max_wait_ms"] / 1000.0
     if size >= max(req["min_bytes"], 1) or max_wait <= 0 or any(r["error_code"] for r in result.values()):
-        return _fetch_response(header, ctx, parts, result)
+        return _fetch_response(s, header, ctx, parts, result)
     return _fetch_wait(s, ctx, header, req, parts, max_wait)
 
 
@@ -349,7 +357,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
             if _any_new(s, parts):
                 result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
                 if size >= req["min_bytes"] or any(r["error_code"] for r in result.values()):
-                    return _fetch_response(header, ctx, parts, result)
+                    return _fetch_response(s, header, ctx, parts, result)
     finally:
         for tp in tps:
             w = s.waiters.get(tp)
@@ -358,7 +366,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 if not w:
                     del s.waiters[tp]
     result, _ = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
-    return _fetch_response(header, ctx, parts, result)
+    return _fetch_response(s, header, ctx, parts, result)
 
 
 def _any_new(s, parts) -> bool:
@@ -402,7 +410,14 @@ def _fetch_once(s, parts, max_bytes):
     return result, total
 
 
-def _fetch_response(header, ctx, parts, result):
+def _fetch_response(s, header, ctx, parts, result):
+    if s.quotas.enabled:
+        size = sum(len(r["records"]) for r in result.values() if r["records"] is not None)
+        throttle = s.quotas.record_fetch(ctx.client_id, size)
+        if throttle > 0:
+            # over quota: the read is not sent (its bytes were taken back), the answer is empty (KIP-219)
+            ctx.throttle_time_ms = throttle
+            return _wire.encode_fetch_response(header.api_version, header.correlation_id, throttle, 0, 0, [])
     topics = []
     by_topic: dict[str, list] = {}
     for topic, p in parts:
@@ -627,10 +642,67 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics, "error_code": 0})
 
 
+# ---------------------------------------------------------------------------------------------------- quotas
+
+def describe_client_quotas(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    want_default = want_any = False
+    want_name = None
+    for c in req["components"]:
+        if c["entity_type"] != "client-id":
+            return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
+                                  "error_message": f"kafkalog quotas are per client-id, not {c['entity_type']!r}",
+                                  "entries": None})
+        if c["match_type"] == 0:
+            want_name = c["match"]
+        elif c["match_type"] == 1:
+            want_default = True
+        else:
+            want_any = True
+    match_all = not req["components"]
+    entries: dict = {}
+    for cid, kind, rate in s.quotas.describe():
+        if not (match_all or want_any or (cid is None and want_default) or (cid is not None and cid == want_name)):
+            continue
+        entries.setdefault(cid, []).append({"key": kind, "value": float(rate)})
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+                          "entries": [{"entity": [{"entity_type": "client-id", "entity_name": cid}], "values": vals}
+                                      for cid, vals in entries.items()]})
+
+
+def alter_client_quotas(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    out = []
+    for e in req["entries"]:
+        r = {"error_code": 0, "error_message": None, "entity": e["entity"]}
+        try:
+            if len(e["entity"]) != 1 or e["entity"][0]["entity_type"] != "client-id":
+                raise InvalidRequestError("kafkalog quotas are per client-id: give exactly one client-id entity")
+            cid = e["entity"][0]["entity_name"]
+            for op in e["ops"]:
+                if op["key"] not in (PRODUCE_QUOTA, FETCH_QUOTA):
+                    raise InvalidRequestError(f"quota key {op['key']!r} is not supported (only {PRODUCE_QUOTA}, "
+                                              f"{FETCH_QUOTA})")
+                if not op["remove"] and not op["value"] > 0:
+                    raise InvalidRequestError(f"{op['key']}={op['value']}: must be a positive rate")
+            if not req["validate_only"]:
+                for op in e["ops"]:
+                    s.quotas.set_quota(op["key"], cid, None if op["remove"] else op["value"])
+                    log.info("quota %s for client id %s set to %s by %s", op["key"],
+                             "<default>" if cid is None else repr(cid), "none" if op["remove"] else op["value"],
+                             ctx.peer)
+        except KafkaError as err:
+            r["error_code"] = _code(err)
+            r["error_message"] = str(err)
+        out.append(r)
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "entries": out})
+
+
 API_HANDLERS = {
     0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch, 10: find_coordinator,
     11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group, 18: api_versions, 19: create_topics,
-    20: delete_topics, 21: delete_records, 22: init_producer_id,
+    20: delete_topics, 21: delete_records, 22: init_producer_id, 48: describe_client_quotas,
+    49: alter_client_quotas,
 }
 
 __all__ = ["ADVERTISED", "API_HANDLERS", "RequestContext", "Services"]

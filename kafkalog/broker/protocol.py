@@ -685,12 +685,22 @@ def _decode(msg: _Struct, mv: memoryview, offset: int, what: str) -> dict:
 
 
 def _encode(msg: _Struct, body: dict, buf: bytearray, what: str) -> list:
+    """Write body after the 4-byte size slot and header already in buf → chunks, the size prefix filled in."""
     chunks: list = []
     try:
         msg.write(buf, chunks, body)
     except _Bad as bad:
         raise ValueError(bad.describe(what)) from None
-    if buf or not chunks:
+    if not chunks:  # no records field was cut out: one buffer
+        _I32.pack_into(buf, 0, len(buf) - 4)
+        return [bytes(buf)]
+    size = sum([_nbytes(c) for c in chunks]) + len(buf) - 4
+    if size > 0x7FFFFFFF:
+        raise ValueError(f"{what}: {size} bytes do not fit a frame")
+    head = bytearray(chunks[0])
+    _I32.pack_into(head, 0, size)
+    chunks[0] = bytes(head)
+    if buf:
         chunks.append(bytes(buf))
     return chunks
 
@@ -706,12 +716,7 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, body: d
     _I32.pack_into(buf, 4, correlation_id)
     if msg.flexible and api_key != _API_VERSIONS_KEY:
         buf.append(0)  # response header v1: empty TAG_BUFFER
-    chunks = _encode(msg, body, buf, _what(api_key, api_version, "response"))
-    size = sum([_nbytes(c) for c in chunks]) - 4
-    head = bytearray(chunks[0])
-    _I32.pack_into(head, 0, size)
-    chunks[0] = bytes(head)
-    return chunks
+    return _encode(msg, body, buf, _what(api_key, api_version, "response"))
 
 
 def encode_request(api_key: int, api_version: int, correlation_id: int, client_id: str | None, body: dict) -> bytes:
@@ -722,8 +727,7 @@ def encode_request(api_key: int, api_version: int, correlation_id: int, client_i
     _string_writer(False, True)(buf, None, client_id)
     if msg.flexible:
         buf.append(0)
-    data = b"".join(_encode(msg, body, buf, _what(api_key, api_version, "request")))
-    return _I32.pack(len(data) - 4) + data[4:]
+    return b"".join(_encode(msg, body, buf, _what(api_key, api_version, "request")))
 
 
 def decode_response(api_key: int, api_version: int, frame) -> tuple[int, dict]:
@@ -770,8 +774,9 @@ def _decode_consumer(structs: dict, data, what: str) -> tuple[int, dict]:
 def _encode_consumer(structs: dict, version: int, body: dict, what: str) -> bytes:
     if not 0 <= version <= 3:
         raise ValueError(f"{what}: version {version} is not 0-3")
-    buf = bytearray(_I16.pack(version))
-    return b"".join(_encode(structs[version], body, buf, f"{what} v{version}"))
+    buf = bytearray(4)
+    buf += _I16.pack(version)
+    return b"".join(_encode(structs[version], body, buf, f"{what} v{version}"))[4:]
 
 
 def decode_subscription(data) -> dict:

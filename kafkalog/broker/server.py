@@ -81,6 +81,7 @@ class Connection(asyncio.BufferedProtocol):
         self.paused = False
         self.ctx = RequestContext(self)
         self.last_active = time.monotonic()
+        self.muted = False  # KIP-219: nothing is read or processed until a throttle delay has passed
 
     # -- asyncio protocol -----------------------------------------------------------------------------------------
 
@@ -169,8 +170,9 @@ class Connection(asyncio.BufferedProtocol):
     # -- requests -------------------------------------------------------------------------------------------------
 
     def _process(self) -> None:
-        while self.pending and not self.busy and not self.closed:
+        while self.pending and not self.busy and not self.closed and not self.muted:
             frame = self.pending.pop(0)
+            self.ctx.throttle_time_ms = 0
             try:
                 out = self._handle(frame)
             except (InvalidRequestError, UnsupportedVersionError) as e:
@@ -181,9 +183,11 @@ class Connection(asyncio.BufferedProtocol):
                 self.close(f"internal error: {type(e).__name__}: {e}")
                 return
             if out is None:
+                self._mute_if_throttled()
                 continue
             if isinstance(out, list):
                 self._write(out)
+                self._mute_if_throttled()
                 continue
             self.busy = True
             task = asyncio.ensure_future(out)
@@ -207,8 +211,32 @@ class Connection(asyncio.BufferedProtocol):
         out = task.result()
         if out is not None:
             self._write(out)
+        self._mute_if_throttled()
         if self.pending:
             self._process()
+
+    def _mute_if_throttled(self) -> None:
+        """KIP-219: after a throttled response, stop reading this connection for the throttle time (a client that
+        ignores throttle_time_ms is held back by TCP)."""
+        ms = self.ctx.throttle_time_ms
+        if ms <= 0 or self.closed:
+            return
+        self.muted = True
+        try:
+            self.transport.pause_reading()
+        except (RuntimeError, AttributeError):
+            pass
+        asyncio.get_running_loop().call_later(ms / 1000.0, self._unmute)
+
+    def _unmute(self) -> None:
+        if self.closed:
+            return
+        self.muted = False
+        try:
+            self.transport.resume_reading()
+        except (RuntimeError, AttributeError):
+            pass
+        self._process()
 
     def _write(self, chunks) -> None:
         if self.closed:

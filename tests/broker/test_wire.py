@@ -1,0 +1,455 @@
+"""The Cython hot path (kafkalog.broker._wire) against the table codec (byte equality, same errors), real clients'
+parsers on our responses, and real Produce v7 frames captured from kafka-python and aiokafka."""
+
+import asyncio
+import io
+import struct
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafkalog._engine.records import build_batch
+from kafkalog.broker import _wire, protocol
+from kafkalog.errors import InvalidRequestError, UnsupportedVersionError
+
+I16 = st.integers(-(2**15), 2**15 - 1)
+I32 = st.integers(-(2**31), 2**31 - 1)
+I64 = st.integers(-(2**63), 2**63 - 1)
+NAMES = st.text(max_size=12)
+RECORDS = st.one_of(st.none(), st.binary(max_size=64))
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _records_value(records):
+    return None if records is None else records.tobytes()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Produce request
+
+def produce_request(version, transactional_id, acks, timeout_ms, topics, client_id="c"):
+    body = {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms, "topic_data": [
+        {"name": name, "partition_data": [{"index": p, "records": r} for p, r in parts]} for name, parts in topics]}
+    return protocol.encode_request(0, version, 7, client_id, body)[4:]
+
+
+def table_produce(frame, offset, version):
+    d = protocol.decode_request(0, version, frame, offset)
+    return (d["transactional_id"], d["acks"], d["timeout_ms"],
+            [(t["name"], [(p["index"], _records_value(p["records"])) for p in t["partition_data"]])
+             for t in d["topic_data"]])
+
+
+def wire_produce(frame, offset, version):
+    txn, acks, timeout_ms, topics = _wire.parse_produce(frame, offset, version)
+    return txn, acks, timeout_ms, [(n, [(p, _records_value(r)) for p, r in parts]) for n, parts in topics]
+
+
+PRODUCE_TOPICS = st.lists(st.tuples(NAMES, st.lists(st.tuples(I32, RECORDS), max_size=4)), max_size=4)
+
+
+@SETTINGS
+@given(version=st.integers(3, 7), txn=st.one_of(st.none(), NAMES), acks=I16, timeout_ms=I32, topics=PRODUCE_TOPICS)
+def test_parse_produce_equals_table_codec(version, txn, acks, timeout_ms, topics):
+    frame = produce_request(version, txn, acks, timeout_ms, topics)
+    _, offset = protocol.read_request_header(frame)
+    assert wire_produce(frame, offset, version) == table_produce(frame, offset, version) == (
+        txn, acks, timeout_ms, [(n, list(parts)) for n, parts in topics])
+
+
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_parse_produce_records_are_views_of_the_frame(kind):
+    batch = build_batch([b"v1", b"v2"])
+    raw = produce_request(7, None, -1, 1000, [("t", [(0, batch), (1, None), (2, b"")])])
+    frame = kind(raw) if kind is not memoryview else memoryview(bytearray(raw))
+    _, offset = protocol.read_request_header(frame)
+    txn, acks, timeout_ms, topics = _wire.parse_produce(frame, offset, 7)
+    (name, parts), = topics
+    assert (txn, acks, timeout_ms, name) == (None, -1, 1000, "t")
+    (p0, r0), (p1, r1), (p2, r2) = parts
+    assert (p0, p1, p2) == (0, 1, 2) and r1 is None and r2.tobytes() == b""
+    assert isinstance(r0, memoryview) and r0.tobytes() == bytes(batch)
+    owner = frame.obj if isinstance(frame, memoryview) else frame
+    assert r0.obj is owner
+    if kind is not bytes:
+        owner[-(len(batch) + 8)] ^= 0xFF  # a byte inside partition 0's batch: the view sees it
+        assert r0.tobytes() != bytes(batch)
+
+
+def _same_outcome(fast, slow, *args):
+    """fast(*args) and slow(*args) both return the same value or both raise the same InvalidRequestError."""
+    try:
+        expected = slow(*args)
+    except InvalidRequestError as exc:
+        with pytest.raises(InvalidRequestError) as info:
+            fast(*args)
+        assert str(info.value) == str(exc)
+        return False
+    assert fast(*args) == expected
+    return True
+
+
+def table_fetch(frame, offset, version):
+    return protocol.decode_request(1, version, frame, offset)
+
+
+def test_parse_produce_truncated_at_every_byte_same_error_as_table_codec():
+    frame = produce_request(7, "txn-ü", 1, 30000, [("a", [(0, b"x" * 30), (1, None)]), ("bb", [(5, b"yz")])])
+    _, offset = protocol.read_request_header(frame)
+    for cut in range(offset, len(frame)):
+        short = frame[:cut]
+        assert not _same_outcome(wire_produce, table_produce, short, offset, 7)
+    with pytest.raises(InvalidRequestError, match="trailing"):
+        _wire.parse_produce(frame + b"\x00", offset, 7)
+    with pytest.raises(InvalidRequestError):
+        _wire.parse_produce(frame, len(frame) + 1, 7)
+    for version in (2, 8):
+        with pytest.raises(UnsupportedVersionError):
+            _wire.parse_produce(frame, offset, version)
+
+
+@pytest.mark.parametrize(("patch", "match"), [
+    ((-4, struct.pack(">i", 100)), "records length 100 past the end"),
+    ((-4, struct.pack(">i", -3)), "negative records length -3"),
+    ((-12, struct.pack(">i", -1)), "negative array length -1"),
+    ((-12, struct.pack(">i", 2**31 - 1)), "array length .* past the end"),
+])
+def test_parse_produce_bad_lengths(patch, match):
+    frame = bytearray(produce_request(3, None, 1, 5, [("t", [(9, b"")])]))
+    pos, value = patch
+    frame[len(frame) + pos:len(frame) + pos + 4] = value
+    _, offset = protocol.read_request_header(frame)
+    with pytest.raises(InvalidRequestError, match="Produce v3 request: field topic_data.*" + match):
+        _wire.parse_produce(bytes(frame), offset, 3)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+       cut=st.integers(0, 4))
+def test_parse_produce_fuzz_same_as_table_codec(edits, cut):
+    frame = bytearray(produce_request(7, "t", 1, 5, [("ab", [(0, b"x" * 20), (1, None)]), ("c", [(2, b"q")])]))
+    _, offset = protocol.read_request_header(frame)
+    for pos, value in edits:
+        frame[offset + pos % (len(frame) - offset)] = value
+    frame = bytes(frame[: len(frame) - cut])
+    _same_outcome(wire_produce, table_produce, frame, offset, 7)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Produce response
+
+PRODUCE_RESULTS = st.lists(st.tuples(NAMES, st.lists(st.tuples(I32, I16, I64, I64, I64), max_size=4)), max_size=4)
+
+
+def table_produce_response(version, correlation_id, topics, throttle_time_ms):
+    body = {"responses": [{"name": n, "partition_responses": [
+        {"index": p, "error_code": e, "base_offset": b, "log_append_time_ms": t, "log_start_offset": s}
+        for p, e, b, t, s in parts]} for n, parts in topics], "throttle_time_ms": throttle_time_ms}
+    return b"".join(protocol.encode_response(0, version, correlation_id, body))
+
+
+@SETTINGS
+@given(version=st.integers(3, 7), correlation_id=I32, topics=PRODUCE_RESULTS, throttle=I32)
+def test_encode_produce_response_equals_table_codec(version, correlation_id, topics, throttle):
+    out = _wire.encode_produce_response(version, correlation_id, topics, throttle)
+    assert isinstance(out, bytes)
+    assert out == table_produce_response(version, correlation_id, topics, throttle)
+
+
+def test_encode_produce_response_bad_values():
+    with pytest.raises(UnsupportedVersionError):
+        _wire.encode_produce_response(8, 1, [], 0)
+    with pytest.raises(ValueError, match="Produce v7 response"):
+        _wire.encode_produce_response(7, 1, [("t", [(2**31, 0, 0, 0, 0)])], 0)
+    with pytest.raises(ValueError, match="str"):
+        _wire.encode_produce_response(7, 1, [(b"t", [])], 0)
+    with pytest.raises(ValueError):
+        _wire.encode_produce_response(7, 1, [("t", [(1, 0, 0, 0)])], 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Fetch response
+
+BUFFERS = st.lists(st.one_of(st.binary(max_size=40), st.binary(max_size=40).map(memoryview),
+                             st.binary(max_size=40).map(bytearray)), max_size=3)
+FETCH_TOPICS = st.lists(st.tuples(NAMES, st.lists(st.tuples(I32, I16, I64, I64, I64, st.one_of(st.none(), BUFFERS)),
+                                                  max_size=4)), max_size=4)
+
+
+def table_fetch_response(version, correlation_id, throttle, error_code, session_id, topics):
+    body = {"throttle_time_ms": throttle, "error_code": error_code, "session_id": session_id, "responses": [
+        {"topic": n, "partitions": [
+            {"partition_index": p, "error_code": e, "high_watermark": h, "last_stable_offset": ls,
+             "log_start_offset": lso, "aborted_transactions": [], "preferred_read_replica": -1, "records": r}
+            for p, e, h, ls, lso, r in parts]} for n, parts in topics]}
+    return protocol.encode_response(1, version, correlation_id, body)
+
+
+@SETTINGS
+@given(version=st.integers(4, 11), correlation_id=I32, throttle=I32, error_code=I16, session_id=I32,
+       topics=FETCH_TOPICS)
+def test_encode_fetch_response_equals_table_codec(version, correlation_id, throttle, error_code, session_id, topics):
+    chunks = _wire.encode_fetch_response(version, correlation_id, throttle, error_code, session_id, topics)
+    table = table_fetch_response(version, correlation_id, throttle, error_code, session_id, topics)
+    joined = b"".join(chunks)
+    assert joined == b"".join(table)
+    assert struct.unpack_from(">i", joined)[0] == len(joined) - 4
+    # every non-empty record buffer is handed over as itself, in order
+    given_buffers = [b for _, parts in topics for *_, r in parts if r for b in r if len(memoryview(b).cast("B"))]
+    ids = {id(b) for b in given_buffers}
+    assert [c for c in chunks if id(c) in ids] == given_buffers
+
+
+def test_encode_fetch_response_chunks_and_sizes():
+    big = memoryview(bytearray(b"B" * 65536))
+    small = b"s" * 10
+    chunks = _wire.encode_fetch_response(11, 9, 0, 0, 123, [("t", [(0, 0, 10, 10, 0, [big, small]),
+                                                                   (1, 0, 0, 0, 0, []), (2, 3, -1, -1, -1, None)])])
+    assert chunks[1] is big and chunks[2] is small and len(chunks) == 4
+    assert struct.unpack_from(">i", chunks[0])[0] == sum(memoryview(c).nbytes for c in chunks) - 4
+    # a single buffer instead of a list is accepted too
+    one = _wire.encode_fetch_response(4, 9, 0, 0, 0, [("t", [(0, 0, 1, 1, 0, small)])])
+    assert one[1] is small
+    with pytest.raises(UnsupportedVersionError):
+        _wire.encode_fetch_response(12, 1, 0, 0, 0, [])
+    with pytest.raises(ValueError, match="Fetch v11 response"):
+        _wire.encode_fetch_response(11, 1, 0, 0, 0, [("t", [(0, 2**15, 0, 0, 0, None)])])
+    with pytest.raises(ValueError, match="bytes-like"):
+        _wire.encode_fetch_response(11, 1, 0, 0, 0, [("t", [(0, 0, 0, 0, 0, [object()])])])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Fetch request
+
+FETCH_PARTS = st.lists(st.fixed_dictionaries({"partition": I32, "current_leader_epoch": I32, "fetch_offset": I64,
+                                              "log_start_offset": I64, "partition_max_bytes": I32}), max_size=3)
+FETCH_REQUEST = st.fixed_dictionaries({
+    "replica_id": I32, "max_wait_ms": I32, "min_bytes": I32, "max_bytes": I32, "isolation_level": st.integers(0, 1),
+    "session_id": I32, "session_epoch": I32,
+    "topics": st.lists(st.fixed_dictionaries({"topic": NAMES, "partitions": FETCH_PARTS}), max_size=3),
+    "forgotten_topics_data": st.lists(st.fixed_dictionaries({"topic": NAMES, "partitions": st.lists(I32, max_size=3)}),
+                                      max_size=2),
+    "rack_id": NAMES})
+
+
+@SETTINGS
+@given(version=st.integers(4, 11), body=FETCH_REQUEST)
+def test_parse_fetch_equals_table_codec(version, body):
+    frame = protocol.encode_request(1, version, 3, "consumer", body)[4:]
+    _, offset = protocol.read_request_header(frame)
+    assert _wire.parse_fetch(frame, offset, version) == protocol.decode_request(1, version, frame, offset)
+
+
+def test_parse_fetch_truncated_and_fuzzed_same_error_as_table_codec():
+    body = {"max_wait_ms": 500, "min_bytes": 1, "session_epoch": 3, "topics": [
+        {"topic": "tø", "partitions": [{"partition": 0, "fetch_offset": 9, "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [{"topic": "x", "partitions": [1, 2]}], "rack_id": "r1"}
+    for version in (4, 7, 11):
+        frame = protocol.encode_request(1, version, 3, "c", body)[4:]
+        _, offset = protocol.read_request_header(frame)
+        assert _wire.parse_fetch(frame, offset, version)["topics"][0]["partitions"][0]["fetch_offset"] == 9
+        for cut in range(offset, len(frame)):
+            short = frame[:cut]
+            assert not _same_outcome(_wire.parse_fetch, table_fetch, short, offset, version)
+        for pos in range(offset, len(frame)):
+            for value in (0x00, 0x7F, 0xFF):
+                bad = bytearray(frame)
+                bad[pos] = value
+                bad = bytes(bad)
+                _same_outcome(_wire.parse_fetch, table_fetch, bad, offset, version)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# real clients' parsers on our responses
+
+def test_kafka_python_and_aiokafka_parse_our_produce_response():
+    from aiokafka.protocol.produce import ProduceResponse_v7
+    from kafka.protocol.producer.produce import ProduceResponse
+
+    out = _wire.encode_produce_response(7, 42, [("tøpic", [(0, 0, 100, -1, 7), (1, 6, -1, -1, -1)])], 25)
+    body = out[8:]
+    kp = ProduceResponse.decode(body, version=7)
+    assert kp.throttle_time_ms == 25
+    (topic,) = kp.responses
+    assert topic.name == "tøpic"
+    assert [(p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset)
+            for p in topic.partition_responses] == [(0, 0, 100, -1, 7), (1, 6, -1, -1, -1)]
+    aio = ProduceResponse_v7.decode(io.BytesIO(body))
+    assert aio.topics == [("tøpic", [(0, 0, 100, -1, 7), (1, 6, -1, -1, -1)])] and aio.throttle_time_ms == 25
+
+
+@pytest.mark.parametrize("version", [4, 11])
+def test_kafka_python_and_aiokafka_parse_our_fetch_response_and_its_batches(version):
+    from aiokafka.protocol import fetch as aio_fetch
+    from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
+    from kafka.protocol.consumer.fetch import FetchResponse as KpFetchResponse
+    from kafka.record.memory_records import MemoryRecords as KpMemoryRecords
+
+    b1 = build_batch([b"a", b"b"], base_offset=0)
+    b2 = build_batch([b"c"], keys=[b"k"], base_offset=2)
+    chunks = _wire.encode_fetch_response(version, 5, 0, 0, 0, [
+        ("t", [(0, 0, 3, 3, 0, [memoryview(b1), memoryview(b2)]), (1, 1, -1, -1, -1, None)])])
+    body = b"".join(chunks)[8:]
+
+    kp = KpFetchResponse.decode(body, version=version)
+    (topic,) = kp.responses
+    p0, p1 = topic.partitions
+    assert (topic.topic, p0.partition_index, p0.high_watermark, p1.error_code) == ("t", 0, 3, 1)
+    assert list(p0.aborted_transactions) == []
+    values = []
+    records = KpMemoryRecords(bytes(p0.records))
+    while (batch := records.next_batch()) is not None:
+        values += [(r.offset, r.key, r.value) for r in batch]
+    assert values == [(0, None, b"a"), (1, None, b"b"), (2, b"k", b"c")]
+
+    aio = getattr(aio_fetch, f"FetchResponse_v{version}").decode(io.BytesIO(body))
+    (name, parts), = aio.topics
+    assert name == "t" and parts[0][0] == 0 and parts[0][2] == 3
+    records = AioMemoryRecords(bytes(parts[0][-1]))
+    values = []
+    while (batch := records.next_batch()) is not None:
+        values += [(r.offset, r.key, r.value) for r in batch]
+    assert values == [(0, None, b"a"), (1, None, b"b"), (2, b"k", b"c")]
+
+
+def test_kio_parses_our_hot_path_responses():
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    batch = build_batch([b"x" * 100])
+    for version in range(4, 12):
+        data = b"".join(_wire.encode_fetch_response(version, 1, 2, 0, 3, [("t", [(0, 0, 1, 1, 0, [batch])])]))
+        cls = load_response_schema(1, version)
+        obj, _ = entity_reader(cls)(data[8:], 0)
+        assert obj.responses[0].partitions[0].records == bytes(batch)
+    for version in range(3, 8):
+        data = _wire.encode_produce_response(version, 1, [("t", [(0, 0, 5, -1, 2)])], 0)
+        obj, _ = entity_reader(load_response_schema(0, version))(data[8:], 0)
+        assert obj.responses[0].partition_responses[0].base_offset == 5
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# real Produce frames from kafka-python and aiokafka
+
+class CaptureBroker:
+    """A loopback broker that speaks just enough (ApiVersions, Metadata, Produce) through our codec and keeps every
+    Produce frame. Runs its own event loop in a thread."""
+
+    TOPIC = "wire-capture"
+
+    def __init__(self):
+        self.frames = []
+        self.loop = asyncio.new_event_loop()
+        self.server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        async def stop():
+            self.server.close()
+            await self.server.wait_closed()
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+    def _answer(self, header, frame, offset):
+        key, version, corr = header.api_key, header.api_version, header.correlation_id
+        if key == 18:
+            if version > 4:
+                return protocol.encode_response(18, 0, corr, {"error_code": 35, "api_keys": [
+                    {"api_key": 18, "min_version": 0, "max_version": 4}]})
+            return protocol.encode_response(18, version, corr, {"api_keys": [
+                {"api_key": k, "min_version": 0 if k == 0 else lo, "max_version": hi}
+                for k, (lo, hi) in protocol.SUPPORTED.items()]})
+        if key == 3:
+            return protocol.encode_response(3, version, corr, {
+                "brokers": [{"node_id": 0, "host": "127.0.0.1", "port": self.port}], "cluster_id": "capture",
+                "controller_id": 0, "topics": [{"name": self.TOPIC, "partitions": [
+                    {"partition_index": 0, "leader_id": 0, "replica_nodes": [0], "isr_nodes": [0]}]}]})
+        if key == 0:
+            self.frames.append((version, bytes(frame), offset))
+            _, acks, _, topics = _wire.parse_produce(frame, offset, version)
+            if acks == 0:
+                return []
+            return [_wire.encode_produce_response(version, corr, [
+                (name, [(p, 0, len(self.frames) - 1, -1, 0) for p, _ in parts]) for name, parts in topics], 0)]
+        raise ConnectionError(f"capture broker does not speak {protocol.API_NAMES.get(key, key)}")
+
+    async def _serve(self, reader, writer):
+        try:
+            while True:
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                frame = await reader.readexactly(size)
+                header, offset = protocol.read_request_header(frame)
+                writer.writelines(self._answer(header, frame, offset))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+def capture():
+    broker = CaptureBroker()
+    yield broker
+    broker.close()
+
+
+def _values_in(records):
+    from kafka.record.memory_records import MemoryRecords
+    out = []
+    mr = MemoryRecords(records.tobytes())
+    while (batch := mr.next_batch()) is not None:
+        assert batch.magic == 2 and batch.validate_crc()
+        out += [(r.key, r.value) for r in batch]
+    return out
+
+
+def _check_captured(frames, expected):
+    assert frames
+    got = []
+    for version, frame, offset in frames:
+        assert version == 7
+        _, _, _, topics = _wire.parse_produce(frame, offset, version)
+        table = protocol.decode_request(0, version, frame, offset)
+        for (name, parts), t in zip(topics, table["topic_data"]):
+            assert name == CaptureBroker.TOPIC
+            for (p, records), tp in zip(parts, t["partition_data"]):
+                assert p == 0 and records.tobytes() == tp["records"].tobytes()
+                assert frame.find(records.tobytes()) == len(frame) - records.nbytes  # the frame's own tail bytes
+                got += _values_in(records)
+    assert got == expected
+
+
+def test_real_produce_v7_frames_from_kafka_python(capture):
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=f"127.0.0.1:{capture.port}", acks=1, linger_ms=0,
+                             request_timeout_ms=5000, max_block_ms=10000)
+    try:
+        for i in range(3):
+            producer.send(CaptureBroker.TOPIC, key=b"k%d" % i, value=b"value-%d" % i, partition=0).get(timeout=10)
+    finally:
+        producer.close(timeout=5)
+    _check_captured(capture.frames, [(b"k%d" % i, b"value-%d" % i) for i in range(3)])
+
+
+def test_real_produce_v7_frames_from_aiokafka(capture):
+    from aiokafka import AIOKafkaProducer
+
+    async def produce():
+        producer = AIOKafkaProducer(bootstrap_servers=f"127.0.0.1:{capture.port}", acks=1, request_timeout_ms=5000)
+        await asyncio.wait_for(producer.start(), 10)
+        try:
+            for i in range(3):
+                await asyncio.wait_for(producer.send_and_wait(CaptureBroker.TOPIC, b"aio-%d" % i, partition=0), 10)
+        finally:
+            await asyncio.wait_for(producer.stop(), 10)
+
+    asyncio.run(produce())
+    _check_captured(capture.frames, [(None, b"aio-%d" % i) for i in range(3)])
