@@ -367,9 +367,14 @@ class GroupCoordinator:
         state = gm.state
         if member_id not in state["members"]:
             return UnknownMemberIdError.code
-        if state["generation"] != generation:
-            return IllegalGenerationError.code
-        return 0
+        if state["generation"] == generation:
+            return 0
+        if generation == m.synced_generation and m.joined_generation < state["generation"]:
+            # Kafka's PreparingRebalance rule: a member still at the generation being replaced commits what it is
+            # revoking (eager clients commit on revoke, before re-joining); it still owns those partitions, since
+            # the new generation is not stable until this member syncs
+            return 0
+        return IllegalGenerationError.code
 
     def sweep(self) -> None:
         now = time.monotonic()
