@@ -14,6 +14,7 @@
     kafkalog dump PATH [--deep] [--max-records N]   like kafka-dump-log: a .log/.index/.timeindex file or a dir
     kafkalog check DATA_DIR                    CRCs and index consistency; exit 1 naming file and position
     kafkalog serve [--data-dir DIR] [--listen HOST:PORT] [--config server.properties] [--override KEY=VALUE ...]
+                   [--metrics HOST:PORT]
                                                a Kafka-compatible broker over DATA_DIR (Kafka clients unchanged)
 
 produce: each stdin line (without its trailing newline) is a record value; with ``--key-separator`` the line is
@@ -861,13 +862,15 @@ def cmd_serve(args) -> int:
     listen = args.listen
     if listen is None and "listeners" not in props:
         listen = "127.0.0.1:9092"
-    broker = Broker(data_dir, listen, props)
+    broker = Broker(data_dir, listen, props, metrics=args.metrics)
     loop = new_event_loop()
     asyncio.set_event_loop(loop)
 
     async def run():
         await broker.start_async()
         print(f"kafkalog broker listening on {broker.host}:{broker.port}", flush=True)
+        if broker.metrics is not None:
+            print(f"kafkalog metrics on http://{broker.metrics_listen[0]}:{broker.metrics_port}/metrics", flush=True)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: loop.create_task(broker.stop_async()))
         await broker.serve_forever()
@@ -973,6 +976,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="a Kafka server.properties (listeners, log.dirs, num.partitions, "
                    "auto.create.topics.enable, log.segment.bytes, log.retention.ms, message.max.bytes, ...)")
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="a server.properties key (repeatable)")
+    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_serve)
     return ap

@@ -82,6 +82,10 @@ class Connection(asyncio.BufferedProtocol):
         self.ctx = RequestContext(self)
         self.last_active = time.monotonic()
         self.muted = False  # KIP-219: nothing is read or processed until a throttle delay has passed
+        self.metrics = broker.metrics
+        self.req_started = 0.0
+        self.req_key = -1
+        self.req_size = 0
 
     # -- asyncio protocol -----------------------------------------------------------------------------------------
 
@@ -173,9 +177,14 @@ class Connection(asyncio.BufferedProtocol):
         while self.pending and not self.busy and not self.closed and not self.muted:
             frame = self.pending.pop(0)
             self.ctx.throttle_time_ms = 0
+            self.req_started = time.perf_counter()
+            self.req_key = -1
+            self.req_size = len(frame) + 4
             try:
                 out = self._handle(frame)
             except (InvalidRequestError, UnsupportedVersionError) as e:
+                if self.metrics is not None:
+                    self.metrics.failed(self.req_key)
                 self.close(str(e))
                 return
             except Exception as e:  # a bug must not take the broker down: answered by closing this connection
@@ -183,10 +192,11 @@ class Connection(asyncio.BufferedProtocol):
                 self.close(f"internal error: {type(e).__name__}: {e}")
                 return
             if out is None:
+                self._answered(0)
                 self._mute_if_throttled()
                 continue
             if isinstance(out, list):
-                self._write(out)
+                self._answered(self._write(out))
                 self._mute_if_throttled()
                 continue
             self.busy = True
@@ -202,6 +212,8 @@ class Connection(asyncio.BufferedProtocol):
             return
         exc = task.exception()
         if exc is not None:
+            if self.metrics is not None:
+                self.metrics.failed(self.req_key)
             if isinstance(exc, (InvalidRequestError, UnsupportedVersionError)):
                 self.close(str(exc))
             else:
@@ -209,8 +221,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.close(f"internal error: {type(exc).__name__}: {exc}")
             return
         out = task.result()
-        if out is not None:
-            self._write(out)
+        self._answered(self._write(out) if out is not None else 0)
         self._mute_if_throttled()
         if self.pending:
             self._process()
@@ -238,17 +249,23 @@ class Connection(asyncio.BufferedProtocol):
             pass
         self._process()
 
-    def _write(self, chunks) -> None:
+    def _answered(self, nbytes_out: int) -> None:
+        if self.metrics is not None:
+            self.metrics.observe(self.req_key, self.req_started, self.req_size, nbytes_out)
+
+    def _write(self, chunks) -> int:
         if self.closed:
-            return
+            return 0
         if len(chunks) == 1:
             self.transport.write(chunks[0])
-        else:
-            self.transport.writelines(chunks)
+            return len(chunks[0])
+        self.transport.writelines(chunks)
+        return sum(len(c) for c in chunks)
 
     def _handle(self, frame: bytearray):
         header, offset = protocol.read_request_header(frame)
         key, version = header.api_key, header.api_version
+        self.req_key = key
         self.ctx.client_id = header.client_id
         handler = API_HANDLERS.get(key)
         rng = ADVERTISED.get(key)
@@ -271,15 +288,15 @@ class Connection(asyncio.BufferedProtocol):
 class Broker:
     """A Kafka-compatible broker over one kafkalog data dir.
 
-    ``Broker(data_dir=None, listen=None, config=None)``: ``listen`` is ``host:port`` (port 0 picks a free port;
-    default the ``listeners`` config key, else 127.0.0.1:9092); ``config`` holds Kafka's server.properties keys
-    (``auto.create.topics.enable``, ``num.partitions``, ``log.segment.bytes``, ``group.initial.rebalance.delay.ms``,
-    ...) and any store/topic default. ``data_dir`` defaults to ``log.dirs``.
+    ``Broker(data_dir=None, listen=None, config=None, *, metrics=None)``: ``listen`` is ``host:port`` (port 0 picks a
+    free port; default the ``listeners`` config key, else 127.0.0.1:9092); ``config`` holds Kafka's server.properties
+    keys (``auto.create.topics.enable``, ``num.partitions``, ``log.segment.bytes``,
+    ``group.initial.rebalance.delay.ms``, ...) and any store/topic default. ``data_dir`` defaults to ``log.dirs``.
 
     Thread safety: ``start``/``stop`` from any one thread; everything else runs on the broker's loop.
     """
 
-    def __init__(self, data_dir=None, listen: str | None = None, config=None):
+    def __init__(self, data_dir=None, listen: str | None = None, config=None, *, metrics: str | None = None):
         self.config = config if isinstance(config, Config) else Config(config)
         data_dir = data_dir or self.config["log.dirs"].split(",")[0] or self.config["log.dir"]
         if not data_dir:
@@ -296,6 +313,9 @@ class Broker:
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Event | None = None
         self.started_at = 0.0
+        self.metrics_listen = parse_listener(metrics) if metrics else None
+        self.metrics = None
+        self.metrics_port = 0
 
     @property
     def bootstrap_servers(self) -> str:
@@ -322,6 +342,11 @@ class Broker:
                 host = self.host if self.host not in ("0.0.0.0", "::", "") else socket.gethostname()
                 self.services.advertise(host, self.port)
             self.services.start()
+            if self.metrics_listen is not None:
+                from .metrics import BrokerMetrics
+                self.metrics = BrokerMetrics(self.services, protocol.API_NAMES)
+                self.metrics_port = await self.metrics.serve(*self.metrics_listen)
+                log.info("metrics on http://%s:%d/metrics", self.metrics_listen[0], self.metrics_port)
         except BaseException:
             if self.services is not None:
                 self.services.close()
@@ -336,6 +361,8 @@ class Broker:
         if self._server is None:
             return
         self._server.close()
+        if self.metrics is not None:
+            await self.metrics.close()
         for c in list(self.connections):
             c.close()
         for t in list(self.tasks):

@@ -457,3 +457,29 @@ def test_idle_connections_are_closed_after_connections_max_idle_ms(tmp_path):
                 time.sleep(0.1)
             assert idle.closed_by_peer()
             assert busy.call(18, 0, {})["error_code"] == 0
+
+
+def test_prometheus_metrics(tmp_path):
+    import urllib.request
+    with Broker(tmp_path / "d", listen="127.0.0.1:0", metrics="127.0.0.1:0",
+                config={"quota.producer.default": "1M"}) as b:
+        with Wire(b.port, client_id="app") as w:
+            w.create_topic("m", 2)
+            w.produce("m", 1, batch([b"a", b"b", b"c"]))
+            w.fetch("m", 1, 0)
+            w.send_raw(_frame(b"\x00\x07garbage"))
+            assert w.closed_by_peer()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10).read().decode()
+        lines = {ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines()
+                 if ln and not ln.startswith("#")}
+        assert lines['kafkalog_requests_total{api="Produce"}'] == 1
+        assert lines['kafkalog_requests_total{api="Fetch"}'] == 1
+        assert lines['kafkalog_request_latency_seconds_count{api="Produce"}'] == 1
+        assert lines['kafkalog_log_end_offset{partition="1",topic="m"}'] == 3
+        assert lines['kafkalog_log_start_offset{partition="1",topic="m"}'] == 0
+        assert lines['kafkalog_log_size_bytes{partition="1",topic="m"}'] > 0
+        assert lines['kafkalog_quota_limit_bytes_per_second{client_id="app",quota="producer_byte_rate"}'] == 1 << 20
+        assert lines['kafkalog_quota_byte_rate{client_id="app",quota="producer_byte_rate"}'] > 0
+        assert lines["kafkalog_network_bytes_in_total"] > 0 and lines["kafkalog_network_bytes_out_total"] > 0
+        assert sum(v for k, v in lines.items() if k.startswith("kafkalog_request_errors_total")) == 1
+        assert "kafkalog_fetch_sessions" in text
