@@ -15,6 +15,10 @@
     kafkalog check DATA_DIR                    CRCs and index consistency; exit 1 naming file and position
     kafkalog serve [--data-dir DIR] [--listen HOST:PORT] [--config server.properties] [--override KEY=VALUE ...]
                    [--metrics HOST:PORT]
+    kafkalog users DATA_DIR add NAME [--password P | --password-stdin] | remove NAME | list
+                                               SASL/SCRAM users (salted SCRAM credentials, never passwords)
+    kafkalog acls DATA_DIR --add|--remove|--list --allow-principal User:x --operation READ --topic T ...
+                                               the broker's ACLs, with kafka-acls.sh's flags
                                                a Kafka-compatible broker over DATA_DIR (Kafka clients unchanged)
 
 produce: each stdin line (without its trailing newline) is a record value; with ``--key-separator`` the line is
@@ -883,6 +887,18 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_users(args) -> int:
+    from .broker import security
+    users, _ = security.default_paths(args.data_dir)
+    return security.users_main(args.rest, users)
+
+
+def cmd_acls(args) -> int:
+    from .broker import security
+    _, acls = security.default_paths(args.data_dir)
+    return security.acls_main(args.rest, acls)
+
+
 # ---------------------------------------------------------------------------------------------------- main
 
 def build_parser() -> argparse.ArgumentParser:
@@ -979,6 +995,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("users", help="SASL/SCRAM users of the broker: add NAME | remove NAME | list",
+                       add_help=False)
+    p.add_argument("data_dir")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_users)
+
+    p = sub.add_parser("acls", help="the broker's ACLs (kafka-acls.sh flags: --add/--remove/--list ...)",
+                       add_help=False)
+    p.add_argument("data_dir")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_acls)
     return ap
 
 

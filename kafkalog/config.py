@@ -176,6 +176,22 @@ CONFIG_KEYS = _keys(
     ConfigKey("quota.window.num", int, 11, "Samples a quota's rate is measured over.", scope=BROKER, low=2,
               high=1000),
     ConfigKey("quota.window.size.seconds", int, 1, "Length of one quota sample.", scope=BROKER, low=1, high=3600),
+    # authentication (SASL on a SASL_PLAINTEXT / SASL_SSL listener) and authorization (ACLs)
+    ConfigKey("sasl.enabled.mechanisms", str, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", "SASL mechanisms a SASL "
+              "listener offers (users: kafkalog users).", scope=BROKER,
+              validator=lambda v: bool(v) and set(m.strip() for m in v.split(",")) <= {
+                  "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}),
+    ConfigKey("authorizer.class.name", str, "", "Non-empty: every request is checked against the ACLs "
+              "(kafkalog acls); Kafka's StandardAuthorizer/AclAuthorizer names are accepted.", scope=BROKER),
+    ConfigKey("super.users", str, "", "Principals allowed everything: User:alice;User:bob.", scope=BROKER),
+    ConfigKey("allow.everyone.if.no.acl.found", bool, False, "With an authorizer: allow access to a resource that "
+              "has no ACL at all.", scope=BROKER),
+    ConfigKey("ssl.keystore.location", str, "", "TLS listener (SSL:// or SASL_SSL://): a PEM file with the "
+              "certificate chain (and the key, unless ssl.key.location).", scope=BROKER),
+    ConfigKey("ssl.key.location", str, "", "TLS listener: the private key PEM file (kafkalog's key).",
+              scope=BROKER),
+    ConfigKey("ssl.key.password", str, "", "Password of the private key, if encrypted.", scope=BROKER),
+    ConfigKey("ssl.keystore.type", str, "PEM", "Only PEM is supported.", scope=BROKER, choices=("PEM",)),
     # accepted so a Kafka server.properties works unchanged; one node has nothing to replicate or balance
     ConfigKey("default.replication.factor", int, 1, "Accepted for compatibility (one node).", scope=BROKER, low=1,
               high=1),

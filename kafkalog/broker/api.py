@@ -34,7 +34,7 @@ from ..errors import (
 )
 from ..storage.store import validate_topic_name
 from ..structs import OffsetAndMetadata, TopicPartition
-from . import _wire, protocol
+from . import _wire, protocol, security
 from .groups import GroupCoordinator
 from .producers import ProducerStates
 from .quotas import FETCH as FETCH_QUOTA
@@ -55,16 +55,19 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     12: (0, 3),   # Heartbeat
     13: (0, 1),   # LeaveGroup
     14: (0, 3),   # SyncGroup
+    17: (0, 1),   # SaslHandshake
     18: (0, 4),   # ApiVersions
     19: (2, 4),   # CreateTopics
     20: (1, 3),   # DeleteTopics
     21: (0, 1),   # DeleteRecords
     22: (0, 1),   # InitProducerId
+    36: (0, 1),   # SaslAuthenticate
     48: (0, 0),   # DescribeClientQuotas
     49: (0, 0),   # AlterClientQuotas
 }
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
 CLUSTER_ID = "kafkalog-single-node"
 
 _BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")  # RecordBatch header v2, 61 bytes (see _engine/records.pyx)
@@ -136,6 +139,14 @@ class Services:
         self.groups = GroupCoordinator(self)
         self.producers = ProducerStates(store)
         self.quotas = ClientQuotas(config, store.path / ".kafkalog-broker" / "quotas.json")
+        users_path, acls_path = security.default_paths(store.path)
+        self.mechanisms = [m.strip() for m in config["sasl.enabled.mechanisms"].split(",") if m.strip()]
+        self.credentials = security.CredentialStore(users_path) if broker.sasl else None
+        self.authorizer = None
+        if config["authorizer.class.name"]:
+            self.authorizer = security.Authorizer(acls_path, super_users=config["super.users"],
+                                                  allow_everyone_if_no_acl_found=config[
+                                                      "allow.everyone.if.no.acl.found"])
         self._sweeper = None
 
     def advertise(self, host: str, port: int) -> None:
@@ -170,6 +181,9 @@ class Services:
 
     def connection_closed(self, conn) -> None:
         pass
+
+    def sasl_raw_token(self, conn, frame):
+        return sasl_raw_token(self, conn, frame)
 
     # -- logs and waiters -----------------------------------------------------------------------------------------
 
@@ -208,6 +222,21 @@ class Services:
 
 # ---------------------------------------------------------------------------------------------------- helpers
 
+def allowed(s: Services, ctx, operation: str, resource_type: str, name: str) -> bool:
+    """Whether ``ctx``'s principal may do ``operation`` on the resource (always, without an authorizer)."""
+    a = s.authorizer
+    if a is None:
+        return True
+    return a.authorize(ctx.principal, ctx.connection.peer_host, operation, resource_type, name)
+
+
+def _denied(s, ctx, operation, resource_type, name) -> bool:
+    if allowed(s, ctx, operation, resource_type, name):
+        return False
+    log.info("denied %s %s on %s %s from %s", ctx.principal, operation, resource_type, name, ctx.peer)
+    return True
+
+
 def _resp(header, body: dict) -> list:
     return protocol.encode_response(header.api_key, header.api_version, header.correlation_id, body)
 
@@ -234,12 +263,15 @@ def metadata(s: Services, ctx, header, frame, offset):
     wanted = req.get("topics")
     all_topics = wanted is None or (v == 0 and not wanted)
     if all_topics:
-        names = sorted(s.store.topics())
+        names = sorted(t for t in s.store.topics() if allowed(s, ctx, "DESCRIBE", "TOPIC", t))
     else:
         names = [t["name"] for t in wanted]
     allow_create = req.get("allow_auto_topic_creation", True) if v >= 4 else True
     topics = []
     for name in names:
+        if not all_topics and _denied(s, ctx, "DESCRIBE", "TOPIC", name):
+            topics.append({"error_code": TOPIC_DENIED, "name": name, "is_internal": False, "partitions": []})
+            continue
         n = s.partitions(name) if isinstance(name, str) else 0
         err = 0
         if n == 0 and not all_topics:
@@ -248,6 +280,10 @@ def metadata(s: Services, ctx, header, frame, offset):
             except (KafkaError, ValueError, TypeError):
                 topics.append({"error_code": InvalidTopicError.code, "name": name, "is_internal": False,
                                "partitions": []})
+                continue
+            if s.auto_create and allow_create and not allowed(s, ctx, "CREATE", "CLUSTER", security.CLUSTER_NAME) \
+                    and _denied(s, ctx, "CREATE", "TOPIC", name):
+                topics.append({"error_code": TOPIC_DENIED, "name": name, "is_internal": False, "partitions": []})
                 continue
             if s.auto_create and allow_create:
                 try:
@@ -279,11 +315,17 @@ def produce(s: Services, ctx, header, frame, offset):
         raise InvalidRequestError(f"transactional produce (transactional id {txn!r}) is not supported by kafkalog")
     responses = []
     failed = False
+    auth = s.authorizer is not None
     for name, partitions in topic_data:
         parts = []
+        denied = auth and _denied(s, ctx, "WRITE", "TOPIC", name)
         for idx, records in partitions:
             code = 0
             base = append_time = lso = -1
+            if denied:
+                parts.append((idx, security.DENIAL_ERROR_CODE["TOPIC"], base, append_time, lso))
+                failed = True
+                continue
             try:
                 lg = s.log(name, idx)
                 if records is None or not len(records):
@@ -327,7 +369,11 @@ def fetch(s: Services, ctx, header, frame, offset):
         # incremental fetch of a session this broker never created (sessions: see the fetch-session cache)
         return _resp(header, {"throttle_time_ms": 0, "error_code": 70, "session_id": 0, "responses": []})
     parts = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
-    result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
+    if s.authorizer is not None:
+        denied = {t["topic"] for t in req["topics"] if _denied(s, ctx, "READ", "TOPIC", t["topic"])}
+        if denied:
+            req["denied"] = denied
+    result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
     max_wait = req["max_wait_ms"] / 1000.0
     if size >= max(req["min_bytes"], 1) or max_wait <= 0 or any(r["error_code"] for r in result.values()):
         return _fetch_response(s, header, ctx, parts, result)
@@ -355,7 +401,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 for tp in tps:
                     s.waiters.setdefault(tp, set()).add(fut)
             if _any_new(s, parts):
-                result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
+                result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
                 if size >= req["min_bytes"] or any(r["error_code"] for r in result.values()):
                     return _fetch_response(s, header, ctx, parts, result)
     finally:
@@ -365,7 +411,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 w.discard(fut)
                 if not w:
                     del s.waiters[tp]
-    result, _ = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF))
+    result, _ = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
     return _fetch_response(s, header, ctx, parts, result)
 
 
@@ -379,13 +425,17 @@ def _any_new(s, parts) -> bool:
     return False
 
 
-def _fetch_once(s, parts, max_bytes):
+def _fetch_once(s, parts, max_bytes, denied=None):
     result = {}
     total = 0
     for topic, p in parts:
         idx = p["partition"]
         r = {"error_code": 0, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
              "records": b""}  # empty, not null: kafka-python reads len() of it
+        if denied and topic in denied:
+            r["error_code"] = security.DENIAL_ERROR_CODE["TOPIC"]
+            result[(topic, idx)] = r
+            continue
         try:
             lg = s.log(topic, idx)
             off = p["fetch_offset"]
@@ -441,8 +491,13 @@ def list_offsets(s: Services, ctx, header, frame, offset):
     topics = []
     for t in req["topics"]:
         parts = []
+        denied = _denied(s, ctx, "DESCRIBE", "TOPIC", t["name"])
         for p in t["partitions"]:
             r = {"partition_index": p["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1}
+            if denied:
+                r["error_code"] = TOPIC_DENIED
+                parts.append(r)
+                continue
             try:
                 lg = s.log(t["name"], p["partition_index"])
                 ts = p["timestamp"]
@@ -466,8 +521,14 @@ def delete_records(s: Services, ctx, header, frame, offset):
     topics = []
     for t in req["topics"]:
         parts = []
+        # KIP-107: DeleteRecords is authorized as DELETE on the TOPIC; a denial changes nothing
+        denied = _denied(s, ctx, "DELETE", "TOPIC", t["name"])
         for p in t["partitions"]:
             r = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": 0}
+            if denied:
+                r["error_code"] = TOPIC_DENIED
+                parts.append(r)
+                continue
             try:
                 lg = s.log(t["name"], p["partition_index"])
                 r["low_watermark"] = lg.delete_records_before(p["offset"])
@@ -485,9 +546,15 @@ def delete_records(s: Services, ctx, header, frame, offset):
 def create_topics(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
     out = []
+    cluster_create = allowed(s, ctx, "CREATE", "CLUSTER", security.CLUSTER_NAME)
     for t in req["topics"]:
         name = t["name"]
         r = {"name": name, "error_code": 0, "error_message": None}
+        if not cluster_create and _denied(s, ctx, "CREATE", "TOPIC", name):
+            r["error_code"] = TOPIC_DENIED
+            r["error_message"] = f"{ctx.principal} may not create topic {name!r}"
+            out.append(r)
+            continue
         try:
             n = t["num_partitions"]
             rf = t["replication_factor"]
@@ -527,6 +594,10 @@ def delete_topics(s: Services, ctx, header, frame, offset):
     out = []
     for name in req["topic_names"]:
         r = {"name": name, "error_code": 0}
+        if _denied(s, ctx, "DELETE", "TOPIC", name):
+            r["error_code"] = TOPIC_DENIED
+            out.append(r)
+            continue
         try:
             if not s.config["delete.topic.enable"]:
                 raise PolicyViolationError("delete.topic.enable is false")
@@ -549,6 +620,10 @@ def init_producer_id(s: Services, ctx, header, frame, offset):
     if req.get("transactional_id") is not None:
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
                               "producer_id": -1, "producer_epoch": -1})
+    if s.authorizer is not None and not allowed(s, ctx, "IDEMPOTENT_WRITE", "CLUSTER", security.CLUSTER_NAME) \
+            and not s.authorizer.authorize_by_resource_type(ctx.principal, ctx.connection.peer_host, "WRITE", "TOPIC"):
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
+                              "producer_id": -1, "producer_epoch": -1})
     pid = s.producers.new_producer_id()
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "producer_id": pid,
                           "producer_epoch": 0})
@@ -562,28 +637,39 @@ def find_coordinator(s: Services, ctx, header, frame, offset):
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code":
                               CoordinatorNotAvailableError.code, "error_message": "transactions are not supported",
                               "node_id": -1, "host": "", "port": -1})
+    if _denied(s, ctx, "DESCRIBE", "GROUP", req["key"]):
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,
+                              "error_message": None, "node_id": -1, "host": "", "port": -1})
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
                           "node_id": s.node_id, "host": s.host, "port": s.port})
 
 
 def join_group(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
+    if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
+        return s.groups._join_error(header, GROUP_DENIED, req["member_id"] or "")
     return s.groups.join(ctx, header, req)
 
 
 def sync_group(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
+    if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
+        return s.groups._sync_answer(header, GROUP_DENIED, b"")
     return s.groups.sync(ctx, header, req)
 
 
 def heartbeat(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
+    if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
                           "error_code": s.groups.heartbeat(req["group_id"], req["member_id"], req["generation_id"])})
 
 
 def leave_group(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
+    if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
                           "error_code": s.groups.leave(req["group_id"], req["member_id"])})
 
@@ -592,13 +678,15 @@ def offset_commit(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
     group = req["group_id"]
     generation = req.get("generation_id_or_member_epoch", req.get("generation_id", -1))
-    err = s.groups.check_commit(group, req["member_id"], generation)
+    err = GROUP_DENIED if _denied(s, ctx, "READ", "GROUP", group) else \
+        s.groups.check_commit(group, req["member_id"], generation)
     topics = []
     offsets = {}
     for t in req["topics"]:
         parts = []
+        topic_code = TOPIC_DENIED if not err and _denied(s, ctx, "READ", "TOPIC", t["name"]) else 0
         for p in t["partitions"]:
-            code = err
+            code = err or topic_code
             if not code:
                 if s.partitions(t["name"]) <= p["partition_index"]:
                     code = UnknownTopicOrPartitionError.code
@@ -622,10 +710,16 @@ def offset_commit(s: Services, ctx, header, frame, offset):
 def offset_fetch(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
     group = req["group_id"]
+    if _denied(s, ctx, "DESCRIBE", "GROUP", group):
+        wanted = req.get("topics") or []
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED, "topics": [
+            {"name": t["name"], "partitions": [{"partition_index": i, "committed_offset": -1, "metadata": "",
+                                                "error_code": GROUP_DENIED} for i in t["partition_indexes"]]}
+            for t in wanted]})
     committed = s.store.offsets.committed_all(group)
     wanted = req.get("topics")
     if wanted is None:
-        pairs = sorted(committed)
+        pairs = sorted(tp for tp in committed if allowed(s, ctx, "DESCRIBE", "TOPIC", tp.topic))
         names = []
         for tp in pairs:
             if tp.topic not in names:
@@ -634,6 +728,11 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
     topics = []
     for t in wanted:
         parts = []
+        if _denied(s, ctx, "DESCRIBE", "TOPIC", t["name"]):
+            topics.append({"name": t["name"], "partitions": [
+                {"partition_index": i, "committed_offset": -1, "metadata": "", "error_code": TOPIC_DENIED}
+                for i in t["partition_indexes"]]})
+            continue
         for idx in t["partition_indexes"]:
             om = committed.get(TopicPartition(t["name"], idx))
             parts.append({"partition_index": idx, "committed_offset": om.offset if om else -1,
@@ -646,6 +745,9 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
 
 def describe_client_quotas(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
+    if _denied(s, ctx, "DESCRIBE_CONFIGS", "CLUSTER", security.CLUSTER_NAME):
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
+                              "error_message": f"{ctx.principal} may not describe quotas", "entries": None})
     want_default = want_any = False
     want_name = None
     for c in req["components"]:
@@ -673,8 +775,14 @@ def describe_client_quotas(s: Services, ctx, header, frame, offset):
 def alter_client_quotas(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
     out = []
+    may_alter = not _denied(s, ctx, "ALTER_CONFIGS", "CLUSTER", security.CLUSTER_NAME)
     for e in req["entries"]:
         r = {"error_code": 0, "error_message": None, "entity": e["entity"]}
+        if not may_alter:
+            r["error_code"] = CLUSTER_DENIED
+            r["error_message"] = f"{ctx.principal} may not alter quotas"
+            out.append(r)
+            continue
         try:
             if len(e["entity"]) != 1 or e["entity"][0]["entity_type"] != "client-id":
                 raise InvalidRequestError("kafkalog quotas are per client-id: give exactly one client-id entity")
@@ -698,9 +806,67 @@ def alter_client_quotas(s: Services, ctx, header, frame, offset):
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "entries": out})
 
 
+# ---------------------------------------------------------------------------------------------------- SASL
+
+def sasl_handshake(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    conn = ctx.connection
+    mech = req["mechanism"]
+    if not s.broker.sasl or conn.authenticated:
+        code = security.IllegalSaslStateError.code
+    elif mech not in s.mechanisms:
+        code = security.UnsupportedSaslMechanismError.code
+        log.warning("SASL handshake from %s: mechanism %r is not enabled (enabled: %s)", ctx.peer, mech,
+                    ", ".join(s.mechanisms))
+    else:
+        code = 0
+        conn.sasl_server = security.SaslServer(mech, s.credentials)
+        conn.sasl_raw = header.api_version == 0  # v0: the tokens follow as bare frames (no SaslAuthenticate)
+    return _resp(header, {"error_code": code, "mechanisms": s.mechanisms})
+
+
+def sasl_authenticate(s: Services, ctx, header, frame, offset):
+    req = _body(header, frame, offset)
+    conn = ctx.connection
+    if conn.sasl_server is None or conn.authenticated:
+        return _resp(header, {"error_code": security.IllegalSaslStateError.code,
+                              "error_message": "SaslAuthenticate without a SaslHandshake", "auth_bytes": b"",
+                              "session_lifetime_ms": 0})
+    return _sasl_step(s, ctx, bytes(req["auth_bytes"] or b""), header)
+
+
+async def _sasl_step(s, ctx, token: bytes, header):
+    conn = ctx.connection
+    server = conn.sasl_server
+    try:
+        # PLAIN derives the SCRAM key of the password (PBKDF2, milliseconds): off the loop
+        reply = await s.loop.run_in_executor(None, server.step, token)
+    except KafkaError as e:
+        log.warning("SASL/%s authentication from %s failed: %s", server.mechanism, ctx.peer, e)
+        conn.sasl_server = None
+        conn.close_after_response = True  # Kafka closes after answering a failed authentication
+        if header is None:
+            return None
+        return _resp(header, {"error_code": _code(e), "error_message": str(e), "auth_bytes": b"",
+                              "session_lifetime_ms": 0})
+    if server.complete:
+        conn.authenticated = True
+        conn.sasl_raw = False
+        ctx.principal = server.principal
+        log.info("%s authenticated as %s (SASL/%s)", ctx.peer, server.principal, server.mechanism)
+    if header is None:  # SaslHandshake v0: a bare token answers a bare token
+        return [struct.pack(">i", len(reply)) + reply]
+    return _resp(header, {"error_code": 0, "error_message": None, "auth_bytes": reply, "session_lifetime_ms": 0})
+
+
+def sasl_raw_token(s: Services, conn, frame):
+    return _sasl_step(s, conn.ctx, bytes(frame), None)
+
+
 API_HANDLERS = {
     0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch, 10: find_coordinator,
-    11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group, 18: api_versions, 19: create_topics,
+    11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group, 17: sasl_handshake, 18: api_versions,
+    19: create_topics, 36: sasl_authenticate,
     20: delete_topics, 21: delete_records, 22: init_producer_id, 48: describe_client_quotas,
     49: alter_client_quotas,
 }

@@ -41,15 +41,22 @@ _SIZE = struct.Struct(">i")
 _SCRATCH = 65536
 
 
-def parse_listener(value: str) -> tuple[str, int]:
-    """'PLAINTEXT://127.0.0.1:9092', '127.0.0.1:9092' or ':9092' → (host, port). Only PLAINTEXT for now."""
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
+
+
+def parse_listener_url(value: str) -> tuple[str, str, int]:
+    """'SASL_PLAINTEXT://127.0.0.1:9092', '127.0.0.1:9092' (PLAINTEXT) or ':9092' → (security protocol, host, port).
+    A listener name mapped in listener.security.protocol.map is not supported: use the protocol as the name."""
     v = value.strip()
     if "," in v:
         v = v.split(",")[0].strip()
+    scheme = "PLAINTEXT"
     if "://" in v:
         scheme, v = v.split("://", 1)
-        if scheme.upper() not in ("PLAINTEXT", "BROKER", "CLIENT"):
-            raise InvalidConfigError(f"listener {value!r}: only PLAINTEXT listeners are supported")
+        scheme = scheme.upper()
+        if scheme not in SECURITY_PROTOCOLS:
+            raise InvalidConfigError(f"listener {value!r}: the security protocol must be one of "
+                                     f"{', '.join(SECURITY_PROTOCOLS)}")
     host, sep, port = v.rpartition(":")
     if not sep or not port.isdigit():
         raise InvalidConfigError(f"listener {value!r}: expected host:port")
@@ -57,7 +64,26 @@ def parse_listener(value: str) -> tuple[str, int]:
     p = int(port)
     if not 0 <= p <= 65535:
         raise InvalidConfigError(f"listener {value!r}: port out of range")
-    return host, p
+    return scheme, host, p
+
+
+def parse_listener(value: str) -> tuple[str, int]:
+    """host and port of a listener (any security protocol)."""
+    return parse_listener_url(value)[1:]
+
+
+def _tls_context(config):
+    import ssl
+    cert = config["ssl.keystore.location"]
+    if not cert:
+        raise InvalidConfigError("an SSL listener needs ssl.keystore.location (a PEM certificate chain)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, config["ssl.key.location"] or None, config["ssl.key.password"] or None)
+    except (OSError, ssl.SSLError) as e:
+        raise InvalidConfigError(f"ssl.keystore.location={cert}: {e}") from None
+    return ctx
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -69,6 +95,7 @@ class Connection(asyncio.BufferedProtocol):
         self.max_frame = broker.services.max_request_bytes
         self.transport = None
         self.peer = "?"
+        self.peer_host = "*"
         self.scratch = bytearray(_SCRATCH)
         self.sview = memoryview(self.scratch)
         self.slen = 0  # bytes of scratch filled
@@ -82,6 +109,11 @@ class Connection(asyncio.BufferedProtocol):
         self.ctx = RequestContext(self)
         self.last_active = time.monotonic()
         self.muted = False  # KIP-219: nothing is read or processed until a throttle delay has passed
+        # SASL: before authentication only ApiVersions, SaslHandshake and SaslAuthenticate are served
+        self.authenticated = not broker.sasl
+        self.sasl_server = None
+        self.sasl_raw = False  # after SaslHandshake v0: the next frames are bare SASL tokens (no Kafka header)
+        self.close_after_response = False
         self.metrics = broker.metrics
         self.req_started = 0.0
         self.req_key = -1
@@ -93,6 +125,7 @@ class Connection(asyncio.BufferedProtocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer_host = peer[0] if isinstance(peer, tuple) else "*"
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -252,6 +285,9 @@ class Connection(asyncio.BufferedProtocol):
     def _answered(self, nbytes_out: int) -> None:
         if self.metrics is not None:
             self.metrics.observe(self.req_key, self.req_started, self.req_size, nbytes_out)
+        if self.close_after_response and not self.closed:
+            self.closed = True
+            self.transport.close()  # flushes the answer first
 
     def _write(self, chunks) -> int:
         if self.closed:
@@ -263,9 +299,14 @@ class Connection(asyncio.BufferedProtocol):
         return sum(len(c) for c in chunks)
 
     def _handle(self, frame: bytearray):
+        if self.sasl_raw:
+            return self.services.sasl_raw_token(self, frame)
         header, offset = protocol.read_request_header(frame)
         key, version = header.api_key, header.api_version
         self.req_key = key
+        if not self.authenticated and key not in (17, 18, 36):
+            name = protocol.API_NAMES.get(key, str(key))
+            raise InvalidRequestError(f"{name} request before SASL authentication completed")
         self.ctx.client_id = header.client_id
         handler = API_HANDLERS.get(key)
         rng = ADVERTISED.get(key)
@@ -302,7 +343,9 @@ class Broker:
         if not data_dir:
             raise InvalidConfigError("no data dir: pass data_dir or set log.dirs")
         self.data_dir = Path(data_dir)
-        self.host, self._port = parse_listener(listen or self.config["listeners"])
+        self.security_protocol, self.host, self._port = parse_listener_url(listen or self.config["listeners"])
+        self.sasl = self.security_protocol.startswith("SASL_")
+        self.tls = _tls_context(self.config) if self.security_protocol.endswith("SSL") else None
         self.port = self._port
         self.connections: set[Connection] = set()
         self.tasks: set = set()
@@ -334,7 +377,7 @@ class Broker:
             advertised = self.config["advertised.listeners"]
             self.services = Services(self, self.store, self.config)
             self._server = await self._loop.create_server(lambda: Connection(self), self.host, self._port,
-                                                          reuse_address=True, backlog=1024)
+                                                          reuse_address=True, backlog=1024, ssl=self.tls)
             self.port = self._server.sockets[0].getsockname()[1]
             if advertised:
                 self.services.advertise(*parse_listener(advertised))
@@ -449,4 +492,4 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-__all__ = ["Broker", "KafkaError", "parse_listener", "new_event_loop"]
+__all__ = ["Broker", "KafkaError", "parse_listener", "parse_listener_url", "new_event_loop"]
