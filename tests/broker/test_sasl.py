@@ -220,3 +220,36 @@ def test_confluent_group_consumer_with_acls(sasl_broker):
         assert err is not None and err.code() == ck.KafkaError.GROUP_AUTHORIZATION_FAILED
     finally:
         c.close()
+
+
+def test_sasl_ssl_listener_with_a_user_certificate(tmp_path):
+    import shutil
+    import subprocess
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    data = tmp_path / "data"
+    data.mkdir()
+    security.CredentialStore(security.default_paths(data)[0]).add_user("tls", "tls-secret")
+    with Broker(data, listen="SASL_SSL://127.0.0.1:0", config={
+            "ssl.keystore.location": str(cert), "ssl.key.location": str(key)}) as b:
+        p = ck.Producer({"bootstrap.servers": b.bootstrap_servers, "security.protocol": "SASL_SSL",
+                         "ssl.ca.location": str(cert), "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "tls",
+                         "sasl.password": "tls-secret"})
+        p.produce("secure", b"over tls")
+        assert p.flush(20) == 0
+        c = kafka.KafkaConsumer(bootstrap_servers=b.bootstrap_servers, security_protocol="SASL_SSL",
+                                ssl_cafile=str(cert), sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="tls",
+                                sasl_plain_password="tls-secret", auto_offset_reset="earliest",
+                                consumer_timeout_ms=10000)
+        try:
+            c.subscribe(["secure"])
+            assert next(iter(c)).value == b"over tls"
+        finally:
+            c.close()
+        with Wire(b.port) as w:  # plaintext bytes on a TLS port: the handshake fails, the connection closes
+            w.send_raw(b"\x00\x00\x00\x0a" + b"\x00" * 10)
+            assert w.closed_by_peer()
