@@ -165,6 +165,9 @@ CONFIG_KEYS = _keys(
               scope=BROKER, low=0, high=INT_MAX),
     ConfigKey("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", scope=BROKER,
               low=1, high=LONG_MAX),
+    ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, "Incremental fetch sessions (KIP-227) the "
+              "broker keeps (8 shards); 0 disables them: every fetch is answered sessionless.", scope=BROKER,
+              low=0, high=INT_MAX),
     # client quotas (KIP-13): bytes per second per client id; empty = no quota
     ConfigKey("quota.producer.default", str, "", "Produce byte rate every client id may use (e.g. 1048576, 500K, "
               "2M; empty: no quota).", scope=BROKER),

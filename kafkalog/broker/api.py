@@ -40,6 +40,7 @@ from .producers import ProducerStates
 from .quotas import FETCH as FETCH_QUOTA
 from .quotas import PRODUCE as PRODUCE_QUOTA
 from .quotas import ClientQuotas
+from .sessions import FetchSessionCache, PartitionResult
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -139,6 +140,7 @@ class Services:
         self.groups = GroupCoordinator(self)
         self.producers = ProducerStates(store)
         self.quotas = ClientQuotas(config, store.path / ".kafkalog-broker" / "quotas.json")
+        self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
         users_path, acls_path = security.default_paths(store.path)
         self.mechanisms = [m.strip() for m in config["sasl.enabled.mechanisms"].split(",") if m.strip()]
         self.credentials = security.CredentialStore(users_path) if broker.sasl else None
@@ -159,6 +161,7 @@ class Services:
         if self._sweeper is not None:
             self._sweeper.cancel()
         self.groups.close()
+        self.fetch_sessions.close_all()
         for tp, w in self.wakers.items():
             lg = self.logs.get(tp)
             if lg is not None:
@@ -365,18 +368,26 @@ def produce(s: Services, ctx, header, frame, offset):
 def fetch(s: Services, ctx, header, frame, offset):
     req = _wire.parse_fetch(frame, offset, header.api_version)
     v = header.api_version
-    if v >= 7 and req.get("session_epoch", -1) not in (-1, 0):
-        # incremental fetch of a session this broker never created (sessions: see the fetch-session cache)
-        return _resp(header, {"throttle_time_ms": 0, "error_code": 70, "session_id": 0, "responses": []})
-    parts = [(t["topic"], p) for t in req["topics"] for p in t["partitions"]]
+    # KIP-227: the session decides which partitions this fetch covers (a full fetch: the request's; an incremental
+    # one: every partition of the session, in its rotation order)
+    fctx = s.fetch_sessions.new_context(
+        v, req["session_id"], req["session_epoch"],
+        [(t["topic"], p["partition"], p["fetch_offset"], p["log_start_offset"], p["partition_max_bytes"])
+         for t in req["topics"] for p in t["partitions"]],
+        [(t["topic"], i) for t in req["forgotten_topics_data"] for i in t["partitions"]])
+    if fctx.error_code:
+        return [_wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, fctx.error_code, 0, [])]
+    parts = [(t, {"partition": p, "fetch_offset": off, "partition_max_bytes": mb})
+             for t, p, off, mb in fctx.partitions_to_read()]
+    req["fctx"] = fctx
     if s.authorizer is not None:
-        denied = {t["topic"] for t in req["topics"] if _denied(s, ctx, "READ", "TOPIC", t["topic"])}
+        denied = {t for t, _p in parts if _denied(s, ctx, "READ", "TOPIC", t)}
         if denied:
             req["denied"] = denied
     result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
     max_wait = req["max_wait_ms"] / 1000.0
     if size >= max(req["min_bytes"], 1) or max_wait <= 0 or any(r["error_code"] for r in result.values()):
-        return _fetch_response(s, header, ctx, parts, result)
+        return _fetch_response(s, header, ctx, req, result)
     return _fetch_wait(s, ctx, header, req, parts, max_wait)
 
 
@@ -403,7 +414,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
             if _any_new(s, parts):
                 result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
                 if size >= req["min_bytes"] or any(r["error_code"] for r in result.values()):
-                    return _fetch_response(s, header, ctx, parts, result)
+                    return _fetch_response(s, header, ctx, req, result)
     finally:
         for tp in tps:
             w = s.waiters.get(tp)
@@ -412,7 +423,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 if not w:
                     del s.waiters[tp]
     result, _ = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
-    return _fetch_response(s, header, ctx, parts, result)
+    return _fetch_response(s, header, ctx, req, result)
 
 
 def _any_new(s, parts) -> bool:
@@ -460,28 +471,33 @@ def _fetch_once(s, parts, max_bytes, denied=None):
     return result, total
 
 
-def _fetch_response(s, header, ctx, parts, result):
+def _fetch_response(s, header, ctx, req, result):
+    fctx = req["fctx"]
+    v = header.api_version
     if s.quotas.enabled:
         size = sum(len(r["records"]) for r in result.values() if r["records"] is not None)
         throttle = s.quotas.record_fetch(ctx.client_id, size)
         if throttle > 0:
-            # over quota: the read is not sent (its bytes were taken back), the answer is empty (KIP-219)
+            # over quota: the read is not sent (its bytes were taken back), the answer is empty (KIP-219); a full
+            # fetch creates no session, an incremental one uses up its epoch
             ctx.throttle_time_ms = throttle
-            return _wire.encode_fetch_response(header.api_version, header.correlation_id, throttle, 0, 0, [])
+            sid = fctx.throttled_response()
+            return _wire.encode_fetch_response(v, header.correlation_id, throttle, fctx.error_code, sid, [])
+    sid, out = fctx.build_response({tp: PartitionResult(r["error_code"], r["high_watermark"], r["last_stable_offset"],
+                                                        r["log_start_offset"], r["records"], len(r["records"]))
+                                    for tp, r in result.items()})
+    if fctx.error_code:  # a stale incremental request (a duplicate that was overtaken): INVALID_FETCH_SESSION_EPOCH
+        return _wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, fctx.error_code, sid, [])
     topics = []
     by_topic: dict[str, list] = {}
-    for topic, p in parts:
-        idx = p["partition"]
-        r = result[(topic, idx)]
+    for topic, idx, r in out:
         lst = by_topic.get(topic)
         if lst is None:
             lst = by_topic[topic] = []
             topics.append((topic, lst))
-        lst.append((idx, r["error_code"], r["high_watermark"], r["last_stable_offset"], r["log_start_offset"],
-                    r["records"]))
+        lst.append((idx, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records))
     # header bytes, then the segment slices themselves: no copy of record data
-    return _wire.encode_fetch_response(header.api_version, header.correlation_id, ctx.throttle_time_ms, 0, 0,
-                                       topics)
+    return _wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, 0, sid, topics)
 
 
 # ---------------------------------------------------------------------------------------------------- ListOffsets

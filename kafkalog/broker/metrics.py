@@ -150,7 +150,7 @@ class _StateCollector:
         yield limit
         yield ttotal
         yield tcount
-        sessions = getattr(s, "sessions", None)
+        sessions = getattr(s, "fetch_sessions", None)
         g1 = GaugeMetricFamily("kafkalog_fetch_sessions", "KIP-227 NumIncrementalFetchSessions")
         g2 = GaugeMetricFamily("kafkalog_fetch_session_partitions_cached",
                                "KIP-227 NumIncrementalFetchPartitionsCached")
