@@ -15,6 +15,8 @@
     kafkalog check DATA_DIR                    CRCs and index consistency; exit 1 naming file and position
     kafkalog serve [--data-dir DIR] [--listen HOST:PORT] [--config server.properties] [--override KEY=VALUE ...]
                    [--metrics HOST:PORT]
+    kafkalog quotas --bootstrap-server HOST:PORT [--client-id ID | --default] [--producer-byte-rate R]
+                    [--consumer-byte-rate R]          client quotas of a running broker (list when nothing to set)
     kafkalog users DATA_DIR add NAME [--password P | --password-stdin] | remove NAME | list
                                                SASL/SCRAM users (salted SCRAM credentials, never passwords)
     kafkalog acls DATA_DIR --add|--remove|--list --allow-principal User:x --operation READ --topic T ...
@@ -887,6 +889,32 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_quotas(args) -> int:
+    """Client quotas of a running broker (DescribeClientQuotas / AlterClientQuotas over the wire)."""
+    from .broker import tools
+    from .broker.quotas import FETCH, PRODUCE, parse_rate
+    changes = []
+    for key, value in ((PRODUCE, args.producer_byte_rate), (FETCH, args.consumer_byte_rate)):
+        if value is not None:
+            changes.append((key, None if value.lower() in ("none", "remove", "-") else parse_rate(value, key)))
+    if changes:
+        if args.client_id is None and not args.default:
+            raise UsageError("give --client-id ID or --default for the quota to change")
+        cid = None if args.default else args.client_id
+        for key, rate in changes:
+            tools.alter_quota(args.bootstrap_server, cid, key, rate)
+            who = "every client (default)" if cid is None else f"client id {cid!r}"
+            print(f"{key} for {who}: {'removed' if rate is None else f'{rate:.0f} bytes/s'}")
+        return 0
+    rows = tools.describe_quotas(args.bootstrap_server)
+    if args.json:
+        print(json.dumps([{"client_id": c, "key": k, "value": v} for c, k, v in rows]))
+    else:
+        for c, k, v in rows:
+            print(f"{'<default>' if c is None else c}\t{k}\t{v:.0f}")
+    return 0
+
+
 def cmd_users(args) -> int:
     from .broker import security
     users, _ = security.default_paths(args.data_dir)
@@ -995,6 +1023,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("quotas", help="client quotas of a running broker: list, or set with --producer-byte-rate/"
+                       "--consumer-byte-rate (bytes/s, 500K, 2M; 'none' removes)")
+    p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--client-id", metavar="ID", help="the client id whose quota changes ('' = clients without an id)")
+    g.add_argument("--default", action="store_true", help="change the default quota of every client id")
+    p.add_argument("--producer-byte-rate", metavar="RATE")
+    p.add_argument("--consumer-byte-rate", metavar="RATE")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_quotas)
 
     p = sub.add_parser("users", help="SASL/SCRAM users of the broker: add NAME | remove NAME | list",
                        add_help=False)

@@ -184,3 +184,27 @@ def test_alter_and_describe_client_quotas_survive_a_restart(tmp_path):
                            "strict": False})
         assert [e["entity"][0]["entity_name"] for e in d["entries"]] == ["app"]
         assert b.services.quotas.quota(PRODUCE, "app") == 2048.0
+
+
+def test_kafkalog_quotas_cli_changes_a_running_broker(tmp_path):
+    import json
+    import subprocess
+    import sys
+    with Broker(tmp_path / "d", listen="127.0.0.1:0") as b:
+        def cli(*args):
+            return subprocess.run([sys.executable, "-m", "kafkalog", "quotas", "--bootstrap-server",
+                                   b.bootstrap_servers, *args], capture_output=True, text=True, timeout=60)
+        r = cli("--client-id", "etl", "--producer-byte-rate", "2M")
+        assert r.returncode == 0, r.stderr
+        assert b.services.quotas.quota(PRODUCE, "etl") == 2 * MB
+        r = cli("--default", "--consumer-byte-rate", "500K")
+        assert r.returncode == 0, r.stderr
+        r = cli("--json")
+        got = {(x["client_id"], x["key"]): x["value"] for x in json.loads(r.stdout)}
+        assert got == {("etl", "producer_byte_rate"): 2.0 * MB, (None, "consumer_byte_rate"): 500.0 * 1024}
+        r = cli("--client-id", "etl", "--producer-byte-rate", "none")
+        assert r.returncode == 0 and b.services.quotas.quota(PRODUCE, "etl") is None
+        r = cli("--producer-byte-rate", "1M")
+        assert r.returncode == 2 and "--client-id" in r.stderr
+        r = cli("--client-id", "x", "--producer-byte-rate", "fast")
+        assert r.returncode == 1 and "bytes per second" in r.stderr
