@@ -26,7 +26,6 @@ from ..errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaError,
-    OffsetOutOfRangeError,
     PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownServerError,
@@ -341,7 +340,7 @@ def produce(s: Services, ctx, header, frame, offset):
                     s.producers.appended(name, idx, records, base)
                     if lg.log_append_time:
                         append_time = _BATCH_HEADER.unpack_from(records, 0)[8]
-                lso = lg.log_start_offset
+                lso = lg.last_known_log_start_offset  # fresh: the append just synced this view
             except KafkaError as e:
                 code = _code(e)
                 failed = True
@@ -449,20 +448,13 @@ def _fetch_once(s, parts, max_bytes, denied=None):
             continue
         try:
             lg = s.log(topic, idx)
-            off = p["fetch_offset"]
-            data = None
-            lso = lg.log_start_offset
-            hwm = lg.high_watermark
-            if off < lso or off > hwm:
-                raise OffsetOutOfRangeError(f"fetch offset {off} is outside [{lso}, {hwm}] of {topic}-{idx}")
-            if off < hwm:
-                budget = min(p["partition_max_bytes"], max_bytes - total)
-                # KIP-74: the first partition with data returns at least one whole batch, whatever the budget
-                data = lg.read(off, max(budget, 1) if total == 0 else budget) if (budget > 0 or total == 0) else None
-                if data is not None and total > 0 and len(data) > budget:
-                    data = None
-                if data is not None:
-                    total += len(data)
+            budget = min(p["partition_max_bytes"], max_bytes - total)
+            # KIP-74: the first partition with data returns at least one whole batch, whatever the budget
+            lso, hwm, data = lg.fetch(p["fetch_offset"], max(budget, 1) if total == 0 else budget)
+            if data is not None and total > 0 and len(data) > budget:
+                data = None
+            if data is not None:
+                total += len(data)
             r.update(high_watermark=hwm, last_stable_offset=hwm, log_start_offset=lso,
                      records=data if data is not None else b"")
         except KafkaError as e:

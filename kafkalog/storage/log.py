@@ -854,6 +854,27 @@ class Log:
             self._sync()
             return self._read_locked(offset, max_bytes)
 
+    def fetch(self, offset: int, max_bytes: int) -> tuple[int, int, memoryview | None]:
+        """What a Fetch needs in one look (one sync, one lock): (log start offset, high watermark, whole batches
+        from ``offset`` as ``read`` returns them, or None at the high watermark or when ``max_bytes`` <= 0).
+        OffsetOutOfRangeError outside [log start, high watermark]."""
+        with self._lock:
+            self._check_open()
+            self._sync()
+            lso, hwm = self._lso, self._leo
+            if offset < lso or offset > hwm:
+                raise OffsetOutOfRangeError(f"fetch offset {offset} is outside [{lso}, {hwm}] of "
+                                            f"{self.topic}-{self.partition}")
+            if offset == hwm or max_bytes <= 0:
+                return lso, hwm, None
+            return lso, hwm, self._read_locked(offset, max_bytes)
+
+    @property
+    def last_known_log_start_offset(self) -> int:
+        """The log start offset as this process last saw it (no I/O): exact right after an append or a read
+        through this object."""
+        return self._lso
+
     def _chunks(self, start_offset, end_offset, chunk_bytes=1 << 20):
         """Yield (view, start, stop): views of whole batches covering [start, stop), taking the lock per chunk."""
         pos = None

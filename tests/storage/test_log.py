@@ -77,6 +77,22 @@ def test_read_returns_whole_batches_zero_copy_and_at_least_one(open_store):
         log.read(501)
 
 
+def test_fetch_answers_offsets_and_batches_in_one_look(open_store):
+    store, log = fresh(open_store)
+    for i in range(3):
+        log.append_batch(values(10, i * 10), timestamps=[T0] * 10)
+    lso, hwm, view = log.fetch(15, max_bytes=1)
+    assert (lso, hwm) == (0, 30)
+    assert [b.base_offset for b in iter_batches(view)] == [10]  # the batch holding 15, whole
+    assert log.fetch(30, 1 << 20) == (0, 30, None)  # at the high watermark: nothing to read
+    assert log.fetch(5, 0)[2] is None  # no budget left
+    log.delete_records_before(12)
+    assert log.fetch(12, 1 << 20)[0] == 12 and log.last_known_log_start_offset == 12
+    for bad in (11, 31):
+        with pytest.raises(OffsetOutOfRangeError):
+            log.fetch(bad, 1 << 20)
+
+
 def test_read_view_survives_segment_deletion(open_store):
     store, log = fresh(open_store, topic_config={"segment.bytes": 2000, "file.delete.delay.ms": 0})
     for i in range(20):
