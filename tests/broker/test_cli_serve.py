@@ -1,0 +1,167 @@
+"""`kafkalog serve` as a real subprocess (python -m kafkalog): the one ready line with the port, a real client producing
+and consuming through it, SIGTERM/SIGINT ending it with exit 0 and the clean-shutdown marker written, and the same from
+a Kafka server.properties (listeners=, log.dirs=, num.partitions=)."""
+
+from __future__ import annotations
+
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+import kafkalog
+from kafkalog.storage.files import CLEAN_SHUTDOWN_FILE
+
+pytestmark = pytest.mark.usefixtures("deadline")
+
+READY = re.compile(r"^kafkalog broker listening on 127\.0\.0\.1:(\d+)$")
+T0 = (int(time.time()) - 600) * 1000
+
+
+class Serve:
+    """`python -m kafkalog serve ARGS` until stop(); ``port`` from its ready line."""
+
+    def __init__(self, args, env):
+        self.proc = subprocess.Popen([sys.executable, "-m", "kafkalog", "serve", *map(str, args)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env)
+        self.first_line = self._read_line(30)
+        m = READY.match(self.first_line)
+        if not m:
+            self.kill()
+            raise AssertionError(f"no ready line: {self.first_line!r}; stderr: {self.proc.stderr.read()[-3000:]!r}")
+        self.port = int(m.group(1))
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _read_line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            self.kill()
+            raise TimeoutError(f"kafkalog serve printed nothing in {timeout} s")
+        return self.proc.stdout.readline().decode().rstrip("\n")
+
+    def stop(self, sig=signal.SIGTERM):
+        """Signal it and return (exit code, rest of stdout, stderr)."""
+        self.proc.send_signal(sig)
+        try:
+            out, err = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        return self.proc.returncode, out.decode(), err.decode()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=10)
+
+
+@pytest.fixture
+def serve(child_env):
+    started = []
+
+    def _serve(*args):
+        s = Serve(args, child_env)
+        started.append(s)
+        return s
+    yield _serve
+    for s in started:
+        s.kill()
+
+
+def produce(bootstrap, topic, n, partition=0):
+    p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "linger.ms": 5,
+                  "message.timeout.ms": 15000})
+    reports = []
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=b"v%d" % i, headers=[("i", b"%d" % i)], timestamp=T0 + i,
+                  partition=partition, on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    assert p.flush(15) == 0
+    assert reports == [(None, i) for i in range(n)]
+
+
+def consume(bootstrap, topic, n, partition=0):
+    c = Consumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": "cli-serve-test",
+                  "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+    try:
+        c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        out = []
+        end = time.monotonic() + 15
+        while len(out) < n and time.monotonic() < end:
+            for m in c.consume(num_messages=n - len(out), timeout=0.3):
+                assert m.error() is None, m.error()
+                out.append((m.offset(), m.key(), m.value(), m.headers(), m.timestamp()[1]))
+        return out
+    finally:
+        c.close()
+
+
+def expected(n):
+    return [(i, b"k%d" % i, b"v%d" % i, [("i", b"%d" % i)], T0 + i) for i in range(n)]
+
+
+def partitions_of(bootstrap, topic):
+    p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    return sorted(p.list_topics(topic, timeout=10).topics[topic].partitions)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_serve_port_zero_produce_consume_and_clean_stop(serve, tmp_path, sig):
+    data = tmp_path / "data"
+    s = serve("--data-dir", data, "--listen", "127.0.0.1:0")
+    assert s.port > 0
+    produce(s.bootstrap_servers, "events", 25)  # auto-created (Kafka's default auto.create.topics.enable=true)
+    assert consume(s.bootstrap_servers, "events", 25) == expected(25)
+    assert not (data / CLEAN_SHUTDOWN_FILE).exists()  # written at a clean stop, not while serving
+    code, out, err = s.stop(sig)
+    assert code == 0, err[-3000:]
+    assert out == "", out  # the ready line is the only stdout line
+    assert "Traceback" not in err, err[-3000:]
+    assert (data / CLEAN_SHUTDOWN_FILE).exists()
+    # what the broker wrote is a plain kafkalog data dir: the embedded reader sees the same records
+    with kafkalog.LogStore(data) as store:
+        got = [(r.offset, r.key, r.value, r.timestamp) for r in store.log("events", 0).records()]
+    assert got == [(i, k, v, ts) for i, k, v, _, ts in expected(25)]
+    # and a new broker on the same dir serves them again
+    s2 = serve("--data-dir", data, "--listen", "127.0.0.1:0")
+    assert consume(s2.bootstrap_servers, "events", 25) == expected(25)
+    assert s2.stop()[0] == 0
+
+
+def test_serve_from_server_properties(serve, tmp_path):
+    data = tmp_path / "kafka-logs"
+    props = tmp_path / "server.properties"
+    props.write_text("# a Kafka server.properties\n"
+                     "listeners=PLAINTEXT://127.0.0.1:0\n"
+                     f"log.dirs={data}\n"
+                     "num.partitions=3\n"
+                     "auto.create.topics.enable=true\n"
+                     "group.initial.rebalance.delay.ms=0\n")
+    s = serve("--config", props)
+    produce(s.bootstrap_servers, "from-props", 5, partition=2)
+    assert partitions_of(s.bootstrap_servers, "from-props") == [0, 1, 2]  # num.partitions from the file
+    assert consume(s.bootstrap_servers, "from-props", 5, partition=2) == expected(5)
+    code, _, err = s.stop()
+    assert code == 0, err[-3000:]
+    assert (data / CLEAN_SHUTDOWN_FILE).exists()  # log.dirs is the data dir
+    assert sorted(p.name for p in data.glob("from-props-*")) == ["from-props-0", "from-props-1", "from-props-2"]
+
+
+def test_serve_fixed_port_from_listen(serve, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    s = serve("--data-dir", tmp_path / "data", "--listen", f"127.0.0.1:{port}")
+    assert s.port == port
+    produce(s.bootstrap_servers, "fixed", 3)
+    assert consume(s.bootstrap_servers, "fixed", 3) == expected(3)
+    assert s.stop()[0] == 0
