@@ -33,7 +33,7 @@ FEED = "feed"
 PARTITIONS = 12
 
 
-def _producer(idx: int, bs: str, stop_at: float, out: str, capped: bool) -> None:
+def _producer(idx: int, bs: str, start_at: float, stop_at: float, out: str, capped: bool) -> None:
     from confluent_kafka import Producer
     acked, errors = [], []
     cid = f"capped-producer-{idx}" if capped else f"producer-{idx}"
@@ -43,8 +43,13 @@ def _producer(idx: int, bs: str, stop_at: float, out: str, capped: bool) -> None
             errors.append(str(err))
         else:
             acked.append((msg.partition(), msg.offset(), msg.value().decode(), time.time()))
+    # a bounded local queue: a producer over its quota waits for the broker instead of piling up requests that
+    # would time out in the muted connection's socket buffer
     p = Producer({"bootstrap.servers": bs, "client.id": cid, "acks": "all", "enable.idempotence": True,
-                  "linger.ms": 5, "batch.size": 16384, "error_cb": lambda e: errors.append(str(e))})
+                  "linger.ms": 5, "batch.size": 16384, "queue.buffering.max.kbytes": 1024,
+                  "error_cb": lambda e: errors.append(str(e))})
+    p.list_topics(timeout=30)  # connected before the clock starts
+    time.sleep(max(0.0, start_at - time.time()))
     n = 0
     while time.time() < stop_at:
         v = f"{cid}-{n}" + ("." * 4000 if capped else "")  # capped: payload ~ the bytes the quota counts
@@ -63,7 +68,7 @@ def _producer(idx: int, bs: str, stop_at: float, out: str, capped: bool) -> None
                                      "errors": errors}))
 
 
-def _consumer(idx: int, bs: str, stop_at: float, out: str, capped: bool) -> None:
+def _consumer(idx: int, bs: str, start_at: float, stop_at: float, out: str, capped: bool) -> None:
     from kafka import KafkaConsumer
     cid = f"capped-consumer-{idx}" if capped else f"consumer-{idx}"
     c = KafkaConsumer(bootstrap_servers=bs, client_id=cid, group_id=None if capped else "load-group",
@@ -75,6 +80,8 @@ def _consumer(idx: int, bs: str, stop_at: float, out: str, capped: bool) -> None
     else:
         c.subscribe([TOPIC])
     count, nbytes, errors, timeline = 0, 0, [], []
+    while time.time() < start_at:  # join the group (and stay in it) before the clock starts
+        c.poll(timeout_ms=200)
     while time.time() < stop_at:
         try:
             for recs in c.poll(timeout_ms=200).values():
@@ -94,11 +101,15 @@ def main(argv=None) -> int:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--quota", default="200K", help="bytes/s of each capped client (producers and consumers)")
+    ap.add_argument("--grace", type=float, default=None, help="seconds for the clients to start and the group to "
+                    "form before the clock starts (default: 1 s per client)")
     args = ap.parse_args(argv)
     import psutil
 
     from kafkalog.broker.quotas import parse_rate
     quota = parse_rate(args.quota, "--quota")
+    if args.grace is None:
+        args.grace = float(args.clients)
     n = args.clients
     kinds = (["producer"] * (n * 2 // 5) + ["consumer"] * (n * 2 // 5))
     kinds += ["capped-producer", "capped-consumer"] * ((n - len(kinds)) // 2)
@@ -126,25 +137,29 @@ def main(argv=None) -> int:
         adm.create_topics([NewTopic(TOPIC, PARTITIONS, 1), NewTopic(FEED, PARTITIONS, 1)])
         adm.close()
         bp = psutil.Process(broker.pid)
-        cpu0 = sum(bp.cpu_times()[:2])
-        t_start = time.time()
+        cpu0 = None
+        # 50 Python processes take a while to start on 2 cores: everyone connects (and the group forms) during a
+        # grace period; the measured run starts at the same instant for all
+        t_start = time.time() + args.grace
         stop_at = t_start + args.duration
         procs = []
         ctx = mp.get_context("spawn")
         for i, kind in enumerate(kinds):
             out = str(Path(tmp) / f"client-{i}.json")
             target = _producer if kind.endswith("producer") else _consumer
-            pr = ctx.Process(target=target, args=(i, bs, stop_at, out, kind.startswith("capped")))
+            pr = ctx.Process(target=target, args=(i, bs, t_start, stop_at, out, kind.startswith("capped")))
             pr.start()
             procs.append((pr, out))
         rss_peak = 0
         while any(pr.is_alive() for pr, _ in procs):
             rss_peak = max(rss_peak, bp.memory_info().rss)
+            if cpu0 is None and time.time() >= t_start:
+                cpu0 = sum(bp.cpu_times()[:2])
             time.sleep(0.5)
             if time.time() > stop_at + 180:
                 break
         wall = time.time() - t_start
-        cpu = sum(bp.cpu_times()[:2]) - cpu0
+        cpu = sum(bp.cpu_times()[:2]) - (cpu0 or 0.0)
         results = []
         for pr, out in procs:
             pr.join(timeout=5)
@@ -171,6 +186,7 @@ def main(argv=None) -> int:
                 missing += sum(1 for off, v in offs.items() if seen.get(off) != v)
         broker.terminate()
         broker.wait(timeout=60)
+        log_tail = (Path(tmp) / "broker.log").read_text().splitlines()[-15:]
     errors = [(r["client_id"], e) for r in results for e in r.get("errors", [])]
     half = t_start + args.duration / 2
     print(f"{n} clients for {args.duration:.0f} s ({kinds.count('producer')} producers, {kinds.count('consumer')} "
@@ -182,13 +198,15 @@ def main(argv=None) -> int:
     print(f"client errors: {len(errors)}" + "".join(f"\n  {c}: {e[:160]}" for c, e in errors[:10]))
     for r in results:
         if r["kind"] == "consumer" and r["capped"]:
-            late = sum(b for t, b in r["timeline"] if t >= half) / (stop_at - half)
+            late = sum(b for t, b in r["timeline"] if half <= t < stop_at) / (stop_at - half)
             print(f"  {r['client_id']}: {late:.0f} B/s over the second half = {late / quota:.2f} x quota")
     for r in results:
         if r["kind"] == "producer" and r["capped"]:
-            late = sum(len(v) for _p, _o, v, t in r["acked"] if t >= half) / (stop_at - half)
+            late = sum(len(v) for _p, _o, v, t in r["acked"] if half <= t < stop_at) / (stop_at - half)
             print(f"  {r['client_id']}: {late:.0f} B/s acknowledged over the second half = {late / quota:.2f} x quota")
     print(f"broker: peak RSS {rss_peak / 1e6:.0f} MB, CPU {cpu:.1f} s over {wall:.0f} s wall")
+    if missing or errors or not consumed:
+        print("broker log (tail):", *log_tail, sep="\n  ")
     return 0 if not missing and not errors else 1
 
 
