@@ -56,7 +56,7 @@ def _wait(fn, timeout=30.0, what=""):
         time.sleep(0.05)
 
 
-def test_offsets_committed_over_the_wire_are_seen_embedded_and_back(broker):
+def test_offsets_committed_over_the_wire_are_seen_embedded_and_back(broker, child_env):
     _produce(broker, "t", 2, 5)
     c = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id="g", enable_auto_commit=False,
                             **FAST)
@@ -77,7 +77,7 @@ def test_offsets_committed_over_the_wire_are_seen_embedded_and_back(broker):
     finally:
         c.close()
     out = subprocess.run([sys.executable, "-m", "kafkalog", "groups", str(broker.data_dir), "g", "--json"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=child_env)
     assert out.returncode == 0, out.stderr
     (row,) = json.loads(out.stdout)
     committed = {(p["topic"], p["partition"]): p["committed"] for p in row["partitions"]}
@@ -177,19 +177,19 @@ def test_wire_member_refused_without_a_common_assignor(broker):
         assert oc["topics"][0]["partitions"][0]["error_code"] == 25
 
 
-def test_read_only_tools_beside_the_running_broker(broker):
+def test_read_only_tools_beside_the_running_broker(broker, child_env):
     _produce(broker, "ro", 1, 4)
     data = str(broker.data_dir)
     out = subprocess.run([sys.executable, "-m", "kafkalog", "consume", data, "ro", "--from-beginning"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=child_env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [f"ro-0-{i}" for i in range(4)]
     out = subprocess.run([sys.executable, "-m", "kafkalog", "offsets", data, "ro", "--time", "latest", "--json"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=child_env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [{"topic": "ro", "partition": 0, "offset": 4, "timestamp": -1}]
     out = subprocess.run([sys.executable, "-m", "kafkalog", "dump", str(broker.data_dir / "ro-0")],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, env=child_env)
     assert out.returncode == 0, out.stderr
     emb = kafkalog.KafkaConsumer("ro", store=broker.data_dir, auto_offset_reset="earliest")
     try:

@@ -186,14 +186,15 @@ def test_alter_and_describe_client_quotas_survive_a_restart(tmp_path):
         assert b.services.quotas.quota(PRODUCE, "app") == 2048.0
 
 
-def test_kafkalog_quotas_cli_changes_a_running_broker(tmp_path):
+def test_kafkalog_quotas_cli_changes_a_running_broker(tmp_path, child_env):
     import json
     import subprocess
     import sys
     with Broker(tmp_path / "d", listen="127.0.0.1:0") as b:
         def cli(*args):
             return subprocess.run([sys.executable, "-m", "kafkalog", "quotas", "--bootstrap-server",
-                                   b.bootstrap_servers, *args], capture_output=True, text=True, timeout=60)
+                                   b.bootstrap_servers, *args], capture_output=True, text=True, timeout=60,
+                                  env=child_env)
         r = cli("--client-id", "etl", "--producer-byte-rate", "2M")
         assert r.returncode == 0, r.stderr
         assert b.services.quotas.quota(PRODUCE, "etl") == 2 * MB
