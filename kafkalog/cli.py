@@ -1064,5 +1064,7 @@ def main(argv=None) -> int:
         return _fail(str(e))
     except (OSError, ValueError) as e:
         return _fail(str(e))
+    except ImportError as e:  # an optional extra that is not installed (the message names it)
+        return _fail(str(e))
     except KeyboardInterrupt:
         return 130

@@ -391,6 +391,9 @@ class Broker:
                 self.metrics_port = await self.metrics.serve(*self.metrics_listen)
                 log.info("metrics on http://%s:%d/metrics", self.metrics_listen[0], self.metrics_port)
         except BaseException:
+            if self._server is not None:
+                self._server.close()
+                self._server = None
             if self.services is not None:
                 self.services.close()
             self.store.close()

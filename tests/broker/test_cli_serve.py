@@ -4,6 +4,7 @@ a Kafka server.properties (listeners=, log.dirs=, num.partitions=)."""
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import signal
@@ -165,3 +166,17 @@ def test_serve_fixed_port_from_listen(serve, tmp_path):
     produce(s.bootstrap_servers, "fixed", 3)
     assert consume(s.bootstrap_servers, "fixed", 3) == expected(3)
     assert s.stop()[0] == 0
+
+
+def test_serve_metrics_without_prometheus_client_is_one_line(tmp_path, child_env):
+    """Without the broker extra, --metrics fails with one line naming the extra, not a traceback."""
+    env = dict(child_env)
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "prometheus_client.py").write_text("raise ImportError('prometheus_client is not installed')\n")
+    env["PYTHONPATH"] = str(shadow) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "kafkalog", "serve", "--data-dir", str(tmp_path / "d"), "--listen",
+                        "127.0.0.1:0", "--metrics", "127.0.0.1:0"], capture_output=True, text=True, timeout=60,
+                       env=env)
+    assert r.returncode == 1
+    assert "kafkalog[broker]" in r.stderr and "Traceback" not in r.stderr
