@@ -14,8 +14,10 @@ Kafka's wire protocol is mapped onto the file protocol (``client/group.py``) lik
   passed: laggards are removed), and for an empty group ``group.initial.rebalance.delay.ms`` longer.
 - The assignment is computed by the group model (range or roundrobin, Kafka's algorithms): a wire leader still gets
   the members' metadata and sends its assignments in SyncGroup, but the model's assignment is what every member
-  gets, so an embedded member and a wire member can never disagree. A member that offers neither assignor (only
-  sticky / cooperative-sticky) is refused with INCONSISTENT_GROUP_PROTOCOL (23), naming the assignors it offered.
+  gets, so an embedded member and a wire member can never disagree. A group whose first member offers neither
+  assignor (sticky, cooperative-sticky, a custom one) is run by ``classic.py`` instead: Kafka's coordinator with the
+  leader's assignments passed through; a member offering only those to a group already running on the model is
+  refused with INCONSISTENT_GROUP_PROTOCOL (23).
 - SyncGroup marks the member synced (it revoked everything before joining: the eager protocol) and answers when the
   generation is stable (every member, wire or embedded, synced), with the model's assignment encoded as a
   ConsumerProtocolAssignment v0; a newer generation meanwhile answers REBALANCE_IN_PROGRESS (27).
@@ -34,7 +36,7 @@ import logging
 import time
 import uuid
 
-from ..client.group import ASSIGNORS, GroupMember
+from ..client.group import ASSIGNORS, GroupMember, describe_group
 from ..errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -47,6 +49,7 @@ from ..errors import (
     UnknownMemberIdError,
 )
 from . import protocol
+from .classic import ClassicGroup, ClassicGroups
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -91,6 +94,7 @@ class GroupCoordinator:
     def __init__(self, services):
         self.s = services
         self.groups: dict[str, WireGroup] = {}
+        self.classic = ClassicGroups(self)  # groups whose members assign partitions themselves
         self.initial_delay_s = services.config["group.initial.rebalance.delay.ms"] / 1000.0
         self.min_session = services.config["group.min.session.timeout.ms"]
         self.max_session = services.config["group.max.session.timeout.ms"]
@@ -104,6 +108,7 @@ class GroupCoordinator:
         return out
 
     def close(self) -> None:
+        self.classic.close()
         for g in self.groups.values():
             if g.phase is not None:
                 g.phase.cancel()
@@ -139,6 +144,11 @@ class GroupCoordinator:
         member_id = req["member_id"] or ""
         if err:
             return self._join_error(header, err, member_id)
+        cg = self.classic.groups.get(gid)
+        if cg is None and ClassicGroups.wants_classic(req) and not self._has_members(gid):
+            cg = self.classic.groups[gid] = ClassicGroup(self, gid)
+        if cg is not None:
+            return self.classic.join(ctx, header, req, cg)
         g = self.groups.get(gid)
         if g is None:
             g = self.groups[gid] = WireGroup(gid)
@@ -196,6 +206,16 @@ class GroupCoordinator:
             g.phase_started = time.monotonic()
             g.phase = self.s.loop.create_task(self._join_phase(g))
         return self._await_join(g, m, header)
+
+    def _has_members(self, gid: str) -> bool:
+        """Whether the group has members here or in the group model (live ones, in any process)."""
+        g = self.groups.get(gid)
+        if g is not None and g.members:
+            return True
+        try:
+            return bool(describe_group(self.s.store, gid)["members"])
+        except KafkaError:
+            return False
 
     def _validate_join(self, req) -> int:
         if not req["group_id"]:
@@ -287,6 +307,9 @@ class GroupCoordinator:
     # -- SyncGroup ------------------------------------------------------------------------------------------------
 
     def sync(self, ctx, header, req):
+        cg = self.classic.groups.get(req["group_id"])
+        if cg is not None:
+            return self.classic.sync(header, req, cg)
         m = self._member(req["group_id"], req["member_id"])
         if m is None:
             return self._sync_answer(header, UnknownMemberIdError.code, b"")
@@ -329,6 +352,9 @@ class GroupCoordinator:
     # -- Heartbeat / LeaveGroup / commits -------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> int:
+        cg = self.classic.groups.get(group_id)
+        if cg is not None:
+            return self.classic.heartbeat(cg, member_id, generation)
         g = self.groups.get(group_id)
         m = g.members.get(member_id) if g is not None else None
         if m is None:
@@ -347,6 +373,12 @@ class GroupCoordinator:
         return 0
 
     def leave(self, group_id: str, member_id: str) -> int:
+        cg = self.classic.groups.get(group_id)
+        if cg is not None:
+            if member_id not in cg.members:
+                return UnknownMemberIdError.code
+            cg.remove(member_id, "left the group")
+            return 0
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
             return UnknownMemberIdError.code
@@ -358,6 +390,9 @@ class GroupCoordinator:
             return InvalidGroupIdError.code
         if generation < 0 and not member_id:
             return 0
+        cg = self.classic.groups.get(group_id)
+        if cg is not None:
+            return self.classic.check_commit(cg, member_id, generation)
         m = self._member(group_id, member_id)
         if m is None:
             return UnknownMemberIdError.code
@@ -377,6 +412,7 @@ class GroupCoordinator:
         return IllegalGenerationError.code
 
     def sweep(self) -> None:
+        self.classic.sweep()
         now = time.monotonic()
         for g in list(self.groups.values()):
             for mid in [k for k, t in g.pending_ids.items() if t < now]:

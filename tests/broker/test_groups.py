@@ -154,7 +154,12 @@ def test_two_wire_members_split_and_rebalance_on_leave(broker):
 
 def test_wire_member_refused_without_a_common_assignor(broker):
     _produce(broker, "st", 1, 1)
-    with Wire(broker.port) as w:
+    # the group runs on the group model (an embedded range member): a cooperative-sticky-only member has no
+    # assignor in common with it
+    emb = kafkalog.KafkaConsumer("st", store=broker.data_dir, group_id="gs", session_timeout_ms=10000)
+    emb.poll(timeout_ms=100)
+    assert emb.assignment()
+    with emb, Wire(broker.port) as w:
         from kafkalog.broker import protocol
         meta = protocol.encode_subscription(["st"])
         r = w.call(11, 5, {"group_id": "gs", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,

@@ -1,0 +1,108 @@
+"""Groups whose members assign partitions themselves: confluent-kafka's cooperative-sticky (KIP-429, incremental
+rebalancing) and kafka-python's sticky assignor run on the broker's classic coordinator, the leader's assignment
+passed through; an embedded consumer cannot slip into such a group."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import kafkalog
+from kafkalog.broker import Broker
+from kafkalog.errors import InconsistentGroupProtocolError
+
+from .wire import Wire, batch
+
+ck = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b = Broker(tmp_path / "data", listen="127.0.0.1:0", config={"group.initial.rebalance.delay.ms": 0})
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _fill(b, topic, partitions=4, per=5):
+    with Wire(b.port) as w:
+        assert w.create_topic(topic, partitions)["error_code"] == 0
+        for p in range(partitions):
+            w.produce(topic, p, batch([b"%d-%d" % (p, i) for i in range(per)]))
+    return {b"%d-%d" % (p, i) for p in range(partitions) for i in range(per)}
+
+
+def _until(fn, timeout=40.0, what=""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fn():
+            return
+    raise AssertionError(f"timed out: {what}")
+
+
+def test_confluent_cooperative_sticky_splits_and_takes_over(broker):
+    expected = _fill(broker, "coop")
+    conf = {"bootstrap.servers": broker.bootstrap_servers, "group.id": "coop-g", "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500, "enable.auto.commit": False}
+    a, b = ck.Consumer(conf), ck.Consumer(conf)
+    try:
+        _coop_split_then_takeover(broker, a, b, expected)
+    finally:
+        a.close()  # idempotent in confluent-kafka: also after a failure half-way
+
+
+def _coop_split_then_takeover(broker, a, b, expected):
+    got = []
+    try:
+        a.subscribe(["coop"])
+        b.subscribe(["coop"])
+
+        def poll_both():
+            for c in (a, b):
+                m = c.poll(0.1)
+                if m is not None and not m.error():
+                    got.append(m.value())
+                    c.commit(message=m, asynchronous=False)
+            return len(a.assignment()) == 2 and len(b.assignment()) == 2
+        _until(poll_both, what="a 2/2 split under cooperative-sticky")
+        assert {tp.partition for tp in a.assignment()} | {tp.partition for tp in b.assignment()} == {0, 1, 2, 3}
+        state = kafkalog.client.group.describe_group(kafkalog.LogStore(broker.data_dir, read_only=True), "coop-g")
+        assert state["protocol"] == "cooperative-sticky" and len(state["members"]) == 2
+    finally:
+        b.close()
+
+    def rest():
+        m = a.poll(0.1)
+        if m is not None and not m.error():
+            got.append(m.value())
+            a.commit(message=m, asynchronous=False)
+        return len(a.assignment()) == 4 and set(got) >= expected
+    _until(rest, what="the remaining member to take all four partitions and read everything")
+    assert sorted(got) == sorted(expected)  # every record once: commits carried over the rebalances
+
+
+def test_kafka_python_sticky_group_and_an_embedded_consumer_is_refused(broker):
+    expected = _fill(broker, "sticky", partitions=2)
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+    c = kafka.KafkaConsumer("sticky", bootstrap_servers=broker.bootstrap_servers, group_id="sticky-g",
+                            auto_offset_reset="earliest", partition_assignment_strategy=[StickyPartitionAssignor],
+                            session_timeout_ms=6000, heartbeat_interval_ms=500)
+    try:
+        got = []
+
+        def drain():
+            for recs in c.poll(timeout_ms=100).values():
+                got.extend(r.value for r in recs)
+            return set(got) >= expected
+        _until(drain, what="the sticky member to read both partitions")
+        assert sorted(got) == sorted(expected)
+        with pytest.raises(InconsistentGroupProtocolError, match="no partition assignment strategy in common"):
+            kafkalog.KafkaConsumer("sticky", store=broker.data_dir, group_id="sticky-g")  # joins as it subscribes
+        assert len(c.assignment()) == 2  # untouched
+    finally:
+        c.close()
