@@ -145,6 +145,11 @@ class GroupCoordinator:
         if err:
             return self._join_error(header, err, member_id)
         cg = self.classic.groups.get(gid)
+        if cg is not None and not cg.members and not ClassicGroups.wants_classic(req):
+            # only a KIP-394 member id was handed out: a member of the group model's kind takes the group over
+            # (the other client gets UNKNOWN_MEMBER_ID and starts again)
+            del self.classic.groups[gid]
+            cg = None
         if cg is None and ClassicGroups.wants_classic(req) and not self._has_members(gid):
             cg = self.classic.groups[gid] = ClassicGroup(self, gid)
         if cg is not None:

@@ -106,3 +106,24 @@ def test_kafka_python_sticky_group_and_an_embedded_consumer_is_refused(broker):
         assert len(c.assignment()) == 2  # untouched
     finally:
         c.close()
+
+
+def test_a_handed_out_member_id_does_not_claim_the_group(broker):
+    _fill(broker, "claim", partitions=1, per=1)
+    from kafkalog.broker import protocol
+    meta = protocol.encode_subscription(["claim"])
+
+    def join(w, member_id, name):
+        return w.call(11, 5, {"group_id": "claim-g", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+                              "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer",
+                              "protocols": [{"name": name, "metadata": meta}]})
+    with Wire(broker.port) as coop, Wire(broker.port) as ranged:
+        first = join(coop, "", "cooperative-sticky")
+        assert first["error_code"] == 79
+        r = join(ranged, "", "range")
+        assert r["error_code"] == 79
+        r = join(ranged, r["member_id"], "range")
+        assert r["error_code"] == 0 and r["protocol_name"] == "range"
+        # the cooperative client comes back with the id it was given: the group runs on the model now
+        assert join(coop, first["member_id"], "cooperative-sticky")["error_code"] == 25
+        assert join(coop, "", "cooperative-sticky")["error_code"] == 79
