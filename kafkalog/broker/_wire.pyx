@@ -164,16 +164,25 @@ def parse_produce(frame, Py_ssize_t offset, int version):
     [(name, [(partition, records memoryview or None), ...]), ...]; records are slices of ``frame``."""
     if version < 3 or version > 7:
         raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-7)")
+    return _parse(0, frame, offset, version)
+
+
+cdef object _parse(int api_key, object frame, Py_ssize_t offset, int version):
+    """Run the C parser of ``api_key`` over ``frame``'s buffer; a frame it refuses is decoded again by the table
+    codec, which raises the InvalidRequestError naming the field (both paths fail alike)."""
     cdef Py_buffer view
     PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
     try:
-        result = _parse_produce(<const unsigned char *>view.buf, view.len, offset, frame)
+        if api_key == 0:
+            result = _parse_produce(<const unsigned char *>view.buf, view.len, offset, frame)
+        else:
+            result = _parse_fetch(<const unsigned char *>view.buf, view.len, offset, version)
     except UnicodeDecodeError:
         result = None
     finally:
         PyBuffer_Release(&view)
     if result is None:
-        _reraise(0, version, frame, offset)
+        _reraise(api_key, version, frame, offset)
     return result
 
 
@@ -355,17 +364,7 @@ def parse_fetch(frame, Py_ssize_t offset, int version):
     """FetchRequest v4-11 body at ``offset`` → the dict protocol.decode_request(1, version, ...) returns."""
     if version < 4 or version > 11:
         raise UnsupportedVersionError(f"Fetch v{version} is not supported (supported 4-11)")
-    cdef Py_buffer view
-    PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
-    try:
-        result = _parse_fetch(<const unsigned char *>view.buf, view.len, offset, version)
-    except UnicodeDecodeError:
-        result = None
-    finally:
-        PyBuffer_Release(&view)
-    if result is None:
-        _reraise(1, version, frame, offset)
-    return result
+    return _parse(1, frame, offset, version)
 
 
 cdef object _parse_fetch(const unsigned char *buf, Py_ssize_t size, Py_ssize_t offset, int version):

@@ -18,6 +18,7 @@ import struct
 import threading
 import time
 
+from .._engine.records import RecordBatch
 from ..errors import (
     ClusterAuthorizationFailedError,
     CoordinatorNotAvailableError,
@@ -70,7 +71,6 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
 CLUSTER_ID = "kafkalog-single-node"
 
-_BATCH_HEADER = struct.Struct(">qiiBIhiqqqhii")  # RecordBatch header v2, 61 bytes (see _engine/records.pyx)
 
 
 def _code(exc: BaseException) -> int:
@@ -339,7 +339,7 @@ def produce(s: Services, ctx, header, frame, offset):
                     base = lg.append_records(records)[0]
                     s.producers.appended(name, idx, records, base)
                     if lg.log_append_time:
-                        append_time = _BATCH_HEADER.unpack_from(records, 0)[8]
+                        append_time = RecordBatch(records).max_timestamp  # stamped by the append
                 lso = lg.last_known_log_start_offset  # fresh: the append just synced this view
             except KafkaError as e:
                 code = _code(e)
@@ -496,29 +496,16 @@ def _fetch_response(s, header, ctx, req, result):
 
 def list_offsets(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
-    topics = []
-    for t in req["topics"]:
-        parts = []
-        denied = _denied(s, ctx, "DESCRIBE", "TOPIC", t["name"])
-        for p in t["partitions"]:
-            r = {"partition_index": p["partition_index"], "error_code": 0, "timestamp": -1, "offset": -1}
-            if denied:
-                r["error_code"] = TOPIC_DENIED
-                parts.append(r)
-                continue
-            try:
-                lg = s.log(t["name"], p["partition_index"])
-                ts = p["timestamp"]
-                if ts < -2:
-                    raise InvalidRequestError(f"ListOffsets timestamp {ts} is not supported at this version")
-                found = lg.offset_for_time(ts)
-                if found is not None:
-                    r["offset"] = found.offset
-                    r["timestamp"] = found.timestamp
-            except KafkaError as e:
-                r["error_code"] = _code(e)
-            parts.append(r)
-        topics.append({"name": t["name"], "partitions": parts})
+
+    def lookup(lg, _topic, p, r):
+        ts = p["timestamp"]
+        if ts < -2:
+            raise InvalidRequestError(f"ListOffsets timestamp {ts} is not supported at this version")
+        found = lg.offset_for_time(ts)  # the engine's time index: -1 latest, -2 earliest
+        if found is not None:
+            r["offset"] = found.offset
+            r["timestamp"] = found.timestamp
+    topics = _each_partition(s, ctx, req["topics"], "DESCRIBE", {"timestamp": -1, "offset": -1}, lookup)
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
 
 
@@ -526,27 +513,37 @@ def list_offsets(s: Services, ctx, header, frame, offset):
 
 def delete_records(s: Services, ctx, header, frame, offset):
     req = _body(header, frame, offset)
-    topics = []
-    for t in req["topics"]:
+
+    def delete(lg, topic, p, r):
+        r["low_watermark"] = lg.delete_records_before(p["offset"])
+        log.info("delete-records %s-%d before %d by %s: log start offset now %d", topic, p["partition_index"],
+                 p["offset"], ctx.peer, r["low_watermark"])
+    # KIP-107: DeleteRecords is authorized as DELETE on the TOPIC; a denial changes nothing
+    topics = _each_partition(s, ctx, req["topics"], "DELETE", {"low_watermark": -1}, delete)
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+
+
+def _each_partition(s, ctx, topics, operation: str, blank: dict, work) -> list:
+    """Kafka's per-partition answer: ``operation`` on each TOPIC checked once (a denial answers 29 for its
+    partitions), ``work(log, topic, partition request, answer)`` per partition, a KafkaError answered as that
+    partition's error code while the others go on."""
+    out = []
+    for t in topics:
+        name = t["name"]
+        denied = _denied(s, ctx, operation, "TOPIC", name)
         parts = []
-        # KIP-107: DeleteRecords is authorized as DELETE on the TOPIC; a denial changes nothing
-        denied = _denied(s, ctx, "DELETE", "TOPIC", t["name"])
         for p in t["partitions"]:
-            r = {"partition_index": p["partition_index"], "low_watermark": -1, "error_code": 0}
+            r = {"partition_index": p["partition_index"], "error_code": 0, **blank}
             if denied:
                 r["error_code"] = TOPIC_DENIED
-                parts.append(r)
-                continue
-            try:
-                lg = s.log(t["name"], p["partition_index"])
-                r["low_watermark"] = lg.delete_records_before(p["offset"])
-                log.info("delete-records %s-%d before %d by %s: log start offset now %d", t["name"],
-                         p["partition_index"], p["offset"], ctx.peer, r["low_watermark"])
-            except KafkaError as e:
-                r["error_code"] = _code(e)
+            else:
+                try:
+                    work(s.log(name, p["partition_index"]), name, p, r)
+                except KafkaError as e:
+                    r["error_code"] = _code(e)
             parts.append(r)
-        topics.append({"name": t["name"], "partitions": parts})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+        out.append({"name": name, "partitions": parts})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------- topics

@@ -202,8 +202,7 @@ class ClassicGroups:
     def join(self, ctx, header, req, g: ClassicGroup):
         member_id = req["member_id"] or ""
         if not member_id:
-            import uuid
-            member_id = f"{ctx.client_id or 'consumer'}-{uuid.uuid4()}".replace("/", "_")
+            member_id = self.c.new_member_id(ctx.client_id)
             if header.api_version >= 4:
                 g.pending_ids[member_id] = time.monotonic() + 300.0
                 return self.c._join_error(header, 79, member_id)
@@ -244,16 +243,7 @@ class ClassicGroups:
             g.prepare_rebalance()
         elif g.phase is None or g.phase.done():
             g.prepare_rebalance()
-        return self._await_join(m, header)
-
-    async def _await_join(self, m: ClassicMember, header):
-        try:
-            result = await asyncio.wait_for(asyncio.shield(m.join_fut), m.rebalance_timeout_ms / 1000.0 + 5.0)
-        except TimeoutError:
-            result = RebalanceInProgressError.code
-        if isinstance(result, int):
-            return self.c._join_error(header, result, m.member_id)
-        return protocol.encode_response(11, header.api_version, header.correlation_id, result)
+        return self.c.await_join(m.join_fut, m.rebalance_timeout_ms, m.member_id, header)
 
     async def sync(self, header, req, g: ClassicGroup):
         m = g.members.get(req["member_id"])

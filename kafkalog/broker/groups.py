@@ -158,7 +158,7 @@ class GroupCoordinator:
         if g is None:
             g = self.groups[gid] = WireGroup(gid)
         if not member_id:
-            member_id = f"{ctx.client_id or 'consumer'}-{uuid.uuid4()}".replace("/", "_")
+            member_id = self.new_member_id(ctx.client_id)
             if v >= 4:
                 g.pending_ids[member_id] = time.monotonic() + PENDING_MEMBER_S
                 return self._join_error(header, MemberIdRequiredError.code, member_id)
@@ -210,7 +210,7 @@ class GroupCoordinator:
         if g.phase is None or g.phase.done():
             g.phase_started = time.monotonic()
             g.phase = self.s.loop.create_task(self._join_phase(g))
-        return self._await_join(g, m, header)
+        return self.await_join(m.join_waiter, m.rebalance_timeout_ms, member_id, header)
 
     def _has_members(self, gid: str) -> bool:
         """Whether the group has members here or in the group model (live ones, in any process)."""
@@ -245,14 +245,19 @@ class GroupCoordinator:
             "throttle_time_ms": 0, "error_code": code, "generation_id": -1, "protocol_name": "", "leader": "",
             "member_id": member_id, "members": []})
 
-    async def _await_join(self, g: WireGroup, m: WireMember, header):
-        fut = m.join_waiter
+    @staticmethod
+    def new_member_id(client_id: str | None) -> str:
+        """KIP-394: the broker names a member (client id + a UUID, as Kafka does)."""
+        return f"{client_id or 'consumer'}-{uuid.uuid4()}".replace("/", "_")
+
+    async def await_join(self, fut, rebalance_timeout_ms: int, member_id: str, header):
+        """The JoinGroup answer once the join phase sets ``fut`` (a response body, or an error code)."""
         try:
-            result = await asyncio.wait_for(asyncio.shield(fut), m.rebalance_timeout_ms / 1000.0 + 5.0)
+            result = await asyncio.wait_for(asyncio.shield(fut), rebalance_timeout_ms / 1000.0 + 5.0)
         except TimeoutError:
             result = RebalanceInProgressError.code
         if isinstance(result, int):
-            return self._join_error(header, result, m.gm.member_id)
+            return self._join_error(header, result, member_id)
         return protocol.encode_response(11, header.api_version, header.correlation_id, result)
 
     async def _join_phase(self, g: WireGroup) -> None:

@@ -16,29 +16,22 @@ the first time an idempotent batch arrives for it.
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 
+from .._engine.records import iter_batches
 from ..errors import InvalidProducerEpochError, KafkaError, OutOfOrderSequenceNumberError
 from ..storage.files import atomic_write
 
 _ID_BLOCK = 1000
 _CACHED_BATCHES = 5
 _INT32_MAX = 2**31 - 1
-_HEADER = struct.Struct(">q i 4x B 4x 2x i 16x q h i i")  # base offset, length, magic, lod, pid, epoch, seq, count
-_HEADER_SIZE = 61
 
 
 def _batches(buf):
-    """(base offset, last offset delta, producer id, epoch, base sequence) of each batch in ``buf``."""
-    pos = 0
-    n = len(buf)
-    while n - pos >= _HEADER_SIZE:
-        base, length, magic, lod, pid, epoch, seq, _count = _HEADER.unpack_from(buf, pos)
-        if length < 49 or pos + 12 + length > n:
-            return
-        yield base, lod, pid, epoch, seq
-        pos += 12 + length
+    """(base offset, last offset delta, producer id, epoch, base sequence) of each batch in ``buf`` (the engine's
+    header reader: no CRC check here, append_records does that)."""
+    for b in iter_batches(buf):
+        yield b.base_offset, b.last_offset_delta, b.producer_id, b.producer_epoch, b.base_sequence
 
 
 class _State:

@@ -220,35 +220,27 @@ class ClientQuotas:
 
     def record_produce(self, client_id: str | None, nbytes: int) -> int:
         """After an append: count the request's bytes; the throttle time in ms (0 when within quota)."""
-        now = self.clock()
-        cid = client_id or ""
-        st = self._stats(PRODUCE, cid, now)
-        st.rate.record(nbytes, now)
-        st.requests += 1
-        ms = self._throttle_ms(st, self.quota(PRODUCE, cid), now)
-        self._note(st, ms)
-        return ms
+        return self._record(PRODUCE, client_id, nbytes, take_back=False)
 
     def record_fetch(self, client_id: str | None, nbytes: int) -> int:
         """Before answering a fetch of ``nbytes``: the throttle time in ms; when it is > 0 the bytes are taken back
         (the read is not sent) and the caller answers an empty response."""
+        return self._record(FETCH, client_id, nbytes, take_back=True)
+
+    def _record(self, kind: str, client_id: str | None, nbytes: int, take_back: bool) -> int:
         now = self.clock()
         cid = client_id or ""
-        st = self._stats(FETCH, cid, now)
+        st = self._stats(kind, cid, now)
         st.rate.record(nbytes, now)
         st.requests += 1
-        ms = self._throttle_ms(st, self.quota(FETCH, cid), now)
-        if ms > 0:
+        ms = self._throttle_ms(st, self.quota(kind, cid), now)
+        if ms > 0 and take_back:
             st.rate.record(-nbytes, now)
-        self._note(st, ms)
-        return ms
-
-    @staticmethod
-    def _note(st: ClientStats, ms: int) -> None:
         st.last_throttle_ms = ms
         if ms > 0:
             st.throttle_total_ms += ms
             st.throttled_requests += 1
+        return ms
 
     def byte_rate(self, kind: str, client_id: str | None) -> float:
         st = self.stats.get((kind, client_id or ""))

@@ -4,8 +4,6 @@ passed through; an embedded consumer cannot slip into such a group."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 import kafkalog
@@ -36,15 +34,7 @@ def _fill(b, topic, partitions=4, per=5):
     return {b"%d-%d" % (p, i) for p in range(partitions) for i in range(per)}
 
 
-def _until(fn, timeout=40.0, what=""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if fn():
-            return
-    raise AssertionError(f"timed out: {what}")
-
-
-def test_confluent_cooperative_sticky_splits_and_takes_over(broker):
+def test_confluent_cooperative_sticky_splits_and_takes_over(broker, wait_for):
     expected = _fill(broker, "coop")
     conf = {"bootstrap.servers": broker.bootstrap_servers, "group.id": "coop-g", "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 6000,
@@ -54,12 +44,12 @@ def test_confluent_cooperative_sticky_splits_and_takes_over(broker):
     # requests in order too); librdkafka commits on revoke and on close by itself
     a, b = ck.Consumer(conf), ck.Consumer(conf)
     try:
-        _coop_split_then_takeover(broker, a, b, expected)
+        _coop_split_then_takeover(broker, a, b, expected, wait_for)
     finally:
         a.close()  # idempotent in confluent-kafka: also after a failure half-way
 
 
-def _coop_split_then_takeover(broker, a, b, expected):
+def _coop_split_then_takeover(broker, a, b, expected, wait_for):
     got = []
     try:
         a.subscribe(["coop"])
@@ -71,7 +61,7 @@ def _coop_split_then_takeover(broker, a, b, expected):
                 if m is not None and not m.error():
                     got.append(m.value())
             return len(a.assignment()) == 2 and len(b.assignment()) == 2
-        _until(poll_both, what="a 2/2 split under cooperative-sticky")
+        wait_for(poll_both, timeout=40, what="a 2/2 split under cooperative-sticky")
         assert {tp.partition for tp in a.assignment()} | {tp.partition for tp in b.assignment()} == {0, 1, 2, 3}
         state = kafkalog.client.group.describe_group(kafkalog.LogStore(broker.data_dir, read_only=True), "coop-g")
         assert state["protocol"] == "cooperative-sticky" and len(state["members"]) == 2
@@ -83,11 +73,11 @@ def _coop_split_then_takeover(broker, a, b, expected):
         if m is not None and not m.error():
             got.append(m.value())
         return len(a.assignment()) == 4 and set(got) >= expected
-    _until(rest, what="the remaining member to take all four partitions and read everything")
+    wait_for(rest, timeout=40, what="the remaining member to take all four partitions and read everything")
     assert sorted(got) == sorted(expected)  # every record once: commits carried over the rebalances
 
 
-def test_kafka_python_sticky_group_and_an_embedded_consumer_is_refused(broker):
+def test_kafka_python_sticky_group_and_an_embedded_consumer_is_refused(broker, wait_for):
     expected = _fill(broker, "sticky", partitions=2)
     from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
     c = kafka.KafkaConsumer("sticky", bootstrap_servers=broker.bootstrap_servers, group_id="sticky-g",
@@ -100,7 +90,7 @@ def test_kafka_python_sticky_group_and_an_embedded_consumer_is_refused(broker):
             for recs in c.poll(timeout_ms=100).values():
                 got.extend(r.value for r in recs)
             return set(got) >= expected
-        _until(drain, what="the sticky member to read both partitions")
+        wait_for(drain, timeout=40, what="the sticky member to read both partitions")
         assert sorted(got) == sorted(expected)
         with pytest.raises(InconsistentGroupProtocolError, match="no partition assignment strategy in common"):
             kafkalog.KafkaConsumer("sticky", store=broker.data_dir, group_id="sticky-g")  # joins as it subscribes

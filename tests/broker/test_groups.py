@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -45,17 +44,6 @@ def _produce(b, topic, partitions, per_partition):
                 "error_code"] == 0
 
 
-def _wait(fn, timeout=30.0, what=""):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_offsets_committed_over_the_wire_are_seen_embedded_and_back(broker, child_env):
     _produce(broker, "t", 2, 5)
     c = kafka.KafkaConsumer(bootstrap_servers=broker.bootstrap_servers, group_id="g", enable_auto_commit=False,
@@ -84,7 +72,7 @@ def test_offsets_committed_over_the_wire_are_seen_embedded_and_back(broker, chil
     assert committed == {("t", 0): 3, ("t", 1): 4}
 
 
-def test_a_group_mixes_wire_and_embedded_members(broker):
+def test_a_group_mixes_wire_and_embedded_members(broker, wait_for):
     _produce(broker, "mix", 4, 3)
     stop = threading.Event()
     seen_embedded: list = []
@@ -107,7 +95,8 @@ def test_a_group_mixes_wire_and_embedded_members(broker):
                                auto_offset_reset="earliest", **FAST)
     t = threading.Thread(target=embedded_member, daemon=True)
     try:
-        _wait(lambda: (wire.poll(timeout_ms=100), wire.assignment())[1], what="wire member assignment")
+        wait_for(lambda: (wire.poll(timeout_ms=100), wire.assignment())[1], timeout=30,
+                 what="wire member assignment")
         assert sorted(tp.partition for tp in wire.assignment()) == [0, 1, 2, 3]
         t.start()
 
@@ -116,20 +105,21 @@ def test_a_group_mixes_wire_and_embedded_members(broker):
             mine = sorted(tp.partition for tp in wire.assignment())
             theirs = seen_embedded[-1] if seen_embedded else []
             return len(mine) == 2 and len(theirs) == 2 and sorted(mine + theirs) == [0, 1, 2, 3]
-        _wait(split, what="the two doors to split 4 partitions 2/2")
+        wait_for(split, timeout=30, what="the two doors to split 4 partitions 2/2")
         state = kafkalog.client.group.describe_group(kafkalog.LogStore(broker.data_dir, read_only=True), "mixed")
         assert state["state"] == "Stable" and len(state["members"]) == 2
     finally:
         wire.close()  # LeaveGroup: the embedded member takes everything
     try:
-        _wait(lambda: seen_embedded and seen_embedded[-1] == [0, 1, 2, 3], what="embedded member to take all")
+        wait_for(lambda: seen_embedded and seen_embedded[-1] == [0, 1, 2, 3], timeout=30,
+                 what="embedded member to take all")
     finally:
         stop.set()
         t.join(timeout=30)
     assert not errors
 
 
-def test_two_wire_members_split_and_rebalance_on_leave(broker):
+def test_two_wire_members_split_and_rebalance_on_leave(broker, wait_for):
     _produce(broker, "two", 4, 2)
     a = kafka.KafkaConsumer("two", bootstrap_servers=broker.bootstrap_servers, group_id="g2",
                             auto_offset_reset="earliest", **FAST)
@@ -142,12 +132,12 @@ def test_two_wire_members_split_and_rebalance_on_leave(broker):
             pa = {tp.partition for tp in a.assignment()}
             pb = {tp.partition for tp in b.assignment()}
             return len(pa) == 2 and len(pb) == 2 and pa | pb == {0, 1, 2, 3}
-        _wait(split, what="2/2 split")
+        wait_for(split, timeout=30, what="2/2 split")
     finally:
         b.close()
     try:
-        _wait(lambda: (a.poll(timeout_ms=50), {tp.partition for tp in a.assignment()} == {0, 1, 2, 3})[1],
-              what="the remaining member to take all partitions")
+        wait_for(lambda: (a.poll(timeout_ms=50), {tp.partition for tp in a.assignment()} == {0, 1, 2, 3})[1],
+                 timeout=30, what="the remaining member to take all partitions")
     finally:
         a.close()
 
@@ -182,7 +172,7 @@ def test_wire_member_refused_without_a_common_assignor(broker):
         assert oc["topics"][0]["partitions"][0]["error_code"] == 25
 
 
-def test_read_only_tools_beside_the_running_broker(broker, child_env):
+def test_read_only_tools_beside_the_running_broker(broker, child_env, wait_for):
     _produce(broker, "ro", 1, 4)
     data = str(broker.data_dir)
     out = subprocess.run([sys.executable, "-m", "kafkalog", "consume", data, "ro", "--from-beginning"],
@@ -202,7 +192,7 @@ def test_read_only_tools_beside_the_running_broker(broker, child_env):
         def four():
             got.extend(r.value for rs in emb.poll(timeout_ms=100).values() for r in rs)
             return len(got) == 4
-        _wait(four, what="4 records")
+        wait_for(four, timeout=30, what="4 records")
         assert got == [b"ro-0-%d" % i for i in range(4)]
     finally:
         emb.close()

@@ -54,10 +54,11 @@ class WireTap:
                 return
             u = socket.create_connection(("127.0.0.1", self.target))
             self._socks += [c, u]
-            threading.Thread(target=self._pipe_up, args=(c, u), daemon=True).start()
-            threading.Thread(target=self._pipe_down, args=(u, c), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(c, u, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, False), daemon=True).start()
 
-    def _pipe_up(self, src, dst) -> None:
+    def _pipe(self, src, dst, up: bool) -> None:
+        """Copy src to dst; client-to-broker bytes (``up``) are also cut into request frames and recorded."""
         buf = bytearray()
         while True:
             try:
@@ -67,32 +68,20 @@ class WireTap:
             if not data:
                 _shut(dst)
                 return
-            buf += data
             with self.lock:
-                self.bytes_up += len(data)
-            while len(buf) >= 4:
-                (size,) = struct.unpack_from(">i", buf)
-                if len(buf) < 4 + size:
-                    break
-                frame = bytes(buf[4:4 + size])
-                del buf[:4 + size]
-                self._record(frame)
-            try:
-                dst.sendall(data)
-            except OSError:
-                return
-
-    def _pipe_down(self, src, dst) -> None:
-        while True:
-            try:
-                data = src.recv(65536)
-            except OSError:
-                data = b""
-            if not data:
-                _shut(dst)
-                return
-            with self.lock:
-                self.bytes_down += len(data)
+                if up:
+                    self.bytes_up += len(data)
+                else:
+                    self.bytes_down += len(data)
+            if up:
+                buf += data
+                while len(buf) >= 4:
+                    (size,) = struct.unpack_from(">i", buf)
+                    if len(buf) < 4 + size:
+                        break
+                    frame = bytes(buf[4:4 + size])
+                    del buf[:4 + size]
+                    self._record(frame)
             try:
                 dst.sendall(data)
             except OSError:
