@@ -41,7 +41,7 @@ from .clib cimport (KL_CHECK, KL_CODEC_NONE, KL_COMPRESSION_CODEC_MASK, KL_HEADE
                     KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_TYPE_MASK, kl_next_uvarint,
                     kl_unzigzag)
 from .index cimport OffsetIndex, TimeIndex
-from .records cimport BatchHeader, batch_error_message, check_batch, parse_batch_header
+from .records cimport KL_BATCH_INCOMPLETE, BatchHeader, batch_error_message, check_batch, parse_batch_header
 
 from kafkalog.errors import CorruptRecordError, IndexFullError, InvalidOffsetError, InvalidRecordError, storage_error
 from kafkalog._engine.records import RecordBatch
@@ -62,6 +62,22 @@ def segment_file_name(int64_t base_offset, str suffix=".log"):
 cdef object _os_error(str operation, object path):
     cdef int err = errno
     return storage_error(OSError(err, strerror(err).decode()), operation, path)
+
+
+cdef Py_ssize_t _pread_full(int fd, unsigned char *p, Py_ssize_t n, int64_t offset) noexcept nogil:
+    """pread until n bytes or end of file; -1 on error (errno set)."""
+    cdef Py_ssize_t done = 0
+    cdef ssize_t r
+    while done < n:
+        r = pread(fd, p + done, n - done, offset + done)
+        if r < 0:
+            if errno == EINTR:
+                continue
+            return -1
+        if r == 0:
+            break
+        done += r
+    return done
 
 
 cdef class Mapping:
@@ -237,9 +253,13 @@ cdef class LogSegment:
         cdef int rc
         self._ensure_mapped(file_size)
         if self.offset_index is not None and self.offset_index.entries > 0:
-            pos = self.offset_index.last_entry[1]
-            if pos < 0 or pos >= file_size:
-                pos = 0  # an index ahead of its log (torn write of the log): recovery rebuilds it
+            off, pos = self.offset_index.last_entry
+            # the index is only a hint: its last entry must name the start of the batch ending at its offset, or
+            # the scan starts at the segment's start (a damaged or stale index must never shorten the view: a
+            # shared writer would cut what lies past it as a torn tail)
+            if not (0 < pos < file_size and parse_batch_header(self._ptr(pos), file_size - pos, &h) == 0
+                    and h.base_offset + h.last_offset_delta == off and _sane(&h, self.base_offset, -1)):
+                pos = 0
         if self.time_index is not None and self.time_index.entries > 0:
             ts, off = self.time_index.last_entry
             self.max_timestamp_so_far = ts
@@ -486,11 +506,13 @@ cdef class LogSegment:
                 return False
         return True
 
-    def recover(self, int64_t max_message_size=0x7fffffff, int64_t from_offset=-1):
+    def recover(self, int64_t max_message_size=0x7fffffff, int64_t from_offset=-1, bint truncate=True):
         """Validate batches (CRC, framing, offsets) and rebuild the indexes; truncate at the first invalid byte.
 
         Batches whose last offset is below ``from_offset`` (the recovery point: fsynced before) are trusted and
-        only their headers are read; index entries from there on are dropped and rebuilt. Returns truncated bytes.
+        only their headers are read; index entries from there on are dropped and rebuilt. Returns truncated bytes
+        (``truncate=False``: the indexes are rebuilt from the segment's start, the .log is never cut; returns the
+        bytes past the last batch taken in).
         """
         cdef BatchHeader h
         cdef struct_stat st
@@ -508,7 +530,7 @@ cdef class LogSegment:
         self.offset_of_max_timestamp_so_far = self.base_offset
         self.rolling_based_timestamp = -1
         self.next_offset = self.base_offset
-        if from_offset > self.base_offset and self.offset_index.entries > 0:
+        if truncate and from_offset > self.base_offset and self.offset_index.entries > 0:
             self.offset_index.truncate_to(from_offset)
             self.time_index.truncate_to(from_offset)
             if self.offset_index.entries > 0:
@@ -552,7 +574,7 @@ cdef class LogSegment:
             self._note_batch(pos, last, h.max_timestamp, h.batch_length + KL_LOG_OVERHEAD)
             pos = self.size
         truncated = file_size - self.size
-        if truncated > 0:
+        if truncated > 0 and truncate:
             if ftruncate(self.fd, self.size) != 0:
                 raise _os_error("truncate", self.log_path)
         if self.max_timestamp_so_far >= 0:
@@ -582,15 +604,18 @@ cdef class LogSegment:
     def refresh(self):
         """Take in complete, CRC-valid batches that other processes appended after ``size``.
 
-        Returns the number of new bytes (0 when none), or -1 when the file is now shorter than our view (another
-        process truncated it: the caller must reopen the segment).
+        Reads with pread() in chunks; a batch that crosses a chunk's end is read again from its start with the
+        next chunk (sized to hold it), so the view stops only where the file really stops holding a complete,
+        valid batch: at its end, at a batch still being written (or torn by a writer that died), or at invalid
+        bytes. Returns the number of new bytes (0 when none), or -1 when the file is now shorter than our view
+        (another process truncated it: the caller must reopen the segment).
         """
         cdef struct_stat st
         cdef BatchHeader h
-        cdef int64_t file_size, pos, start = self.size
+        cdef int64_t file_size, pos, start = self.size, want, need, chunk_len = _CHUNK
         cdef bytearray chunk
         cdef const unsigned char *p
-        cdef Py_ssize_t got, q, avail
+        cdef Py_ssize_t got, q, k
         cdef int rc
         if fstat(self.fd, &st) != 0:
             raise _os_error("fstat", self.log_path)
@@ -599,41 +624,40 @@ cdef class LogSegment:
             return -1
         pos = self.size
         while pos < file_size:
-            want = min(file_size - pos, _CHUNK)
+            want = min(file_size - pos, chunk_len)
             chunk = bytearray(want)
             p = <const unsigned char *>(<char *>chunk)
-            got = pread(self.fd, <void *>p, want, pos)
-            if got <= 0:
-                break
+            got = _pread_full(self.fd, <unsigned char *>p, want, pos)
+            if got < 0:
+                raise _os_error("read", self.log_path)
             q = 0
+            rc = 0
             while q < got:
-                avail = got - q
-                rc = check_batch(p + q, avail, &h)
-                if rc == -1 and q == 0 and h.batch_length + KL_LOG_OVERHEAD > avail and \
-                        pos + h.batch_length + KL_LOG_OVERHEAD <= file_size and avail >= KL_RECORD_BATCH_OVERHEAD:
-                    # one batch larger than the chunk: read exactly it
-                    chunk = bytearray(h.batch_length + KL_LOG_OVERHEAD)
-                    p = <const unsigned char *>(<char *>chunk)
-                    got = pread(self.fd, <void *>p, len(chunk), pos)
-                    if got != len(chunk):
-                        break
-                    continue
+                rc = check_batch(p + q, got - q, &h)
                 if rc != 0:
                     break
                 q += h.batch_length + KL_LOG_OVERHEAD
-            if q == 0:
-                break
-            self._ensure_mapped(pos + q)
-            # account per batch, with the index rule; entries written by the other process are picked up below
-            avail = 0
-            while avail < q:
-                parse_batch_header(p + avail, q - avail, &h)
-                self._note_batch_foreign(pos + avail, h.base_offset + h.last_offset_delta, h.max_timestamp,
-                                         h.batch_length + KL_LOG_OVERHEAD)
-                avail += h.batch_length + KL_LOG_OVERHEAD
-            pos += q
-            if q < got:
-                break
+            if q > 0:
+                self._ensure_mapped(pos + q)
+                # account per batch, with the index rule; entries written by the other process are picked up below
+                k = 0
+                while k < q:
+                    parse_batch_header(p + k, q - k, &h)
+                    self._note_batch_foreign(pos + k, h.base_offset + h.last_offset_delta, h.max_timestamp,
+                                             h.batch_length + KL_LOG_OVERHEAD)
+                    k += h.batch_length + KL_LOG_OVERHEAD
+                pos += q
+            if q == got or rc != KL_BATCH_INCOMPLETE or got < want:
+                # read to the end, an invalid batch, or the file shrank meanwhile: the view ends here
+                if q < got or got < want:
+                    break
+                continue
+            # the bytes end inside a batch: when the file holds all of it, read on from its start
+            need = h.batch_length + KL_LOG_OVERHEAD if got - q >= KL_HEADER_SIZE_UP_TO_MAGIC else \
+                KL_HEADER_SIZE_UP_TO_MAGIC
+            if pos + need > file_size:
+                break  # incomplete at the end of the file: being written now, or torn by a writer that died
+            chunk_len = max(chunk_len, need)
         # The index files only change when the .log does: read them when batches came in, and once more at the
         # next call (a writer in another process writes its entries just after its batch). An unchanged segment
         # costs one fstat, not a scan of the index files' preallocated tails.
@@ -732,10 +756,20 @@ cdef class LogSegment:
         return st.st_size - self.size
 
     def truncate_torn_tail(self):
-        """Cut bytes past ``size`` (only under the partition lock: no other writer can be appending)."""
+        """Cut what follows the last complete, valid batch (only under the partition lock: no live writer can be
+        appending, so an incomplete or invalid batch there was torn by a writer that died). Everything valid is
+        taken in first: bytes are cut only when they really are torn. Returns the bytes cut."""
+        cdef struct_stat st
+        if self.refresh() < 0:
+            return 0  # another process's recovery truncated the file under us: the caller reopens the segment
+        if fstat(self.fd, &st) != 0:
+            raise _os_error("fstat", self.log_path)
+        if st.st_size <= self.size:
+            return 0
         if ftruncate(self.fd, self.size) != 0:
             raise _os_error("truncate", self.log_path)
         self.torn_bytes = 0
+        return st.st_size - self.size
 
     @property
     def closed(self):

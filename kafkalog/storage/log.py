@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import logging
 import os
 import random
 import threading
@@ -69,6 +70,7 @@ STAGED_BATCH_BYTES = 16384  # Kafka's batch.size: a staged append() batch is wri
 RECORD_BATCH_OVERHEAD = 61
 INT32_MAX = 2**31 - 1
 _PARTITION_LOCK = ".kafkalog.lock"
+_log = logging.getLogger("kafkalog")
 
 
 def _now_ms() -> int:
@@ -107,7 +109,9 @@ class Log:
         self._checkpointed_recovery_point = 0
         self._unflushed = 0
         self._last_flush = time.monotonic()
-        self._dir_dirty = False
+        # highest segment base whose directory entry this process made durable (fsync of the dir): -1 at open,
+        # since segments created by other processes, or by an earlier run killed before it flushed, may not be
+        self._dir_synced_base = -1
         self._lso_stamp = None
         self._staged: BatchBuilder | None = None
         self._ts_lo, self._ts_hi = 0, LONG_MAX
@@ -234,6 +238,7 @@ class Log:
                 if recover or e.errno != errno.ENOENT:
                     raise
                 bases = self._list_bases()
+        segments = self._skip_below_start(segments, ckpt_lso, remove=writer)
         if recover:
             segments, rp = self._recover(segments, rp, had_clean_shutdown)
         elif self.mode == READ and not had_clean_shutdown:
@@ -252,12 +257,15 @@ class Log:
                 self._lso = self._leo = ckpt_lso
                 return
             segments = [self._open_segment(ckpt_lso, True, create=True)]
-            self._dir_dirty = True
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._leo = segments[-1].next_offset
         self._lso = max(ckpt_lso, segments[0].base_offset)
-        self._recovery_point = self._leo if had_clean_shutdown else min(max(rp, self._lso), self._leo)
+        # Only the exclusive owner after a clean shutdown may take the log end for fsynced: a shared opener cannot
+        # know what other processes appended and never flushed, so it starts from the checkpointed recovery point,
+        # which holds only offsets some process really fsynced (every writer checkpoints what its flush covered)
+        self._recovery_point = self._leo if (had_clean_shutdown and self.mode == EXCLUSIVE) else \
+            min(max(rp, self._lso), self._leo)
         self._checkpointed_recovery_point = self._recovery_point
         self._new_active()
         if self.mode == EXCLUSIVE:
@@ -265,6 +273,38 @@ class Log:
             self._staged.base_offset = self._leo
             self._size_staged()
             self._refresh_time_bounds()
+
+    def _skip_below_start(self, segments: list[LogSegment], lso: int, remove: bool) -> list[LogSegment]:
+        """Segments wholly below the log start offset are garbage: a delete-before or retention was killed after
+        its checkpoint and before it removed them. A writer removes them (crash-safe rename first), a reader only
+        leaves them out of its view. The last segment always stays (the writer's active one)."""
+        n = 0
+        # by file names only: a header-only load of a damaged segment may end early, its names never lie
+        while n < len(segments) - 1 and segments[n + 1].base_offset <= lso:
+            n += 1
+        for seg in segments[:n]:
+            if remove:
+                self._remove_files(seg, delay=False)
+            else:
+                seg.close_without_finalizing()
+        return segments[n:]
+
+    def _remove_files_below(self, base: int) -> None:
+        """Remove the files of every segment on disk below ``base`` that this view does not hold: left behind by
+        a deleter killed after its checkpoint, or below a start another process advanced. A delete must never
+        leave older segments behind a gap (partition lock held)."""
+        for b in self._list_bases():
+            if b >= base:
+                break
+            for suffix in (".log", ".index", ".timeindex"):
+                p = self.dir / segment_file_name(b, suffix)
+                try:
+                    os.replace(p, p.with_name(p.name + ".deleted"))
+                except FileNotFoundError:
+                    continue
+                except OSError as e:
+                    raise storage_error(e, "rename", p) from None
+                _unlink(p.with_name(p.name + ".deleted"))
 
     def _list_bases(self) -> list[int]:
         try:
@@ -277,17 +317,20 @@ class Log:
         seg = self._open_segment(base, writable=active)
         if not active and recover and self.mode != READ and (
                 _index_missing(self.dir, base) or not seg.indexes_consistent()):
-            # a sealed segment lost its index files or they disagree with the .log: rebuild them from the .log
+            # a sealed segment lost its index files or they disagree with the .log: rebuild them from the .log,
+            # never cutting the .log (its batches are validated by recovery from the recovery point on, and by
+            # every read's CRC check)
             seg.close()
             seg = self._open_segment(base, writable=True)
-            seg.recover(self._max_message_bytes)
+            seg.recover(self._max_message_bytes, LONG_MAX, truncate=False)
             seg.close()
             seg = self._open_segment(base, writable=False)
         return seg
 
     def _recover(self, segments: list[LogSegment], rp: int, clean: bool) -> tuple[list[LogSegment], int]:
-        """Unclean shutdown: validate from the recovery point on, truncate at the first invalid byte, drop later
-        segments. Clean shutdown: only an active segment with a torn tail (never expected) is repaired."""
+        """Unclean shutdown: validate every segment from the one holding the recovery point on, each truncated at
+        its first invalid byte; later segments are validated too, never dropped. Clean shutdown: only an active
+        segment with a torn tail (never expected) is repaired."""
         if not segments:
             return segments, rp
         start = 0
@@ -309,17 +352,16 @@ class Log:
                 seg.close()
                 seg = self._open_segment(seg.base_offset, writable=False)
             segments[i] = seg
-            # offsets are contiguous across our segments: a gap after this one means an earlier recovery truncated
-            # here and was killed before it removed the later segments
-            gap = i + 1 < len(segments) and segments[i + 1].base_offset != seg.next_offset
-            if truncated > 0 or gap:
-                for later in reversed(segments[i + 1:]):
-                    self._remove_files(later, delay=False)
-                segments = segments[: i + 1]
-                if not seg.writable:
-                    seg.close()
-                    segments[i] = self._open_segment(seg.base_offset, writable=True)
-                break
+            if truncated > 0:
+                _log.warning("recovery of %s-%d cut %d invalid bytes at the end of segment %d (offsets from %d on: "
+                             "never fsynced)", self.topic, self.partition, truncated, seg.base_offset,
+                             seg.next_offset)
+            # Later segments stay, whatever happened here: each is validated on its own, and a valid, CRC-clean
+            # segment above the log start is never dropped for a gap (Kafka's compacted logs have gaps too)
+            if i + 1 < len(segments) and segments[i + 1].base_offset != seg.next_offset:
+                _log.warning("%s-%d has no records in offsets [%d, %d) (a gap between segments); the segments "
+                             "around it are kept", self.topic, self.partition, seg.next_offset,
+                             segments[i + 1].base_offset)
         # the active segment must be writable and its indexes full-size again
         return segments, min(rp, segments[-1].next_offset)
 
@@ -676,7 +718,6 @@ class Log:
         seg = self._open_segment(self._leo, writable=True, create=True)
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
-        self._dir_dirty = True
         self._new_active()
         return seg
 
@@ -737,7 +778,8 @@ class Log:
     def _flush_locked(self) -> None:
         self._drain()
         leo = self._leo
-        if self._recovery_point >= leo and not self._dir_dirty:
+        dir_behind = self._segments[-1].base_offset > self._dir_synced_base
+        if self._recovery_point >= leo and not dir_behind:
             return
         i = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
         for seg in self._segments[i:]:
@@ -749,9 +791,10 @@ class Log:
                 except KafkaStorageError as e:
                     if e.errno != errno.ENOENT:
                         raise  # ENOENT: another process deleted it (delete-before): nothing left to make durable
-        if self._dir_dirty:
+        if dir_behind:
+            # every segment up to the flushed offset must be found after a power loss, whoever created it
             fsync_dir(self.dir)
-            self._dir_dirty = False
+            self._dir_synced_base = self._segments[-1].base_offset
         failpoints.hit("flush:after-fsync")
         self._recovery_point = leo
         self._unflushed = 0
@@ -988,6 +1031,7 @@ class Log:
             self._bases.pop(0)
         for seg in victims:
             self._remove_files(seg)
+        self._remove_files_below(self._segments[0].base_offset)
 
     def _remove_files(self, seg: LogSegment, delay: bool = True) -> None:
         """Crash-safe delete: rename to ``.deleted`` first; unlink now or after file.delete.delay.ms."""
@@ -1048,6 +1092,7 @@ class Log:
                 del self._bases[:n]
                 for seg in victims:
                     self._remove_files(seg)
+                self._remove_files_below(self._segments[0].base_offset)
                 return n
 
     # ------------------------------------------------------------------------------------------------ close

@@ -430,11 +430,10 @@ def fp_delete_records_after_checkpoint(tmp, data, z):
         log = store.log(TOPIC, 0)
         lso, leo = verify_log(log, min_leo=300, min_lso=x, where="after kill at delete-records:after-checkpoint")
         assert lso == x and leo == 300
-        assert [s.base_offset for s in log.segments()][0] < x, "segments below the start were to remain on disk"
-        removed = log.run_retention()
-        assert removed == 2, f"retention removed {removed} segments below the log start offset {x}, expected 2"
+        # the loader removes the segments the killed delete left wholly below the log start (they are garbage: a
+        # later delete by another writer would otherwise leave them behind a gap)
         assert [s.base_offset for s in log.segments()][0] == bases[2]
-        verify_log(log, min_leo=300, min_lso=x, where="after retention")
+        assert log.run_retention() == 0
     assert not leftovers(data)
     assert log_files(data) == before[2:]
     append_more_and_verify(data)
@@ -557,10 +556,11 @@ def test_failpoint_kill(failpoint, tmp_path, zygote):
     FAILPOINT_CASES[failpoint](tmp_path, tmp_path / "data", zygote)
 
 
-def test_recovery_killed_after_truncating_a_sealed_segment_keeps_a_prefix(tmp_path, zygote):
-    """Recovery truncates a sealed segment at a bad batch and must then drop every later segment. Killed between
-    the two (recover:after-segment), the next recovery must still end the log at the bad batch: the later
-    segments hold records that follow lost ones, and must not come back behind a gap."""
+def test_recovery_killed_after_truncating_a_sealed_segment_keeps_later_segments(tmp_path, zygote):
+    """Recovery truncates a sealed segment at a bad batch (never-fsynced data) and keeps every later segment: each
+    is validated on its own and a valid segment above the log start is never dropped for a gap. Killed between
+    segments (recover:after-segment), the next recovery ends in the same state: the bad batch's records gone, the
+    later segments' records all there at their offsets, a gap between."""
     data = tmp_path / "data"
     make_store(data, 100, SMALL_SEGMENTS, roll_at_end=True)  # recovery point 100 = base of an empty segment
     spec = make_spec(tmp_path, "w1", data, [["open", {}], ["append", {"n": 150, "how": "batch", "per": 3}],
@@ -570,6 +570,7 @@ def test_recovery_killed_after_truncating_a_sealed_segment_keeps_a_prefix(tmp_pa
     seg = partition_dir(data) / "00000000000000000100.log"
     batches = batches_of(seg)
     assert len(log_files(data)) >= 3 and len(batches) >= 3
+    later = sorted(int(n[:20]) for n in log_files(data) if n.endswith(".log") and int(n[:20]) > 100)
     # a lost page in never-fsynced data (above the recovery point): the second batch of segment 100 goes bad
     pos, size, bad_base, _ = batches[1]
     raw = bytearray(seg.read_bytes())
@@ -578,8 +579,12 @@ def test_recovery_killed_after_truncating_a_sealed_segment_keeps_a_prefix(tmp_pa
     _run_to_failpoint(tmp_path, data, "recover:after-segment", [["open", {}]], "open")
     with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
         log = store.log(TOPIC, 0)
-        lso, leo = verify_log(log, min_leo=bad_base, where="second recovery after a kill during the first")
-        assert leo == bad_base, f"log end {leo}: recovery must stop at the bad batch at {bad_base}"
+        assert log.log_end_offset == 250, "the later segments' records must all stay"
+        offsets = [r.offset for r in log.records()]
+        assert offsets == list(range(0, bad_base)) + list(range(later[0], 250)), \
+            f"expected [0, {bad_base}) and [{later[0]}, 250) around the gap"
+        log.append_batch([b"after"])
+        assert [r.value for r in log.records(250)] == [b"after"]
     check_cli(data, zygote, tmp_path)
 
 
@@ -814,3 +819,161 @@ def test_shared_writer_killed_mid_roll_while_another_appends(zygote, tmp_path):
     mp.wait_progress(mp.reader_max, mp.reader_max() + 100, "the reader after writer 2 died mid-roll")
     mp.finish()
     mp.verify()
+
+
+# ==================================================================================================== 5. issue 10 regressions
+
+def test_damaged_index_hint_never_shortens_a_shared_writers_view(tmp_path):
+    """A shared opener loads the active segment's tail from the last offset-index entry. An entry that does not
+    name a batch start (damaged index) must not end the view there: the first append would cut everything past
+    it as a torn tail, flushed records included."""
+    data = tmp_path / "data"
+    make_store(data, 400, {"index.interval.bytes": 128})
+    idx = partition_dir(data) / ("%020d.index" % 0)
+    raw = bytearray(idx.read_bytes())
+    assert len(raw) >= 16, "the segment needs index entries"
+    prev = int.from_bytes(raw[-12:-8], "big")
+    raw[-4:] = (prev + 7).to_bytes(4, "big")  # the last entry's position: ordered, but not a batch start
+    idx.write_bytes(bytes(raw))
+    size = (partition_dir(data) / ("%020d.log" % 0)).stat().st_size
+    with LogStore(data, PARENT_CONFIG, maintenance=False) as store:  # shared, clean: no recovery
+        log = store.log(TOPIC, 0)
+        assert log.log_end_offset == 400
+        assert log.append_batch([value_for(400)]) == 400
+        assert (partition_dir(data) / ("%020d.log" % 0)).stat().st_size > size, "the .log was cut"
+        verify_log(log, min_leo=401, where="after a shared append over a damaged index")
+
+
+def test_sealed_segment_with_damaged_indexes_is_rebuilt_not_cut(tmp_path, unclean):
+    """Index files that disagree with their .log are rebuilt from the .log; the .log is never truncated to what a
+    damaged index covers (a bad batch in a sealed, fsynced segment stays, and a read of it fails naming it)."""
+    data = tmp_path / "data"
+    make_store(data, 300, SMALL_SEGMENTS)
+    sealed = partition_dir(data) / log_files(data)[1]
+    before = sealed.read_bytes()
+    for suffix in (".index", ".timeindex"):
+        f = sealed.with_suffix(suffix)
+        f.write_bytes(bytes(f.stat().st_size or 24))  # zeroed
+    raw = bytearray(before)
+    pos, size, bad_base, _ = batches_of(sealed)[-1]
+    raw[pos + size - 2] ^= 0x5A
+    sealed.write_bytes(bytes(raw))
+    unclean(data)
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        log = store.log(TOPIC, 0)
+        assert log.log_end_offset == 300
+        assert len(sealed.read_bytes()) == len(before), "the sealed segment's .log was cut"
+        with pytest.raises(CorruptRecordError):
+            list(log.records())
+        after = int(log_files(data)[2][:20])
+        assert [r.offset for r in log.records(after)] == list(range(after, 300))
+
+
+def test_unflushed_damage_with_zeroed_indexes_keeps_every_flushed_record(tmp_path, zygote):
+    """A corrupt byte in the never-flushed tail of the active segment, its index files zeroed: recovery cuts at
+    the damaged batch, never below what flush() made durable."""
+    data = tmp_path / "data"
+    make_store(data, 0)
+    spec = make_spec(tmp_path, "w", data, [["open", {}], ["append", {"n": 200, "how": "batch", "per": 5}],
+                                           ["flush", {}], ["append", {"n": 60, "how": "batch", "per": 5}],
+                                           ["selfkill", {}]])
+    j = assert_killed(zygote.wait(zygote.spawn(spec)), spec)
+    flushed = j.max("F")
+    assert flushed == 200
+    seg = active_log(data)
+    pos, size, bad_base, _ = batches_of(seg)[-3]
+    assert bad_base >= flushed
+    raw = bytearray(seg.read_bytes())
+    raw[pos + size - 2] ^= 0xFF
+    seg.write_bytes(bytes(raw))
+    for suffix in (".index", ".timeindex"):
+        f = seg.with_suffix(suffix)
+        f.write_bytes(bytes(f.stat().st_size))
+    _, leo, clean = reopen_verify(data, min_leo=flushed)
+    assert not clean and leo == bad_base
+    check_cli(data, zygote, tmp_path)
+
+
+def test_killed_delete_leaves_no_gap_when_another_writer_deletes(tmp_path, zygote, unclean):
+    """kill -9 between the log-start checkpoint and the segment deletes leaves segments below the log start; a
+    later delete by another shared writer (whose view has dropped them) must not leave them behind a gap, and
+    recovery must remove them as garbage and keep every segment above the log start."""
+    data = tmp_path / "data"
+    make_store(data, 300, SMALL_SEGMENTS)
+    bases = [int(n[:20]) for n in log_files(data)]
+    assert len(bases) >= 8
+    x, y = bases[2] + 2, bases[5] + 1
+    with LogStore(data, PARENT_CONFIG, maintenance=False) as other:  # a shared writer running all along
+        log = other.log(TOPIC, 0)
+        assert log.log_end_offset == 300
+        _run_to_failpoint(tmp_path, data, "delete-records:after-checkpoint",
+                          [["open", {"mode": "shared"}], ["delete", {"to": x}]], "delete")
+        assert log.delete_records_before(y) == y
+        on_disk = [int(n[:20]) for n in log_files(data)]
+        assert on_disk[0] == bases[5], f"segments below the log start left on disk: {on_disk}"
+    check_cli(data, zygote, tmp_path)
+    unclean(data)
+    lso, leo, _ = reopen_verify(data, min_leo=300, min_lso=y)
+    assert (lso, leo) == (y, 300)
+
+
+def test_recovery_removes_leftovers_below_the_start_and_keeps_segments_across_a_gap(tmp_path, zygote, unclean):
+    """Segments wholly below the checkpointed log start are garbage to remove; a gap above the log start (here:
+    a middle segment's files gone) is reported and every valid segment after it kept."""
+    data = tmp_path / "data"
+    make_store(data, 300, SMALL_SEGMENTS)
+    bases = [int(n[:20]) for n in log_files(data)]
+    x = bases[3] + 1
+    (data / LSO_CHECKPOINT).write_text(f"0\n1\n{TOPIC} 0 {x}\n")
+    gone = bases[5]
+    for suffix in (".log", ".index", ".timeindex"):
+        (partition_dir(data) / ("%020d%s" % (gone, suffix))).unlink()
+    unclean(data)
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        log = store.log(TOPIC, 0)
+        assert log.log_start_offset == x and log.log_end_offset == 300
+        offsets = [r.offset for r in log.records()]
+        assert offsets == list(range(x, gone)) + list(range(bases[6], 300))
+        assert all(r.value == value_for(r.offset) for r in log.records())
+    assert [int(n[:20]) for n in log_files(data)] == bases[3:5] + bases[6:]
+    check_cli(data, zygote, tmp_path)
+
+
+def test_second_shared_writer_starts_from_the_checkpointed_recovery_point(tmp_path):
+    """A non-first shared opener cannot know what others appended and never flushed: its recovery point is the
+    checkpointed one (what some process really fsynced), never the log end, so its flush() fsyncs those too."""
+    data = tmp_path / "data"
+    make_store(data, 50)
+    with LogStore(data, PARENT_CONFIG, maintenance=False) as first:
+        a = first.log(TOPIC, 0)
+        a.append_batch([value_for(50 + i) for i in range(50)])  # page cache only
+        with LogStore(data, PARENT_CONFIG, maintenance=False) as second:
+            b = second.log(TOPIC, 0)
+            assert b.log_end_offset == 100
+            assert b.recovery_point <= 50, f"the second writer took {b.recovery_point} for fsynced"
+            b.flush()
+            assert b.recovery_point == 100
+
+
+def test_flush_makes_the_directory_entry_of_another_writers_segment_durable(tmp_path, monkeypatch):
+    """flush() fsyncs the partition directory when it covers a segment this process did not create (another
+    process's roll, or an earlier run's): without it a power loss loses the whole segment."""
+    import kafkalog.storage.log as logmod
+    data = tmp_path / "data"
+    make_store(data, 20, SMALL_SEGMENTS)
+    synced = []
+    real = logmod.fsync_dir
+    monkeypatch.setattr(logmod, "fsync_dir", lambda p: (synced.append(Path(p)), real(p)))
+    with LogStore(data, PARENT_CONFIG, maintenance=False) as a, LogStore(data, PARENT_CONFIG, maintenance=False) as b:
+        la, lb = a.log(TOPIC, 0), b.log(TOPIC, 0)
+        la.flush()
+        assert partition_dir(data) in synced, "the first flush after open must cover segments made by others"
+        synced.clear()
+        la.flush()
+        assert not synced, "nothing new: no directory fsync"
+        n = len(lb.segments())
+        while len(lb.segments()) == n:  # b rolls into a new segment
+            lb.append_batch([value_for(lb.log_end_offset)])
+        la.append_batch([value_for(la.log_end_offset)])
+        la.flush()
+        assert partition_dir(data) in synced, "a segment rolled by another writer: flush must fsync the directory"
