@@ -650,7 +650,8 @@ class KafkaProducer(RecordAccumulator):
             pieces: list = []
             if data is not None:
                 recs = list(RecordBatch(bytes(data)).records())
-                data.release()
+                if isinstance(data, memoryview):  # a compressed batch is built as bytes
+                    data.release()
                 self._write_split(part, recs, 0, b.records_count, pieces)
             else:  # cannot happen (the records were encoded when sent); fail the batch rather than lose it quietly
                 pieces.append((0, b.records_count, ValueError("the producer could not build the batch")))

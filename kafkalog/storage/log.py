@@ -553,9 +553,13 @@ class Log:
             set_log_append_time(data, 0, _now_ms())
         self._write(data, batch.base_offset + batch.count - 1, batch.max_timestamp, batch.count)
 
-    def _claim(self, n: int) -> int:
-        """First of n offsets for a batch written now (lock held, after _sync): the staged path's builder hands
-        them out, so a record staged concurrently by another thread cannot take the same offsets."""
+    def _claim(self, n: int, size: int) -> int:
+        """First of n offsets for ``size`` bytes written now (lock held, after _sync): the staged path's builder
+        hands them out, so a record staged concurrently by another thread cannot take the same offsets. What would
+        be refused is refused first: offsets once claimed are gone (a refusal after it would leave a gap)."""
+        if size > self._segment_bytes:
+            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={self._segment_bytes} "
+                                           f"for {self.topic}-{self.partition}")
         if self._staged is None:
             return self._leo
         while True:
@@ -588,7 +592,7 @@ class Log:
                     raise RecordTooLargeError(
                         f"record batch of {len(data)} bytes exceeds max.message.bytes={self._max_message_bytes} "
                         f"for {self.topic}-{self.partition}")
-                base = self._claim(len(values))  # only once nothing can fail before the write
+                base = self._claim(len(values), len(data))  # only once nothing can fail before the write
                 if base != built_base:  # records staged by other threads were written first
                     data = bytearray(data)
                     set_base_offset(data, 0, base)
@@ -644,7 +648,7 @@ class Log:
                 max_ts = -1
                 if self._topic_codec is not None and any(b.compression != self._topic_codec for _, b in batches):
                     buf, batches = _recompress(batches, self._topic_codec)
-                first = nxt = self._claim(sum(b.record_count for _, b in batches))
+                first = nxt = self._claim(sum(b.record_count for _, b in batches), len(buf))
                 for pos, batch in batches:
                     set_base_offset(buf, pos, nxt)
                     if self._log_append_time:
@@ -675,7 +679,7 @@ class Log:
             self._check_writable()
             with self._locked_append():
                 self._drain()
-                base = self._claim(count)
+                base = self._claim(count, size)
                 set_base_offset(batch, 0, base)
                 if self._log_append_time:
                     max_timestamp = _now_ms()
@@ -696,9 +700,6 @@ class Log:
             self._wake()
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int) -> LogSegment:
-        if size > self._segment_bytes:
-            raise RecordBatchTooLargeError(f"append of {size} bytes exceeds segment.bytes={self._segment_bytes} "
-                                           f"for {self.topic}-{self.partition}")
         seg = self._segments[-1]
         if seg.size == 0:
             return seg

@@ -415,6 +415,23 @@ def test_too_large_record_fails_alone(open_store):
     assert [r.value[:1] for r in store.log("small", 0).records()] == [b"a", b"c", b"a", b"c"]
 
 
+@pytest.mark.parametrize("compression", ["lz4", "zstd", "gzip", None])
+def test_a_batch_larger_than_segment_bytes_is_split_and_every_future_resolves(open_store, compression):
+    """A batch the log refuses as a whole (larger than the topic's segment.bytes, compressed or not) is split
+    into batches that fit; flush() returns and every future resolves with its offset, in send order."""
+    store = open_store()
+    store.create_topic("tiny", 1, {"segment.bytes": 4096})
+    p = KafkaProducer(store, acks="all", linger_ms=LONG, batch_size=1 << 20, compression_type=compression)
+    values = [random.Random(i).randbytes(300) for i in range(60)]  # incompressible: ~18 KB > 4096
+    futures = [p.send("tiny", v) for v in values]
+    p.flush()
+    assert all(f.is_done for f in futures)
+    offsets = [f.get(timeout=5).offset for f in futures]
+    assert offsets == list(range(60))
+    assert [r.value for r in store.log("tiny", 0).records()] == values
+    p.close()
+
+
 def test_a_record_the_log_refuses_inside_a_batch_fails_alone(open_store):
     """message.timestamp.after.max.ms (1 h) refuses the whole batch in the log: the producer splits it so that only
     the record at fault fails and the others keep their order."""

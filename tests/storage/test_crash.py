@@ -821,7 +821,7 @@ def test_shared_writer_killed_mid_roll_while_another_appends(zygote, tmp_path):
     mp.verify()
 
 
-# ==================================================================================================== 5. issue 10 regressions
+# ============================================================================================ 5. issue 10 regressions
 
 def test_damaged_index_hint_never_shortens_a_shared_writers_view(tmp_path):
     """A shared opener loads the active segment's tail from the last offset-index entry. An entry that does not

@@ -18,6 +18,7 @@ from kafkalog.errors import (
     LogClosedError,
     OffsetOutOfRangeError,
     PolicyViolationError,
+    RecordBatchTooLargeError,
     RecordTooLargeError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -34,8 +35,8 @@ def values(n, start=0):
     return [b"value-%d" % i for i in range(start, start + n)]
 
 
-def fresh(open_store, config=None, topic="t", partitions=1, topic_config=None):
-    store = open_store(config)
+def fresh(open_store, config=None, topic="t", partitions=1, topic_config=None, **kw):
+    store = open_store(config, **kw)
     store.create_topic(topic, partitions, topic_config)
     return store, store.log(topic, 0)
 
@@ -53,6 +54,19 @@ def test_append_read_roundtrip_and_offsets(open_store):
     assert (recs[0].key, recs[0].value, recs[0].headers, recs[0].timestamp) == (b"k", b"a", [("h", b"v")], T0)
     assert [r.value for r in recs[1:]] == values(5)
     assert all(r.timestamp_type == 0 for r in recs)
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_an_append_larger_than_a_segment_is_refused_without_using_offsets(open_store, exclusive):
+    """RecordBatchTooLargeError before any offset is claimed: the next append takes the next offset (no gap)."""
+    store, log = fresh(open_store, exclusive=exclusive, topic_config={"segment.bytes": 2048})
+    log.append(b"a")
+    with pytest.raises(RecordBatchTooLargeError):
+        log.append_batch([os.urandom(1000) for _ in range(3)])
+    with pytest.raises(RecordBatchTooLargeError):
+        log.append_records(build_batch([os.urandom(1000) for _ in range(3)]))
+    assert log.append_batch([b"b"]) == 1
+    assert [r.offset for r in log.records()] == [0, 1]
 
 
 def test_records_range_is_half_open_and_mid_batch(open_store):
