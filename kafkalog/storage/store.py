@@ -282,6 +282,9 @@ class LogStore:
                     if other.replace(".", "_") == norm:
                         raise InvalidTopicError(f"topic {name!r} collides with existing topic {other!r} "
                                                 "('.' and '_' collide in metric names)")
+                # checkpoint entries of a same-named topic whose delete was cut off after its directories went:
+                # the new topic starts at offset 0
+                self._checkpoints.forget(name, range(partitions))
                 topics = dict(self._topics)
                 topics[name] = {"partitions": partitions, "config": topic_config.overrides}
                 atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
@@ -312,17 +315,22 @@ class LogStore:
             del topics[name]
             atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
             self._topics = topics
-            for p in range(n):
-                d = self.path / f"{name}-{p}"
-                if d.exists():
-                    gone = self.path / f"{name}-{p}.{uuid.uuid4().hex}-delete"
-                    try:
-                        os.replace(d, gone)
-                        shutil.rmtree(gone)
-                    except OSError as e:
-                        raise storage_error(e, "delete topic", d) from None
-            self._checkpoints.forget(name, range(n))
+            self._remove_partition_dirs(name, range(n))
+            # the renames are durable before the log start offsets are forgotten: a power loss in between must not
+            # bring a partition dir back without its log start (records deleted before it would come back)
             fsync_dir(self.path)
+            self._checkpoints.forget(name, range(n))
+
+    def _remove_partition_dirs(self, name: str, partitions) -> None:
+        for p in partitions:
+            d = self.path / f"{name}-{p}"
+            if d.exists():
+                gone = self.path / f"{name}-{p}.{uuid.uuid4().hex}-delete"
+                try:
+                    os.replace(d, gone)
+                    shutil.rmtree(gone)
+                except OSError as e:
+                    raise storage_error(e, "delete topic", d) from None
 
     def alter_topic_config(self, name: str, overrides) -> Config:
         """Replace a topic's per-topic config overrides (validated like create_topic's; keys not given fall back

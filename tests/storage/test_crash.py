@@ -977,3 +977,20 @@ def test_flush_makes_the_directory_entry_of_another_writers_segment_durable(tmp_
         la.append_batch([value_for(la.log_end_offset)])
         la.flush()
         assert partition_dir(data) in synced, "a segment rolled by another writer: flush must fsync the directory"
+
+
+def test_a_topic_created_again_starts_at_zero_after_a_cut_off_delete(tmp_path):
+    """delete_topic cut off after its directories were gone but before the checkpoints forgot the topic: a topic
+    created with the same name starts empty at offset 0, not at the old log start."""
+    data = tmp_path / "data"
+    make_store(data, 30, delete_before=10)
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        store.delete_topic(TOPIC)
+    (data / LSO_CHECKPOINT).write_text(f"0\n1\n{TOPIC} 0 10\n")  # the forget never reached the disk
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        store.create_topic(TOPIC, 1)
+        log = store.log(TOPIC, 0)
+        assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+        assert log.append_batch([b"new"]) == 0
+    with LogStore(data, PARENT_CONFIG, read_only=True) as store:
+        assert [r.value for r in store.log(TOPIC, 0).records()] == [b"new"]
