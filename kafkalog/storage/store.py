@@ -68,6 +68,22 @@ def validate_topic_name(name) -> None:
         raise InvalidTopicError(f"topic name {name!r}: only ASCII letters, digits, '.', '_' and '-' are legal")
 
 
+def _make_durable_dir(path: Path) -> None:
+    """Create the data dir (and missing parents) so that it survives a power loss: each new directory's entry is
+    made durable by an fsync of its parent (without it a power loss takes the whole store away)."""
+    missing = []
+    p = path.absolute()
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error(e, "create data dir", path) from None
+    for d in reversed(missing):
+        fsync_dir(d.parent)
+
+
 class LogStore:
     """A data dir of topics. See the module docstring for modes, recovery and thread/process safety."""
 
@@ -96,10 +112,7 @@ class LogStore:
             self.had_clean_shutdown = (self.path / CLEAN_SHUTDOWN_FILE).exists()
             self._reload_topics()
             return
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise storage_error(e, "create data dir", self.path) from None
+        _make_durable_dir(self.path)
         self._checkpoints = Checkpoints(self.path)
         self._open_writer()
         if maintenance:
@@ -303,23 +316,32 @@ class LogStore:
             raise KafkaStorageError(30, f"store {self.path} is opened read-only")
         with self._lock:
             self._check_open()
-            self._reload_topics()
-            if name not in self._topics:
-                raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
-            n = self._topics[name]["partitions"]
-            for p in range(n):
-                log = self._logs.pop((name, p), None)
-                if log is not None:
-                    log.close()
-            topics = dict(self._topics)
-            del topics[name]
-            atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
-            self._topics = topics
-            self._remove_partition_dirs(name, range(n))
-            # the renames are durable before the log start offsets are forgotten: a power loss in between must not
-            # bring a partition dir back without its log start (records deleted before it would come back)
-            fsync_dir(self.path)
-            self._checkpoints.forget(name, range(n))
+            # the registry is read, changed and written under the init lock, as create_topic does: without it a
+            # concurrent create in another process lost its entry (or its temp file, mid-rename)
+            init = FileLock(self.path / ".kafkalog-init.lock")
+            init.acquire(what="delete topic")
+            try:
+                self._topics_stamp = None
+                self._reload_topics()
+                if name not in self._topics:
+                    raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
+                n = self._topics[name]["partitions"]
+                for p in range(n):
+                    log = self._logs.pop((name, p), None)
+                    if log is not None:
+                        log.close()
+                topics = dict(self._topics)
+                del topics[name]
+                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._topics = topics
+                self._remove_partition_dirs(name, range(n))
+                # the renames are durable before the log start offsets are forgotten: a power loss in between must
+                # not bring a partition dir back without its log start (records deleted before it would come back)
+                fsync_dir(self.path)
+                self._checkpoints.forget(name, range(n))
+            finally:
+                init.release()
+                init.close()
 
     def _remove_partition_dirs(self, name: str, partitions) -> None:
         for p in partitions:

@@ -1,0 +1,169 @@
+"""Workloads for the power-loss tests, each run in its own process on the plfs mount until it is killed.
+
+    python workloads.py NAME DATA_DIR ACK_FILE SEED [WRITER_ID]
+
+A workload writes one line to ACK_FILE (on the real disk, outside the mount; appended and fsynced) only after a call
+that promised durability returned. The lines are what the checker holds the recovered store to:
+
+    R <topic> <partition> <offset> <sha1 of value>   a record that flush()/acks="all"/put() made durable
+    D <topic> <partition> <offset>                    delete_records_before / retention advanced the log start here
+    C <group> <topic> <partition> <offset>            commit() returned with this committed offset
+    T <topic> created | deleting | deleted            create_topic returned / delete_topic called, returned
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import random
+import sys
+import time
+
+import kafkalog
+from kafkalog import TopicPartition
+
+SMALL = {"segment.bytes": 16384, "index.interval.bytes": 512}
+
+
+class Acks:
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, *lines: str) -> None:
+        os.write(self.fd, "".join(line + "\n" for line in lines).encode())
+        os.fsync(self.fd)
+
+
+def digest(value: bytes) -> str:
+    return hashlib.sha1(value).hexdigest()
+
+
+def values(rng: random.Random, tag: str, n: int) -> list[bytes]:
+    return [f"{tag}-{i}-".encode() + rng.randbytes(rng.randint(10, 400)) for i in range(n)]
+
+
+def ensure_topic(store, name, config=SMALL, partitions=1):
+    if name not in store.topics():
+        try:
+            store.create_topic(name, partitions, config)
+        except kafkalog.errors.TopicAlreadyExistsError:
+            pass
+
+
+def appender(store, acks, rng, tag, deletes=True, flushes=0.7):
+    ensure_topic(store, "t")
+    log = store.log("t", 0)
+    seq = 0
+    while True:
+        vals = values(rng, f"{tag}.{seq}", rng.randint(1, 40))
+        seq += 1
+        base = log.append_batch(vals, compression=rng.choice([None, None, "lz4", "zstd"]))
+        if rng.random() < flushes:
+            log.flush()
+            acks.write(*(f"R t 0 {base + i} {digest(v)}" for i, v in enumerate(vals)))
+        if deletes and rng.random() < 0.05:
+            end = log.log_end_offset
+            target = rng.randint(log.log_start_offset, max(log.log_start_offset, end - 50))
+            acks.write(f"D t 0 {log.delete_records_before(target)}")
+        if rng.random() < 0.03:
+            log.roll()
+
+
+def w_exclusive(data, acks, rng, wid):
+    with kafkalog.LogStore(data, exclusive=True, maintenance=False) as store:
+        appender(store, acks, rng, f"x{wid}")
+
+
+def w_shared(data, acks, rng, wid):
+    with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}) as store:
+        # writer 2 never flushes: it rolls segments whose directory entries only the others' flushes make durable
+        appender(store, acks, rng, f"s{wid}", deletes=wid == 0, flushes=0.0 if wid == 2 else 0.7)
+
+
+def w_retention(data, acks, rng, wid):
+    with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}, maintenance=False) as store:
+        ensure_topic(store, "t")
+        log = store.log("t", 0)
+        store.alter_topic_config("t", dict(SMALL, **{"retention.bytes": 60000}))
+        log = store.log("t", 0)
+        while True:
+            time.sleep(rng.uniform(0.05, 0.3))
+            if log.run_retention():
+                acks.write(f"D t 0 {log.log_start_offset}")
+
+
+def w_producer(data, acks, rng, wid):
+    with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}) as store:
+        ensure_topic(store, "p", partitions=2)
+        producer = kafkalog.KafkaProducer(store, acks="all", linger_ms=rng.choice([0, 2]))
+        while True:
+            vals = values(rng, f"p{wid}", rng.randint(1, 20))
+            futures = [(v, producer.send("p", v, key=v[:4])) for v in vals]
+            lines = []
+            for v, f in futures:
+                md = f.get(timeout=30)
+                lines.append(f"R p {md.partition} {md.offset} {digest(v)}")
+            acks.write(*lines)
+
+
+def w_consumer(data, acks, rng, wid):
+    with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}) as store:
+        ensure_topic(store, "c")
+        log = store.log("c", 0)
+        consumer = kafkalog.KafkaConsumer("c", store=store, group_id="g", enable_auto_commit=False,
+                                          auto_offset_reset="earliest")
+        while True:
+            log.append_batch(values(rng, f"c{wid}", rng.randint(1, 30)))
+            log.flush()  # consumed records are durable: a commit never points past what survives
+            got = consumer.poll(timeout_ms=200, max_records=rng.randint(1, 50))
+            if got:
+                consumer.commit()
+                tp = TopicPartition("c", 0)
+                acks.write(f"C g c 0 {consumer.committed(tp)}")
+
+
+def w_queue(data, acks, rng, wid):
+    with kafkalog.DurableQueue(data, name="jobs", group="w") as q:
+        while True:
+            vals = values(rng, f"q{wid}", rng.randint(1, 20))
+            offsets = q.put_many(vals)
+            acks.write(*(f"R jobs 0 {o} {digest(v)}" for o, v in zip(offsets, vals)))
+            try:
+                q.ack(q.get(timeout=0.1))
+            except queue.Empty:
+                pass
+
+
+def w_topics(data, acks, rng, wid):
+    with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}, maintenance=False) as store:
+        n, run = 0, rng.randrange(1 << 30)
+        while True:
+            name = f"tp{wid}r{run}x{n}"
+            n += 1
+            store.create_topic(name, 1, SMALL)
+            acks.write(f"T {name} created")
+            log = store.log(name, 0)
+            vals = values(rng, name, rng.randint(1, 30))
+            base = log.append_batch(vals)
+            log.flush()
+            acks.write(*(f"R {name} 0 {base + i} {digest(v)}" for i, v in enumerate(vals)))
+            if rng.random() < 0.5:
+                acks.write(f"T {name} deleting")
+                store.delete_topic(name)
+                acks.write(f"T {name} deleted")
+
+
+WORKLOADS = {name[2:]: fn for name, fn in globals().items() if name.startswith("w_")}
+
+
+def main(argv) -> int:
+    name, data, ack_path, seed = argv[:4]
+    wid = int(argv[4]) if len(argv) > 4 else 0
+    rng = random.Random(f"{seed}-{name}-{wid}")
+    WORKLOADS[name](data, Acks(ack_path), rng, wid)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
