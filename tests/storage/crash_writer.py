@@ -49,9 +49,12 @@ def value_for(offset: int) -> bytes:
     return body + b"|" + hashlib.sha1(body).hexdigest().encode()
 
 
-def payload_for(wid: int, seq: int) -> bytes:
-    """Value of a shared writer's record: unique per (writer id, sequence) and self-checking."""
+def payload_for(wid: int, seq: int, pad: int = 0) -> bytes:
+    """Value of a shared writer's record: unique per (writer id, sequence) and self-checking; ``pad`` bytes of
+    filler make big records (bursts of megabytes)."""
     body = b"w%d:%d" % (wid, seq)
+    if pad:
+        body += b"#" + b"%x" % (seq * 2654435761 % 2**32) * (pad // 8 + 1)
     return body + b"|" + hashlib.sha1(body).hexdigest()[:16].encode()
 
 
@@ -61,7 +64,7 @@ def parse_payload(value: bytes):
         body, _, digest = value.rpartition(b"|")
         if hashlib.sha1(body).hexdigest()[:16].encode() != digest or not body.startswith(b"w"):
             return None
-        wid, seq = body[1:].split(b":")
+        wid, seq = body[1:].split(b"#")[0].split(b":")
         return int(wid), int(seq)
     except (ValueError, AttributeError):
         return None
@@ -210,13 +213,33 @@ def op_random(ctx, seed, steps=None, max_batch=25):
             time.sleep(rng.random() * 0.002)
 
 
-def op_shared_writer(ctx, wid, seed, stop_file, max_batch=6):
-    """A shared-mode writer appending payload_for(wid, seq) records until ``stop_file`` exists."""
+def op_shared_writer(ctx, wid, seed, stop_file, max_batch=6, burst_bytes=0, pause_s=0.0, deletes=False):
+    """A shared-mode writer appending payload_for(wid, seq) records until ``stop_file`` exists. With
+    ``burst_bytes``, now and then a burst of big records (many calls, up to that many bytes) while the other
+    processes may not look; ``pause_s``: now and then it does not look for up to that long; ``deletes``: now and
+    then a delete-before (journaled as ``D <new log start>`` once it returned)."""
     rng = random.Random(seed)
     log, j = ctx.log, ctx.journal
     seq = 0
     while not os.path.exists(stop_file):
         r = rng.random()
+        if burst_bytes and r < 0.08:
+            goal, done = rng.randint(burst_bytes // 4, burst_bytes), 0
+            while done < goal:
+                n = rng.randint(8, 64)
+                vals = [payload_for(wid, seq + k, 2048) for k in range(n)]
+                base = log.append_batch(vals)
+                j.note("A", base, n, wid, seq)
+                seq += n
+                done += sum(map(len, vals))
+            continue
+        if pause_s and r < 0.12:
+            time.sleep(rng.random() * pause_s)
+            continue
+        if deletes and r < 0.13:
+            lso, leo = log.log_start_offset, log.log_end_offset
+            j.note("D", log.delete_records_before(rng.randint(lso, max(lso, leo - 100))), sync=True)
+            continue
         if r < 0.6:
             n = rng.randint(1, max_batch)
             base = log.append_batch([payload_for(wid, seq + k) for k in range(n)])
@@ -232,12 +255,15 @@ def op_shared_writer(ctx, wid, seed, stop_file, max_batch=6):
             time.sleep(rng.random() * 0.001)
 
 
-def op_reader(ctx, stop_file, poll_s=0.0005):
-    """Read every record as it appears; report each one and anything out of order or corrupt."""
-    from kafkalog.errors import KafkaError
+def op_reader(ctx, stop_file, poll_s=0.0005, pause_s=0.0, seed=0):
+    """Read every record as it appears; report each one and anything out of order or corrupt. Records deleted
+    before it read them are skipped (``J <log start>``), the log start never going back. ``pause_s``: now and then
+    it does not look for up to that long (other processes append megabytes meanwhile)."""
+    from kafkalog.errors import KafkaError, OffsetOutOfRangeError
     log, j = ctx.log, ctx.journal
+    rng = random.Random(seed)
     pos = log.log_start_offset
-    last_leo = 0
+    last_leo = last_lso = 0
     while True:
         stopping = os.path.exists(stop_file)
         leo = log.log_end_offset
@@ -245,20 +271,32 @@ def op_reader(ctx, stop_file, poll_s=0.0005):
             j.note("E", f"log end offset went back from {last_leo} to {leo}")
         last_leo = max(last_leo, leo)
         try:
+            lso = log.log_start_offset
+            if lso < last_lso:
+                j.note("E", f"log start offset went back from {last_lso} to {lso}")
+            last_lso = max(last_lso, lso)
+            if pos < lso:
+                j.note("J", lso)
+                pos = lso
             for rec in log.records(pos):
                 if rec.offset != pos:
-                    j.note("E", f"expected offset {pos}, got {rec.offset}")
+                    if pos < rec.offset <= log.last_known_log_start_offset:
+                        j.note("J", rec.offset)  # a delete-before moved the start past pos while reading
+                    else:
+                        j.note("E", f"expected offset {pos}, got {rec.offset}")
                 got = parse_payload(rec.value)
                 if got is None:
                     j.note("E", f"corrupt value at offset {rec.offset}: {rec.value[:40]!r}")
                     continue
                 j.note("O", rec.offset, got[0], got[1])
                 pos = rec.offset + 1
+        except OffsetOutOfRangeError:
+            continue  # deleted while reading: the next round starts at the new log start
         except KafkaError as e:
             j.note("E", f"read from {pos} raised {type(e).__name__}: {e}")
         if stopping:
             return
-        time.sleep(poll_s)
+        time.sleep(rng.random() * pause_s if pause_s and rng.random() < 0.05 else poll_s)
 
 
 OPS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}

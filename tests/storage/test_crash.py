@@ -994,3 +994,187 @@ def test_a_topic_created_again_starts_at_zero_after_a_cut_off_delete(tmp_path):
         assert log.append_batch([b"new"]) == 0
     with LogStore(data, PARENT_CONFIG, read_only=True) as store:
         assert [r.value for r in store.log(TOPIC, 0).records()] == [b"new"]
+
+
+# ============================================================================================ 6. multi-process torture
+
+def _cli(args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kafkalog", *map(str, args)], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def tools_agree(data: Path, topic: str = TOPIC, expect_end: int | None = None) -> tuple[int, int]:
+    """Every tool and a read-only store see the same log start and end, and consume prints every record between;
+    ``kafkalog check`` exits 0. Returns (log start, log end)."""
+    rows = json.loads(_cli(["topics", data, "--json"]).stdout)
+    row = next(r for r in rows if r["topic"] == topic and r["partition"] == 0)
+    latest = json.loads(_cli(["offsets", data, topic, "--time", "latest", "--json"]).stdout)
+    earliest = json.loads(_cli(["offsets", data, topic, "--time", "earliest", "--json"]).stdout)
+    with LogStore(data, read_only=True) as store:
+        log = store.log(topic, 0)
+        lso, leo = log.log_start_offset, log.log_end_offset
+        size = log.size_in_bytes
+        n_records = sum(1 for _ in log.records())
+    on_disk = sum(p.stat().st_size for p in (data / f"{topic}-0").glob("*.log"))
+    c = _cli(["consume", data, topic, "--from-beginning", "--format", "json"])
+    assert c.returncode == 0, c.stderr
+    offsets = [json.loads(line)["offset"] for line in c.stdout.splitlines()]
+    facts = {"topics start": row["log_start_offset"], "topics end": row["log_end_offset"],
+             "offsets earliest": earliest[0]["offset"], "offsets latest": latest[0]["offset"],
+             "reader start": lso, "reader end": leo}
+    assert len({facts["topics start"], facts["offsets earliest"], facts["reader start"]}) == 1, facts
+    assert len({facts["topics end"], facts["offsets latest"], facts["reader end"]}) == 1, facts
+    if expect_end is not None:
+        assert leo == expect_end, facts
+    assert offsets == list(range(lso, leo)) and n_records == leo - lso, \
+        f"consume printed {len(offsets)} records, the log holds {leo - lso} from {lso} ({facts})"
+    assert row["size_bytes"] == size and size >= on_disk - (1 << 20), (row["size_bytes"], size, on_disk)
+    check_cli(data)
+    return lso, leo
+
+
+def test_a_shared_writer_keeps_another_processes_megabytes(tmp_path, child_env):
+    """Issue 10, defect 1: a shared writer whose view is older than another process's append of more than 4 MiB
+    must take it all in (not stop at a read chunk and cut the rest as a torn tail)."""
+    data = tmp_path / "data"
+    with LogStore(data, PARENT_CONFIG, maintenance=False) as store:
+        store.create_topic(TOPIC, 1)
+        log = store.log(TOPIC, 0)
+        log.append(b"first")
+        log.flush()
+        seg = partition_dir(data) / ("%020d.log" % 0)
+        p = subprocess.run([sys.executable, "-m", "kafkalog", "produce", data, TOPIC], input="".join(
+            f"{i}\n" for i in range(1, 600_001)), capture_output=True, text=True, env=child_env, timeout=300)
+        assert p.returncode == 0 and "produced 600000 records" in p.stderr, p.stderr
+        size = seg.stat().st_size
+        assert size > 5 << 20
+        assert log.log_end_offset == 600_001
+        assert seg.stat().st_size == size, "the .log shrank"
+        assert log.append(b"last") == 600_001
+    lso, leo = tools_agree(data, expect_end=600_002)
+    with LogStore(data, read_only=True) as store:
+        values = [r.value for r in store.log(TOPIC, 0).records()]
+    assert values == [b"first"] + [b"%d" % i for i in range(1, 600_001)] + [b"last"]
+
+
+def test_readers_and_tools_see_every_batch_after_a_writer_is_killed(tmp_path, zygote):
+    """Issue 10, defect 2: after a writer appended megabytes and was killed (no clean shutdown, nobody recovered
+    yet), a read-only store and every CLI tool see every complete batch up to the true end, and agree."""
+    data = tmp_path / "data"
+    make_store(data, 0, {"segment.bytes": 3 << 20})
+    spec = make_spec(tmp_path, "w", data, [["open", {"mode": "shared"}],
+                                           ["append", {"n": 90_000, "how": "batch", "per": 500}],
+                                           ["selfkill", {}]])
+    j = assert_killed(zygote.wait(zygote.spawn(spec)), spec)
+    assert j.max("W") == 90_000
+    assert sum(p.stat().st_size for p in partition_dir(data).glob("*.log")) > 5 << 20
+    assert len(log_files(data)) >= 2
+    tools_agree(data, expect_end=90_000)
+    c = _cli(["consume", data, TOPIC, "--offset", 45_000, "--partition", 0, "--max-messages", 1, "--format", "json"])
+    assert json.loads(c.stdout)["offset"] == 45_000, c.stdout
+
+
+def _torture(zygote, tmp_path, kills):
+    rng = random.Random(SEED)
+    data = tmp_path / "data"
+    make_store(data, 0, {"segment.bytes": 6 << 20, "index.interval.bytes": 4096})
+    mp = MultiProcess(zygote, tmp_path, data)
+    stop = str(mp.stop)
+
+    def writer(wid):
+        spec = make_spec(tmp_path, f"w{wid}", data, [
+            ["open", {"mode": "shared"}],
+            ["shared_writer", {"wid": wid, "seed": SEED + wid, "stop_file": stop, "burst_bytes": 6 << 20,
+                               "pause_s": 0.3, "deletes": wid % 3 == 0}], ["close", {}]])
+        pid = zygote.spawn(spec)
+        mp.writers[wid] = (pid, spec)
+        wait_for_tag(spec["journal"], "R", pid, zygote, spec["log"])
+
+    readers = []
+    for r in range(2):
+        spec = make_spec(tmp_path, f"reader{r}", data, [
+            ["open", {"mode": "read"}], ["reader", {"stop_file": stop, "pause_s": 0.4, "seed": SEED + r}]])
+        pid = zygote.spawn(spec)
+        readers.append((pid, spec))
+        wait_for_tag(spec["journal"], "R", pid, zygote, spec["log"])
+    live, next_wid = [], 1
+    for _ in range(3):
+        writer(next_wid)
+        live.append(next_wid)
+        next_wid += 1
+    for _ in range(kills):
+        time.sleep(rng.uniform(0.2, 1.0))
+        # a CLI tool beside the writers: every record it prints is whole, in order, from the log start
+        c = _cli(["consume", data, TOPIC, "--from-beginning", "--format", "json"])
+        assert c.returncode == 0, c.stderr
+        recs = [json.loads(line) for line in c.stdout.splitlines()]
+        assert all(cw.parse_payload(r["value"].encode()) is not None for r in recs), "consume printed a bad record"
+        offs = [r["offset"] for r in recs]
+        with LogStore(data, read_only=True) as store:
+            lso_now = store.log(TOPIC, 0).log_start_offset
+        # consecutive, but for a delete-before that moved the start past it while it read
+        jumps = [(a, b) for a, b in zip(offs, offs[1:]) if b != a + 1]
+        assert all(a < b <= lso_now for a, b in jumps), f"consume skipped {jumps} (log start {lso_now})"
+        victim = rng.choice(live)
+        mp.kill(victim)
+        live.remove(victim)
+        writer(next_wid)
+        live.append(next_wid)
+        next_wid += 1
+    time.sleep(0.5)
+    mp.stop.touch()
+    for wid, (pid, spec) in mp.writers.items():
+        if wid not in mp.killed:
+            st = zygote.wait(pid, timeout=120)
+            assert st == 0, f"writer {wid} exited {st} (seed {SEED}):\n{_text(spec['log'])}"
+    deletes = []
+    for _, spec in mp.writers.values():
+        jr = Journal(spec["journal"])
+        assert not jr.errors(), jr.errors()
+        deletes += jr.values("D")
+    observed = []
+    for pid, spec in readers:
+        st = zygote.wait(pid, timeout=120)
+        assert st == 0, f"reader exited {st} (seed {SEED}):\n{_text(spec['log'])}"
+        rj = cw.read_journal(spec["journal"])
+        errors = [" ".join(ln[1:]) for ln in rj if ln[0] == "E"]
+        assert not errors, f"a reader saw: {errors[:5]} (seed {SEED})"
+        observed += [(int(ln[1]), int(ln[2]), int(ln[3])) for ln in rj if ln[0] == "O"]
+    lso, leo = tools_agree(data)
+    assert lso >= max(deletes, default=0), f"log start {lso} below an acknowledged delete-before {max(deletes)}"
+    at = {}
+    with LogStore(data, read_only=True) as store:
+        for rec in store.log(TOPIC, 0).records():
+            got = cw.parse_payload(rec.value)
+            assert got is not None, f"corrupt record at {rec.offset} (seed {SEED})"
+            at[rec.offset] = got
+    assert sorted(at) == list(range(lso, leo))
+    total = 0
+    for wid, (_, spec) in mp.writers.items():
+        for ln in cw.read_journal(spec["journal"]):
+            if ln[0] != "A":
+                continue
+            base, n, w, seq0 = map(int, ln[1:])
+            for k in range(n):
+                if base + k >= lso:
+                    total += 1
+                    assert at.get(base + k) == (wid, seq0 + k), (
+                        f"writer {wid}'s record {seq0 + k} appended at {base + k}: the log holds {at.get(base + k)} "
+                        f"(seed {SEED})")
+    for off, wid, seq in observed:
+        if off >= lso:
+            assert at.get(off) == (wid, seq), f"a reader saw ({wid}, {seq}) at {off}; the log holds {at.get(off)}"
+    assert total > 1000 and leo > 20_000, (total, leo)
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as store:
+        assert store.log(TOPIC, 0).log_end_offset == leo
+
+
+def test_multiprocess_torture(zygote, tmp_path):
+    """Shared writers appending megabyte bursts (more than 4 MiB while others do not look) and deleting, readers
+    that pause, CLI tools beside them, writers killed at random: nothing appended is lost, hidden or moved."""
+    _torture(zygote, tmp_path, kills=3)
+
+
+@pytest.mark.slow
+def test_multiprocess_torture_soak(zygote, tmp_path):
+    _torture(zygote, tmp_path, kills=int(os.environ.get("KAFKALOG_TORTURE_KILLS", "40")))
