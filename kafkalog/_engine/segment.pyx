@@ -309,9 +309,10 @@ cdef class LogSegment:
                         h.base_offset < self.base_offset:
                     raise InvalidOffsetError("append: offset %d does not fit segment %d" % (
                         h.base_offset, self.base_offset))
-                if expected_next_offset >= 0 and q == 0 and h.base_offset < expected_next_offset:
-                    raise InvalidOffsetError("append: base offset %d below the log end %d" % (
-                        h.base_offset, expected_next_offset))
+                if q == 0 and (h.base_offset < expected_next_offset or h.base_offset < self.next_offset):
+                    # never two batches at one offset: a stale view must fail here, not write a duplicate
+                    raise InvalidOffsetError("append: base offset %d below the log end %d of segment %d" % (
+                        h.base_offset, max(expected_next_offset, self.next_offset), self.base_offset))
                 q += h.batch_length + KL_LOG_OVERHEAD
             self._ensure_mapped(start + n)
             with nogil:
@@ -637,6 +638,9 @@ cdef class LogSegment:
                 if rc != 0:
                     break
                 q += h.batch_length + KL_LOG_OVERHEAD
+            # what the batch that stops the chunk needs (h is reused below)
+            need = h.batch_length + KL_LOG_OVERHEAD if got - q >= KL_HEADER_SIZE_UP_TO_MAGIC else \
+                KL_HEADER_SIZE_UP_TO_MAGIC
             if q > 0:
                 self._ensure_mapped(pos + q)
                 # account per batch, with the index rule; entries written by the other process are picked up below
@@ -653,8 +657,6 @@ cdef class LogSegment:
                     break
                 continue
             # the bytes end inside a batch: when the file holds all of it, read on from its start
-            need = h.batch_length + KL_LOG_OVERHEAD if got - q >= KL_HEADER_SIZE_UP_TO_MAGIC else \
-                KL_HEADER_SIZE_UP_TO_MAGIC
             if pos + need > file_size:
                 break  # incomplete at the end of the file: being written now, or torn by a writer that died
             chunk_len = max(chunk_len, need)

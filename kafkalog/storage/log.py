@@ -1147,6 +1147,7 @@ class _PartitionLock:
             active = log._segments[-1]
             if active.torn_bytes_now() > 0:
                 active.truncate_torn_tail()  # a writer died mid-append: cut its partial batch before ours
+                log._refresh()  # the view's log end follows what the segment took in before it cut
         except BaseException:
             log._plock.release()
             raise

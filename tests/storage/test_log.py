@@ -893,3 +893,25 @@ def test_openers_race_a_rolling_writer(data_dir, child_env, tmp_path):
         _, err = p.communicate(timeout=120)
     assert p.returncode == 0, err[-3000:]
     assert opened > 0
+
+
+@pytest.mark.parametrize("last", [295_000, 301_000, 60])
+def test_a_view_takes_in_every_batch_past_a_read_chunk(open_store, last):
+    """Another process's appends of more than one 4 MiB read chunk, the chunk ending inside the last batch of the
+    file (smaller or larger than the one before it): a shared writer and a reader take in every batch, and the
+    shared writer's next append continues after them (never at an offset already taken)."""
+    a = open_store(exclusive=False)
+    a.create_topic("t", 1)
+    la = a.log("t", 0)
+    assert la.log_end_offset == 0
+    b = open_store(exclusive=False)
+    lb = b.log("t", 0)
+    reader = open_store(read_only=True, exclusive=False).log("t", 0)
+    assert reader.log_end_offset == 0
+    for _ in range(13):
+        lb.append_batch([b"x" * 299_900])
+    lb.append_batch([b"y" * last])
+    assert reader.log_end_offset == 14
+    assert la.append_batch([b"z"]) == 14
+    assert [len(r.value) for r in la.records()] == [299_900] * 13 + [last, 1]
+    assert reader.log_end_offset == 15
