@@ -263,12 +263,48 @@ class _LineError(ValueError):
         self.refused = refused
 
 
-def _stdin_lines(stream):
+class _Interrupted(Exception):
+    """SIGINT/SIGTERM while producing: stop reading, keep what was read (raised only while blocked in a read)."""
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM handlers for the time of a produce run: the signal is noted; a read blocked on stdin is
+    broken off at once, anything else finishes its step first (a record is never half sent)."""
+
+    def __init__(self):
+        self.signum = None
+        self.reading = False
+
+    def __enter__(self):
+        self.old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.old.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum, frame):
+        self.signum = signum
+        if self.reading:
+            raise _Interrupted()
+
+    def read1(self, stream, n: int) -> bytes:
+        if self.signum is not None:
+            raise _Interrupted()
+        self.reading = True
+        try:
+            return stream.read1(n)
+        finally:
+            self.reading = False
+
+
+def _stdin_lines(stream, stop: _StopOnSignal | None = None):
     """Lists of lines (bytes, newline removed) from a binary stream, read in chunks; the last line may lack its
-    newline. ``read1`` returns what is there, so lines typed at a terminal are sent as they come."""
+    newline. ``read1`` returns what is there, so lines typed at a terminal are sent as they come. With ``stop``,
+    a signal ends the lines (_Interrupted) between chunks; a line without its newline yet is not taken."""
     pending: list[bytes] = []
     while True:
-        data = stream.read1(PRODUCE_CHUNK_BYTES)
+        data = stream.read1(PRODUCE_CHUNK_BYTES) if stop is None else stop.read1(stream, PRODUCE_CHUNK_BYTES)
         if not data:
             tail = b"".join(pending)
             if tail:
@@ -289,26 +325,29 @@ def _stdin_lines(stream):
 
 
 def _send_lines(producer, topic: str, stream, sep: bytes | None, partition: int | None, max_bytes: int,
-                progress: Progress) -> int:
+                progress: Progress, stop: _StopOnSignal | None = None) -> int:
     send = producer.send
     big = max_bytes - 128  # a line this long may be refused (RecordTooLargeError): look at its future at once
     count = 0
     lineno = 0
-    for lines in _stdin_lines(stream):
-        for line in lines:
-            lineno += 1
-            if sep is None:
-                key, value = None, line
-            else:
-                key, found, value = line.partition(sep)
-                if not found:
-                    raise _LineError(f"line {lineno}: no key separator {sep.decode(errors='backslashreplace')!r}",
-                                     count)
-            future = send(topic, value, key, None, partition)
-            if len(line) > big and future.failed():
-                raise _LineError(f"line {lineno}: {future.exception}", count, refused=True)
-            count += 1
-        progress.update(count)
+    try:
+        for lines in _stdin_lines(stream, stop):
+            for line in lines:
+                lineno += 1
+                if sep is None:
+                    key, value = None, line
+                else:
+                    key, found, value = line.partition(sep)
+                    if not found:
+                        raise _LineError(f"line {lineno}: no key separator "
+                                         f"{sep.decode(errors='backslashreplace')!r}", count)
+                future = send(topic, value, key, None, partition)
+                if len(line) > big and future.failed():
+                    raise _LineError(f"line {lineno}: {future.exception}", count, refused=True)
+                count += 1
+            progress.update(count)
+    except _Interrupted:
+        pass  # the lines read so far are sent; the caller writes, fsyncs and reports them
     return count
 
 
@@ -342,16 +381,24 @@ def cmd_produce(args) -> int:
                                  max_request_size=max_bytes, allow_auto_create_topics=False,
                                  compression_type=None if args.compression == "none" else args.compression)
         bad = None
-        try:
-            count = _send_lines(producer, args.topic, sys.stdin.buffer, sep, args.partition, max_bytes, progress)
-        except _LineError as e:
-            bad, count = e, e.sent
-        finally:
-            progress.clear()
-            producer.close()  # writes whatever is still lingering, also on errors and Ctrl-C
-        failed = producer.metrics()["producer-metrics"]["record-error-total"] - (bad is not None and bad.refused)
-        for p in range(n):
-            store.log(args.topic, p).flush()
+        with _StopOnSignal() as stop:
+            try:
+                count = _send_lines(producer, args.topic, sys.stdin.buffer, sep, args.partition, max_bytes, progress,
+                                    stop)
+            except _LineError as e:
+                bad, count = e, e.sent
+            finally:
+                progress.clear()
+                producer.close()  # writes whatever is still lingering, also on errors
+            failed = producer.metrics()["producer-metrics"]["record-error-total"] - (bad is not None and bad.refused)
+            for p in range(n):
+                store.log(args.topic, p).flush()
+    if stop.signum is not None:
+        # SIGINT/SIGTERM: what was read is written and fsynced; say so, and exit as a signal-stopped command does
+        name = signal.Signals(stop.signum).name
+        print(f"produced {count} records to {args.topic} (stopped by {name}; every line read before it is written "
+              f"and fsynced)", file=sys.stderr)
+        return 128 + stop.signum
     if bad is not None:
         return _fail(f"{bad}; it and the lines after it were not produced, the {count} records before it were "
                      "written and fsynced")
@@ -802,10 +849,20 @@ def cmd_check(args) -> int:
     return EXIT_ERROR if problems else 0
 
 
+DEMO_MARKER = ".kafkalog-demo"
+
+
 def cmd_demo(args) -> int:
     """The README's first command: a durable local log, a time seek and a delete-before, end to end."""
     from .storage import LogStore
     path = Path(args.dir)
+    marker = path / DEMO_MARKER
+    # the demo appends and deletes records: only in a new directory or one an earlier demo made, never in user data
+    if path.exists() and not marker.exists() and (not path.is_dir() or any(path.iterdir())):
+        return _fail(f"refusing to run the demo in {path}: it is not empty and not a directory the demo made (the "
+                     f"demo appends and deletes records); give it a new directory")
+    path.mkdir(parents=True, exist_ok=True)
+    marker.touch()
     t0 = 1_700_000_000_000
     with LogStore(path, {"segment.bytes": 1 << 20}, exclusive=True) as store:
         if "events" not in store.topics():
@@ -887,14 +944,22 @@ def cmd_serve(args) -> int:
         print(f"kafkalog broker listening on {broker.host}:{broker.port}", flush=True)
         if broker.metrics is not None:
             print(f"kafkalog metrics on http://{broker.metrics_listen[0]}:{broker.metrics_port}/metrics", flush=True)
+        async def stop():
+            try:
+                await broker.stop_async()
+            except Exception:  # noqa: BLE001  (kept in broker.shutdown_error, reported below)
+                pass
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: loop.create_task(broker.stop_async()))
+            loop.add_signal_handler(sig, lambda: loop.create_task(stop()))
         await broker.serve_forever()
 
     try:
         loop.run_until_complete(run())
     finally:
         loop.close()
+    if broker.shutdown_error is not None:
+        return _fail(f"broker stopped, but its shutdown failed: {broker.shutdown_error}")
     print("kafkalog broker stopped (clean shutdown)", file=sys.stderr, flush=True)
     return 0
 

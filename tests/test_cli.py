@@ -110,6 +110,22 @@ def test_demo_runs(tmp_path, child_env):
     r = run(["demo", tmp_path / "demo"], child_env)
     assert "time seek" in r.stdout and "OFFSET_OUT_OF_RANGE" in r.stdout
     assert os.path.isdir(tmp_path / "demo" / "events-0")
+    r = run(["demo", tmp_path / "demo"], child_env)  # the README's command, run twice: its own dir is fine
+    assert "time seek" in r.stdout
+
+
+def test_demo_never_touches_user_data(data_dir, child_env):
+    """Issue 10, defect 10: the demo on an existing data dir refuses, naming it, and changes nothing."""
+    with kafkalog.LogStore(data_dir, exclusive=True) as store:
+        store.create_topic("events", 1)
+        store.log("events", 0).append_batch([b"mine-%d" % i for i in range(100)])
+    before = sorted((p.name, p.stat().st_size) for p in (data_dir / "events-0").iterdir())
+    r = run(["demo", data_dir], child_env, check=False)
+    assert r.returncode == 1 and str(data_dir) in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert sorted((p.name, p.stat().st_size) for p in (data_dir / "events-0").iterdir()) == before
+    with kafkalog.LogStore(data_dir, read_only=True) as store:
+        log = store.log("events", 0)
+        assert (log.log_start_offset, log.log_end_offset) == (0, 100)
 
 
 # ---------------------------------------------------------------------------------------------------- produce/consume
@@ -323,3 +339,28 @@ def test_progress_redraws_at_most_every_interval_and_clears():
     off.update(5)
     off.clear()
     assert quiet.getvalue() == ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_produce_stops_cleanly_on_a_signal(data_dir, child_env, sig):
+    """Issue 10, defect 11: SIGTERM/SIGINT while produce waits on stdin: it stops reading, writes and fsyncs every
+    line read, says how many, and exits 128 + the signal number."""
+    p = subprocess.Popen([sys.executable, "-m", "kafkalog", "produce", str(data_dir), "t", "--create"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env)
+    try:
+        p.stdin.write(b"".join(b"line-%d\n" % i for i in range(5000)))
+        p.stdin.flush()
+        deadline = time.monotonic() + 30
+        while not (data_dir / "t-0").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # the lines are read; produce waits on stdin for more
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + sig, (p.returncode, err)
+    assert f"produced 5000 records to t (stopped by {signal.Signals(sig).name}" in err.decode(), err
+    with kafkalog.LogStore(data_dir, read_only=True) as store:
+        assert [r.value for r in store.log("t", 0).records()] == [b"line-%d" % i for i in range(5000)]
+        assert store.had_clean_shutdown

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 import threading
@@ -32,6 +33,7 @@ from pathlib import Path
 from ..config import Config
 from ..errors import InvalidConfigError, InvalidRequestError, KafkaError, UnsupportedVersionError
 from ..storage import LogStore
+from ..storage.files import BrokerLock
 from . import protocol
 from .api import ADVERTISED, API_HANDLERS, RequestContext, Services
 
@@ -359,6 +361,8 @@ class Broker:
         self.metrics_listen = parse_listener(metrics) if metrics else None
         self.metrics = None
         self.metrics_port = 0
+        self.shutdown_error: BaseException | None = None  # the first failure of stop_async, if any
+        self._broker_lock: BrokerLock | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -372,7 +376,15 @@ class Broker:
             raise RuntimeError("broker already started")
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        self.store = LogStore(self.data_dir, self.config)
+        # one broker per data dir, as Kafka's locked log dir: a second one fails here, naming the first
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._broker_lock = BrokerLock(self.data_dir)
+        self._broker_lock.acquire("start broker")
+        try:
+            self.store = LogStore(self.data_dir, self.config)
+        except BaseException:
+            self._broker_lock.close()
+            raise
         try:
             advertised = self.config["advertised.listeners"]
             self.services = Services(self, self.store, self.config)
@@ -398,29 +410,52 @@ class Broker:
                 self.services.close()
             self.store.close()
             self.store = None
+            self._broker_lock.close()
             raise
+        self._broker_lock.describe(f"kafkalog broker pid {os.getpid()} listening on {self.host}:{self.port}")
         self.started_at = time.time()
         log.info("kafkalog broker listening on %s:%d (data dir %s)", self.host, self.port, self.data_dir)
 
     async def stop_async(self) -> None:
-        """Stop listening, close every connection, close the store (clean-shutdown marker written)."""
+        """Stop listening, close every connection, close the store (clean-shutdown marker written). Every step runs
+        even when one fails, and the broker counts as stopped (``serve_forever`` returns); the first failure is
+        kept in ``shutdown_error`` and raised at the end."""
         if self._server is None:
             return
-        self._server.close()
-        if self.metrics is not None:
-            await self.metrics.close()
-        for c in list(self.connections):
-            c.close()
-        for t in list(self.tasks):
-            t.cancel()
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-        await asyncio.sleep(0)  # let aborted connections run connection_lost
-        self._server = None
-        self.services.close()
-        self.store.close()
-        self.store = None
-        self._stopped.set()
+        errors: list[BaseException] = []
+
+        async def step(fn):
+            try:
+                result = fn()
+                if asyncio.iscoroutine(result):
+                    await result
+            except Exception as e:  # noqa: BLE001  (every step runs; the first failure is raised below)
+                log.error("broker shutdown: %s failed: %s", getattr(fn, "__qualname__", fn), e)
+                errors.append(e)
+
+        try:
+            await step(self._server.close)
+            if self.metrics is not None:
+                await step(self.metrics.close)
+            for c in list(self.connections):
+                await step(c.close)
+            for t in list(self.tasks):
+                t.cancel()
+            if self.tasks:
+                await asyncio.gather(*self.tasks, return_exceptions=True)
+            await asyncio.sleep(0)  # let aborted connections run connection_lost
+            self._server = None
+            await step(self.services.close)
+            await step(self.store.close)
+            self.store = None
+        finally:
+            self._server = None
+            if self._broker_lock is not None:
+                self._broker_lock.close()
+            self._stopped.set()
+        if errors:
+            self.shutdown_error = errors[0]
+            raise errors[0]
 
     async def serve_forever(self) -> None:
         if self._server is None:

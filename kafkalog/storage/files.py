@@ -170,3 +170,50 @@ class FileLock:
             os.close(self._fd)  # also drops the flock
             self._fd = -1
             self._mode = 0
+
+
+BROKER_LOCK_FILE = ".kafkalog-broker.lock"
+
+
+class BrokerLock:
+    """The data dir's broker lock (Kafka's log-dir lock, for the one thing a single node must refuse: a second
+    broker on the same data dir). The holding broker keeps an exclusive flock on ``.kafkalog-broker.lock`` with its
+    pid and listener written in it; shared embedded writers and readers ignore it, an exclusive store refuses."""
+
+    def __init__(self, data_dir: Path):
+        self.lock = FileLock(Path(data_dir) / BROKER_LOCK_FILE)
+
+    def acquire(self, what: str) -> None:
+        if not self.lock.try_acquire():
+            holder = broker_holding(self.lock.path.parent)
+            self.lock.close()
+            raise LockTimeoutError(f"{what}: data dir {self.lock.path.parent} is held by "
+                                   f"{holder or 'another kafkalog broker'}")
+
+    def describe(self, text: str) -> None:
+        """Write who holds it (read by the refusal another opener prints)."""
+        os.ftruncate(self.lock._fd, 0)
+        os.pwrite(self.lock._fd, text.encode(), 0)
+
+    def close(self) -> None:
+        self.lock.close()
+
+
+def broker_holding(data_dir: Path) -> str | None:
+    """``kafkalog broker pid N listening on HOST:PORT`` when a broker holds the data dir, else None (no file is
+    created or locked for long: a shared lock tried once)."""
+    path = Path(data_dir) / BROKER_LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        except BlockingIOError:
+            text = os.pread(fd, 512, 0).decode(errors="replace").strip()
+            return text or "another kafkalog broker"
+    finally:
+        os.close(fd)

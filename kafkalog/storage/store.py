@@ -45,7 +45,7 @@ from ..errors import (
 )
 from . import failpoints
 from .checkpoints import Checkpoints
-from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, fsync_dir
+from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, broker_holding, fsync_dir
 from .log import EXCLUSIVE, READ, SHARED, Log
 from .offsets import OffsetStore
 
@@ -129,6 +129,11 @@ class LogStore:
             timeout = self.config["lock.timeout.ms"] / 1000.0
             first = self._dir_lock.try_acquire(shared=False)
             if not first:
+                holder = broker_holding(self.path) if self.mode == EXCLUSIVE else None
+                if holder is not None:
+                    # a broker serves this data dir for its lifetime: refuse at once, naming it
+                    self._dir_lock.close()
+                    raise LockTimeoutError(f"open exclusively: data dir {self.path} is held by {holder}")
                 if self.mode == EXCLUSIVE:
                     self._dir_lock.acquire(shared=False, timeout=timeout,
                                            what="open exclusively (another process has this store open)")

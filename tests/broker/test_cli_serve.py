@@ -180,3 +180,44 @@ def test_serve_metrics_without_prometheus_client_is_one_line(tmp_path, child_env
                        env=env)
     assert r.returncode == 1
     assert "kafkalog[broker]" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_second_broker_or_an_exclusive_store_on_a_held_data_dir_fails_at_once(serve, tmp_path, child_env):
+    """Issue 10, defect 8: Kafka locks its log dir. A second broker on the data dir, or an exclusive store, fails at
+    once with one line naming the broker that holds it; shared and read-only embedded use beside it stays allowed."""
+    data = tmp_path / "data"
+    first = serve("--data-dir", data, "--listen", "127.0.0.1:0")
+    started = time.monotonic()
+    second = subprocess.run([sys.executable, "-m", "kafkalog", "serve", "--data-dir", str(data), "--listen",
+                             "127.0.0.1:0"], capture_output=True, text=True, env=child_env, timeout=60)
+    assert second.returncode == 1, second
+    line = second.stderr.strip()
+    assert len(line.splitlines()) == 1 and str(data) in line and f"pid {first.proc.pid}" in line, line
+    assert f"127.0.0.1:{first.port}" in line, line
+    with pytest.raises(kafkalog.errors.LockTimeoutError, match=f"pid {first.proc.pid}"):
+        kafkalog.LogStore(data, exclusive=True)
+    assert time.monotonic() - started < 20, "the refusals must not wait for a lock timeout"
+    with kafkalog.LogStore(data) as shared:  # embedded shared writers and readers beside a broker: allowed
+        shared.create_topic("side", 1)
+        assert shared.log("side", 0).append_batch([b"x"]) == 0
+    with kafkalog.LogStore(data, read_only=True) as ro:
+        assert ro.log("side", 0).log_end_offset == 1
+    produce(first.bootstrap_servers, "after", 3)  # the first broker is untouched
+    rc, _, err = first.stop()
+    assert rc == 0, err
+    second = Serve(["--data-dir", data, "--listen", "127.0.0.1:0"], child_env)  # free again once it stopped
+    second.kill()
+
+
+def test_a_failing_shutdown_still_exits_and_says_so(tmp_path, child_env):
+    """Issue 10, defect 9: an error while shutting down (here: the store's close fails) must not leave the broker
+    running: every other step runs, one line names the failure, the exit status is non-zero."""
+    env = dict(child_env, KAFKALOG_FAILPOINTS="close:before-marker=raise")
+    s = Serve(["--data-dir", tmp_path / "data", "--listen", "127.0.0.1:0"], env)
+    try:
+        rc, _, err = s.stop(signal.SIGTERM)
+    finally:
+        s.kill()
+    assert rc == 1, err
+    assert "failpoint close:before-marker" in err and "Task exception was never retrieved" not in err, err
+    assert [ln for ln in err.splitlines() if ln.startswith("kafkalog: error:")], err
