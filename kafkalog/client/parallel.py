@@ -23,7 +23,8 @@ committed past it.
 
 Semantics (the seed's): ``committed()`` is the child's offset while its ranges for the partition are unfinished,
 else the primary's; ``position()`` is the primary's; ``commit()`` commits both positions, ``commit(offsets)``
-sends an offset that falls inside a range (lo < offset <= hi) to the child's log and the rest to the primary's;
+sends an offset below the gap's upper bound L and past the start of a range to the child's log (trimming its ranges
+no further than the child has fetched) and the rest, L and above, to the primary's;
 ``pause``/``resume``/``close`` act on both.
 """
 
@@ -132,7 +133,11 @@ class ParallelRebalance:
         if ranges:
             self.alive = True  # a child left unfinished ranges: it resumes at its committed offset inside them
         prev = self._read_marker(tp)
-        if prev is not None and prev != self.owner and not self._owner_alive(prev):
+        # a marker left by another owner means it never revoked (the eager protocol revokes, and releases, before
+        # any member takes): it died, or the group evicted it for stalling (heartbeat / max.poll.interval.ms) while
+        # it still runs. Both take the gap path; a dead owner's lock file is cleaned up on the way.
+        if prev is not None and prev != self.owner:
+            self._owner_alive(prev)
             primary = offsets.committed(self.group, tp)
             part = self.c._parts[tp]
             end = part.log.high_watermark
@@ -219,23 +224,40 @@ class ParallelRebalance:
                 gap.committed = [list(r) for r in gap.ranges]
                 todo[tp] = self._token(gap.committed, done)
         if todo:
-            self.c.store.offsets.commit(self.child_group, todo, sync=sync)
+            self._commit_child(todo, sync)
 
     def split_commit(self, offsets: dict, sync: bool) -> dict:
-        """Send offsets inside a gap to the child's log; return the rest (the primary's)."""
+        """Send offsets inside a gap to the child's log; return the rest (the primary's). An offset at or above the
+        gap's upper bound L belongs to the primary (right after a takeover the primary's position is L); the
+        child's ranges shrink only up to what the child itself has fetched, never past it."""
         mine = {}
         rest = {}
         for tp, om in offsets.items():
             gap = self.gaps.get(tp)
-            if gap is not None and any(lo < om.offset <= hi for lo, hi in gap.committed):
-                done = gap.committed[-1][1]
-                gap.committed = trim_ranges(gap.committed, om.offset)
-                mine[tp] = self._token(gap.committed, done)
+            upper = gap.committed[-1][1] if gap is not None and gap.committed else None
+            if upper is not None and om.offset < upper and any(lo < om.offset for lo, _ in gap.committed):
+                fetched = gap.ranges[0][0] if gap.ranges else upper
+                trimmed = trim_ranges(gap.committed, min(om.offset, fetched))
+                if trimmed != gap.committed:
+                    gap.committed = trimmed
+                    mine[tp] = self._token(gap.committed, upper)
             else:
                 rest[tp] = om
         if mine:
-            self.c.store.offsets.commit(self.child_group, mine, sync=sync)
+            self._commit_child(mine, sync)
         return rest
+
+    def _commit_child(self, tokens: dict, sync: bool) -> None:
+        """The child's tokens, fenced as the primary's commits are: a consumer that lost the partition (evicted
+        while stalled, still running) gets CommitFailedError and never overwrites its successor's ranges."""
+        member = self.c._member
+        if member is None:
+            self.c._owns_for_commit(tokens)
+            self.c.store.offsets.commit(self.child_group, tokens, sync=sync)
+            return
+        with member._locked(shared=True):
+            self.c._owns_for_commit(tokens)
+            self.c.store.offsets.commit(self.child_group, tokens, sync=sync)
 
     def committed(self, tp: TopicPartition) -> OffsetAndMetadata | None:
         """The child's committed offset while its ranges for tp are unfinished (None: ask the primary)."""

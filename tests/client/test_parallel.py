@@ -208,3 +208,112 @@ def test_random_kills_never_skip_an_offset(env, data_dir, seed):
     assert not missing, f"offsets never delivered: {missing[:20]}"
     c.commit()
     c.close()
+
+
+# A consumer that takes over after a crash and then, with its child still draining the gap, does what an app does:
+# commits its position explicitly, auto-commits, or pauses and resumes; it writes READY and waits to be killed.
+_TAKEOVER = r"""
+import json, os, sys, time, kafkalog
+from kafkalog import TopicPartition
+from kafkalog.structs import OffsetAndMetadata
+path, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+tp = TopicPartition("t", 0)
+fd = os.open(out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+c = kafkalog.KafkaConsumer("t", store=path, group_id="g", enable_parallel_rebalance=True, max_poll_records=1,
+                           auto_offset_reset="earliest", enable_auto_commit=mode == "auto-commit",
+                           auto_commit_interval_ms=20)
+def poll():
+    offs = [r.offset for rs in c.poll(timeout_ms=50).values() for r in rs]
+    if offs:
+        os.write(fd, ("".join("%d\n" % o for o in offs)).encode())
+while not c.assignment():
+    poll()
+assert c.child_consumer_is_alive()
+if mode == "commit-position":
+    c.commit({tp: OffsetAndMetadata(c.position(tp), "", None)})  # the primary's position: L, the gap's upper bound
+elif mode == "auto-commit":
+    for _ in range(5):
+        poll()
+        time.sleep(0.03)
+elif mode == "pause-resume":
+    c.pause(tp)
+    for _ in range(3):
+        poll()
+    c.resume(tp)
+    poll()
+    c.commit()
+open(out + ".ready", "w").write(json.dumps({"position": c.position(tp)}))
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("mode", ["commit-position", "auto-commit", "pause-resume"])
+def test_a_takeover_that_commits_with_its_child_running_never_loses_the_gap(env, data_dir, tmp_path, child_env,
+                                                                            mode):
+    """Issue 10, defect 12: right after a takeover the primary's position is the gap's upper bound L; committing it
+    (explicitly, by auto-commit, or around a pause) must not empty the child's token, so a crash before the child
+    is done still delivers the rest of [committed, L)."""
+    append(data_dir, 120)
+    p, out = env("first", "70", 120)
+    kill(p, out)  # committed 70, crashed with the log at 120: the gap is [70, 120)
+    script = tmp_path / "takeover.py"
+    script.write_text(_TAKEOVER)
+    out_b = tmp_path / "b.txt"
+    b = subprocess.Popen([sys.executable, str(script), str(data_dir), str(out_b), mode], env=child_env,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: os.path.exists(str(out_b) + ".ready") or b.poll() is not None, "takeover ready")
+        assert b.poll() is None, b.stderr.read()[-3000:]
+        os.kill(b.pid, signal.SIGKILL)  # before its child drained the gap
+        b.wait(timeout=30)
+    finally:
+        if b.poll() is None:
+            b.kill()
+            b.wait(timeout=30)
+    assert set(range(70, 120)) - set(consumed(out_b)), "the child finished the gap: the test proves nothing"
+    c = KafkaConsumer("t", store=data_dir, group_id="g", enable_parallel_rebalance=True,
+                      auto_offset_reset="earliest", enable_auto_commit=False)
+    got = set()
+    end = time.monotonic() + 30
+    # what the first consumer got past its commit (70) it never finished: the gap's offsets must come again
+    seen = set(consumed(out_b))
+    while not (seen | got) >= set(range(70, 120)) and time.monotonic() < end:
+        got |= {r.offset for rs in c.poll(timeout_ms=100).values() for r in rs}
+    c.close()
+    missing = sorted(set(range(70, 120)) - seen - got)
+    assert not missing, f"offsets of the gap never delivered after the takeover's crash: {missing}"
+
+
+def test_a_member_evicted_for_stalling_is_taken_over_with_a_child(data_dir, tmp_path, child_env):
+    """The seed's other trigger: a member evicted for stalling (no poll for max_poll_interval_ms) while its process
+    still runs; its successor takes over with the child/gap mechanism (position at the log end, the child drains
+    [committed, log end)), and the stalled member can no longer commit."""
+    with kafkalog.LogStore(data_dir, maintenance=False) as s:
+        s.create_topic("t", 1)
+    append(data_dir, 100)
+    a = KafkaConsumer("t", store=data_dir, group_id="g", enable_parallel_rebalance=True, max_poll_records=30,
+                      auto_offset_reset="earliest", enable_auto_commit=False, max_poll_interval_ms=1000,
+                      session_timeout_ms=6000, heartbeat_interval_ms=100)
+    got_a = []
+    while len(got_a) < 30:
+        got_a += [r.offset for rs in a.poll(timeout_ms=200).values() for r in rs]
+    a.commit()  # committed 30; then a stalls (no poll) while it keeps running
+    b = KafkaConsumer("t", store=data_dir, group_id="g", enable_parallel_rebalance=True, max_poll_records=100,
+                      auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        got_b = []
+        end = time.monotonic() + 30
+        while not b.assignment() and time.monotonic() < end:
+            got_b += [r.offset for rs in b.poll(timeout_ms=100).values() for r in rs]
+        assert b.assignment() == {TP}, "the stalled member was never evicted"
+        assert b.position(TP) == 100 and b.child_consumer_is_alive(), "no gap mechanism for an evicted member"
+        while len(set(got_b)) < 70 and time.monotonic() < end:
+            got_b += [r.offset for rs in b.poll(timeout_ms=100).values() for r in rs]
+        assert set(got_b) == set(range(30, 100))
+        with pytest.raises(kafkalog.errors.CommitFailedError):
+            a.commit({TP: kafkalog.structs.OffsetAndMetadata(60, "", None)})
+        b.commit()
+        assert b.committed(TP) == 100
+    finally:
+        b.close()
+        a.close()
