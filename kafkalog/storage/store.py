@@ -22,6 +22,7 @@ checkpoints and the clean-shutdown marker. Thread-safe: one LogStore can be shar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -242,6 +243,19 @@ class LogStore:
         self._topics = topics
         self._topics_stamp = stamp
 
+    @contextlib.contextmanager
+    def _registry_locked(self, what: str):
+        """The topic registry read fresh and changed under the store's init lock (across processes)."""
+        init = FileLock(self.path / ".kafkalog-init.lock")
+        init.acquire(what=what)
+        try:
+            self._topics_stamp = None
+            self._reload_topics()
+            yield
+        finally:
+            init.release()
+            init.close()
+
     def _partition_dirs(self):
         out = []
         try:
@@ -288,11 +302,7 @@ class LogStore:
             raise KafkaStorageError(30, f"store {self.path} is opened read-only")
         with self._lock:
             self._check_open()
-            init = FileLock(self.path / ".kafkalog-init.lock")
-            init.acquire(what="create topic")
-            try:
-                self._topics_stamp = None
-                self._reload_topics()
+            with self._registry_locked("create topic"):
                 if name in self._topics:
                     raise TopicAlreadyExistsError(f"topic {name!r} already exists in {self.path}")
                 norm = name.replace(".", "_")
@@ -311,9 +321,6 @@ class LogStore:
                     log = self._open_log(name, p, recover=self.mode == EXCLUSIVE, create=True)
                     self._logs[(name, p)] = log
                 fsync_dir(self.path)
-            finally:
-                init.release()
-                init.close()
 
     def delete_topic(self, name: str) -> None:
         """Remove a topic and all its data (directories renamed to ``-delete`` first, then removed)."""
@@ -323,11 +330,7 @@ class LogStore:
             self._check_open()
             # the registry is read, changed and written under the init lock, as create_topic does: without it a
             # concurrent create in another process lost its entry (or its temp file, mid-rename)
-            init = FileLock(self.path / ".kafkalog-init.lock")
-            init.acquire(what="delete topic")
-            try:
-                self._topics_stamp = None
-                self._reload_topics()
+            with self._registry_locked("delete topic"):
                 if name not in self._topics:
                     raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
                 n = self._topics[name]["partitions"]
@@ -344,9 +347,6 @@ class LogStore:
                 # not bring a partition dir back without its log start (records deleted before it would come back)
                 fsync_dir(self.path)
                 self._checkpoints.forget(name, range(n))
-            finally:
-                init.release()
-                init.close()
 
     def _remove_partition_dirs(self, name: str, partitions) -> None:
         for p in partitions:
@@ -368,20 +368,13 @@ class LogStore:
             raise KafkaStorageError(30, f"store {self.path} is opened read-only")
         with self._lock:
             self._check_open()
-            init = FileLock(self.path / ".kafkalog-init.lock")
-            init.acquire(what="alter topic config")
-            try:
-                self._topics_stamp = None
-                self._reload_topics()
+            with self._registry_locked("alter topic config"):
                 if name not in self._topics:
                     raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
                 topics = dict(self._topics)
                 topics[name] = dict(topics[name], config=topic_config.overrides)
                 atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
                 self._topics = topics
-            finally:
-                init.release()
-                init.close()
             effective = self.config.with_overrides(topic_config.overrides)
             for (topic, _), log in list(self._logs.items()):
                 if topic == name:
