@@ -374,8 +374,8 @@ def fetch(s: Services, ctx, header, frame, offset):
         [(t["topic"], p["partition"], p["fetch_offset"], p["log_start_offset"], p["partition_max_bytes"])
          for t in req["topics"] for p in t["partitions"]],
         [(t["topic"], i) for t in req["forgotten_topics_data"] for i in t["partitions"]])
-    if fctx.error_code:
-        return [_wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, fctx.error_code, 0, [])]
+    if fctx.error_code:  # FETCH_SESSION_ID_NOT_FOUND (70) / INVALID_FETCH_SESSION_EPOCH (71), top level (KIP-227)
+        return _wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, fctx.error_code, 0, [])
     parts = [(t, {"partition": p, "fetch_offset": off, "partition_max_bytes": mb})
              for t, p, off, mb in fctx.partitions_to_read()]
     req["fctx"] = fctx
@@ -689,20 +689,29 @@ def offset_commit(s: Services, ctx, header, frame, offset):
     offsets = {}
     for t in req["topics"]:
         parts = []
-        topic_code = TOPIC_DENIED if not err and _denied(s, ctx, "READ", "TOPIC", t["name"]) else 0
+        name = t["name"]
+        topic_code = TOPIC_DENIED if not err and _denied(s, ctx, "READ", "TOPIC", name) else 0
+        n = s.partitions(name) if not (err or topic_code) else 0
         for p in t["partitions"]:
+            idx = p["partition_index"]
             code = err or topic_code
             if not code:
-                if s.partitions(t["name"]) <= p["partition_index"]:
-                    code = UnknownTopicOrPartitionError.code
+                if not 0 <= idx < n:
+                    code = UnknownTopicOrPartitionError.code  # Kafka's answer for a partition it does not have
                 else:
-                    offsets[TopicPartition(t["name"], p["partition_index"])] = OffsetAndMetadata(
-                        p["committed_offset"], p.get("committed_metadata") or "", None)
-            parts.append({"partition_index": p["partition_index"], "error_code": code})
-        topics.append({"name": t["name"], "partitions": parts})
+                    try:
+                        # Kafka stores any int64 offset (KafkaJS commits -1/-2 to reset a group); the metadata is
+                        # bounded by offset.metadata.max.bytes (OFFSET_METADATA_TOO_LARGE)
+                        offsets[TopicPartition(name, idx)] = s.store.offsets.check_offset(
+                            OffsetAndMetadata(p["committed_offset"], p.get("committed_metadata") or "", None),
+                            name, idx, any_offset=True)
+                    except KafkaError as e:
+                        code = _code(e)
+            parts.append({"partition_index": idx, "error_code": code})
+        topics.append({"name": name, "partitions": parts})
     if offsets:
         try:
-            s.store.offsets.commit(group, offsets)
+            s.store.offsets.commit(group, offsets, any_offset=True)
         except KafkaError as e:
             code = _code(e)
             for t in topics:

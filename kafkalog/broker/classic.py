@@ -28,7 +28,7 @@ import logging
 import os
 import time
 
-from ..client.group import ASSIGNORS, GroupMember, _write_state
+from ..client.group import ASSIGNORS, GroupMember, _make_group_dir, _write_state
 from ..errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -84,7 +84,7 @@ class ClassicGroup:
             return
         gm = any_m.gm
         try:
-            gm.path.mkdir(parents=True, exist_ok=True)
+            _make_group_dir(gm.path, gm.group)
             with gm._locked():
                 for m in self.members.values():
                     m.gm._hold_member_file_locked()

@@ -396,10 +396,10 @@ class GroupCoordinator:
         return 0
 
     def check_commit(self, group_id: str, member_id: str, generation: int) -> int:
+        if generation < 0 and not member_id:
+            return 0  # a commit from outside the group (admin, a consumer without group management): Kafka's too
         if not group_id:
             return InvalidGroupIdError.code
-        if generation < 0 and not member_id:
-            return 0
         cg = self.classic.groups.get(group_id)
         if cg is not None:
             return self.classic.check_commit(cg, member_id, generation)

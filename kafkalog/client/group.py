@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import threading
@@ -118,10 +119,33 @@ def assignor_name(strategy) -> str:
 
 # ---------------------------------------------------------------------------------------------------- files
 
+_NAME_MAX = 200  # bytes of a file name made from an id (Linux allows 255; room for a prefix and a suffix)
+GROUP_ID_FILE = "group-id"  # in an ``h-`` group directory: the group id its name is a hash of
+
+
+def safe_name(prefix: str, text: str) -> str:
+    """A file name for any Kafka id (up to 32767 bytes of any UTF-8, NUL and '/' included): ``prefix`` + the id
+    percent-quoted when that is short enough, else ``h-`` + the id's SHA-256 in hex (no length limit, no byte the
+    file system refuses)."""
+    q = quote(text, safe="")
+    if len(q) + len(prefix) <= _NAME_MAX:
+        return prefix + q
+    return "h-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def group_dir(store_path, group: str) -> Path:
+    """The group's directory: ``g-<quoted id>``, or ``h-<sha256>`` holding a ``group-id`` file for a long id."""
     if not isinstance(group, str) or not group:
         raise InvalidGroupIdError(f"group id must be a non-empty string, got {group!r}")
-    return Path(store_path) / GROUPS_DIR / ("g-" + quote(group, safe=""))
+    return Path(store_path) / GROUPS_DIR / safe_name("g-", group)
+
+
+def _make_group_dir(path: Path, group: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    if path.name.startswith("h-") and not (path / GROUP_ID_FILE).exists():
+        tmp = path / f"{GROUP_ID_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+        tmp.write_bytes(group.encode("utf-8", "surrogatepass"))
+        os.replace(tmp, path / GROUP_ID_FILE)
 
 
 def _empty_state() -> dict:
@@ -148,7 +172,9 @@ def _write_state(path: Path, state: dict) -> None:
 
 
 def _member_lock(path: Path, member_id: str) -> Path:
-    return path / f"member-{member_id}.lock"
+    # a broker member id embeds the client id: any bytes, '/' and NUL included
+    name = safe_name("member-", member_id)
+    return path / (name + ".lock" if name.startswith("member-") else "member-" + name + ".lock")
 
 
 def lock_holder_alive(path, session_timeout_s: float | None = None, now: float = 0.0) -> bool:
@@ -207,7 +233,15 @@ def known_groups(store_path) -> list[str]:
         names = os.listdir(Path(store_path) / GROUPS_DIR)
     except FileNotFoundError:
         return []
-    return sorted(unquote(n[2:]) for n in names if n.startswith("g-"))
+    out = [unquote(n[2:]) for n in names if n.startswith("g-")]
+    for n in names:
+        if n.startswith("h-"):
+            try:
+                out.append((Path(store_path) / GROUPS_DIR / n / GROUP_ID_FILE).read_bytes().decode(
+                    "utf-8", "surrogatepass"))
+            except (OSError, UnicodeDecodeError):
+                continue  # its creator died before writing the id: nothing of it was ever committed there
+    return sorted(out)
 
 
 def describe_group(store, group: str) -> dict:
@@ -301,7 +335,7 @@ class GroupMember:
         """Register (or update the subscription) and start a new generation."""
         self.topics = sorted(set(topics))
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            _make_group_dir(self.path, self.group)
         except OSError as e:
             raise KafkaError(f"group {self.group}: cannot create member files in {self.path}: {e}") from None
         with self._locked():

@@ -431,15 +431,17 @@ class OffsetStore:
 
     # ------------------------------------------------------------------------------------------------ public API
 
-    def commit(self, group: str, offsets: Mapping, *, sync: bool = True) -> None:
+    def commit(self, group: str, offsets: Mapping, *, sync: bool = True, any_offset: bool = False) -> None:
         """Commit ``{TopicPartition: OffsetAndMetadata | int}`` for ``group`` as one batch (all or nothing).
-        See the class docstring for what ``sync`` guarantees."""
+        See the class docstring for what ``sync`` guarantees. An offset must be >= 0 unless ``any_offset`` (the
+        broker: Kafka stores whatever int64 an OffsetCommit carries, -1 and -2 included, and OffsetFetch returns
+        it; consumers read a negative committed offset as "no position", so auto_offset_reset applies)."""
         _check_group(group)
         now = _now_ms()
         keys, values, entries = [], [], {}
         for tp, value in offsets.items():
             topic, partition = _check_tp(tp)
-            om = self._check_offset(value, topic, partition)
+            om = self._check_offset(value, topic, partition, any_offset)
             keys.append(encode_offset_commit_key(group, topic, partition))
             values.append(encode_offset_commit_value(om.offset, om.metadata, om.leader_epoch, now))
             entries[TopicPartition(topic, partition)] = (om, now)
@@ -607,7 +609,13 @@ class OffsetStore:
 
     # ------------------------------------------------------------------------------------------------ workers
 
-    def _check_offset(self, value, topic: str, partition: int) -> OffsetAndMetadata:
+    def check_offset(self, value, topic: str, partition: int, any_offset: bool = False) -> OffsetAndMetadata:
+        """What ``commit`` would store for one partition's ``value``; raises what it would raise
+        (ValueError/TypeError, OffsetMetadataTooLargeError past offset.metadata.max.bytes)."""
+        _check_tp((topic, partition))
+        return self._check_offset(value, topic, partition, any_offset)
+
+    def _check_offset(self, value, topic: str, partition: int, any_offset: bool = False) -> OffsetAndMetadata:
         if isinstance(value, int) and not isinstance(value, bool):
             offset, metadata, epoch = value, "", None
         elif hasattr(value, "offset"):  # ours or kafka-python's OffsetAndMetadata
@@ -616,7 +624,8 @@ class OffsetStore:
             epoch = getattr(value, "leader_epoch", None)
         else:
             raise TypeError(f"{topic}-{partition}: commit an OffsetAndMetadata or an int, not {type(value).__name__}")
-        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= LONG_MAX:
+        if isinstance(offset, bool) or not isinstance(offset, int) or \
+                not (-LONG_MAX - 1 if any_offset else 0) <= offset <= LONG_MAX:
             raise ValueError(f"{topic}-{partition}: offset {offset!r} is not an offset (0 <= offset < 2**63)")
         if not isinstance(metadata, str):
             raise TypeError(f"{topic}-{partition}: metadata must be a str, not {type(metadata).__name__}")
@@ -789,8 +798,9 @@ class OffsetStore:
 
 
 def _check_group(group) -> None:
-    if not isinstance(group, str) or not group:
-        raise ValueError(f"group id {group!r}: must be a non-empty string")
+    # Kafka allows the empty group id in OffsetCommit/OffsetFetch (GroupCoordinator.isValidGroupId)
+    if not isinstance(group, str):
+        raise ValueError(f"group id {group!r}: must be a string")
 
 
 def _check_tp(tp) -> tuple[str, int]:

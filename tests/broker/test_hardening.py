@@ -1,0 +1,234 @@
+"""Broker hardening (issue 11): a malformed, hostile or legal-but-odd request gets Kafka's answer, never an
+"internal error" and a closed connection; memory and time stay bounded; acks=all is fsynced.
+
+Every test here failed before its fix (the defect number of the issue is in each test's docstring)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from kafkalog.broker import protocol
+
+from .wire import Wire, batch
+
+GROUP_ID_NOT_VALID, UNKNOWN_TOPIC_OR_PARTITION = 24, 3
+FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH = 70, 71
+
+
+def _commit(w: Wire, group: str, topic: str, partition: int, offset: int, *, generation: int = -1,
+            member: str = "", metadata: str = "") -> dict:
+    resp = w.call(8, 2, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+                         "retention_time_ms": -1, "topics": [{"name": topic, "partitions": [
+                             {"partition_index": partition, "committed_offset": offset,
+                              "committed_metadata": metadata}]}]})
+    return resp["topics"][0]["partitions"][0]
+
+
+def _fetch_committed(w: Wire, group: str, topic: str, partition: int) -> dict:
+    resp = w.call(9, 3, {"group_id": group, "topics": [{"name": topic, "partition_indexes": [partition]}]})
+    assert resp["error_code"] == 0
+    return resp["topics"][0]["partitions"][0]
+
+
+@pytest.fixture
+def topic(broker, topic_name):
+    name = topic_name()
+    with Wire(broker.port) as w:
+        assert w.create_topic(name, 2)["error_code"] == 0
+        assert w.produce(name, 0, batch([b"a", b"b", b"c"]))["error_code"] == 0
+    return name
+
+
+# ---------------------------------------------------------------------------------------------------- 1-3: offsets
+
+@pytest.mark.parametrize("partition", [-1, 2, 2**31 - 1])
+def test_offset_commit_to_a_partition_that_does_not_exist_is_answered_per_partition(broker, topic, topic_name,
+                                                                                      partition):
+    """Defect 1: partition -1 raised ValueError in the offsets store and closed the connection."""
+    group = topic_name("g")
+    with Wire(broker.port) as w:
+        assert _commit(w, group, topic, partition, 1)["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+        # the connection is still served, and the good partition of the same group commits
+        assert _commit(w, group, topic, 0, 2)["error_code"] == 0
+        assert _fetch_committed(w, group, topic, 0)["committed_offset"] == 2
+        assert _fetch_committed(w, group, topic, partition)["committed_offset"] == -1
+
+
+def test_offset_commit_to_an_empty_topic_name_and_by_an_empty_group(broker, topic):
+    """Defect 1: an empty group id raised ValueError in OffsetFetch (closing the connection). Kafka allows the
+    empty group id in OffsetCommit/OffsetFetch (GroupCoordinator.isValidGroupId) and answers an unknown topic per
+    partition."""
+    with Wire(broker.port) as w:
+        assert _commit(w, "g", "", 0, 1)["error_code"] == UNKNOWN_TOPIC_OR_PARTITION
+        assert _fetch_committed(w, "", topic, 0)["committed_offset"] == -1
+        assert _commit(w, "", topic, 0, 3)["error_code"] == 0
+        assert _fetch_committed(w, "", topic, 0)["committed_offset"] == 3
+        # a member of no group cannot commit for the empty group id
+        assert _commit(w, "", topic, 0, 1, generation=4, member="m-1")["error_code"] == GROUP_ID_NOT_VALID
+
+
+def test_offset_commit_with_oversized_metadata_is_refused_per_partition(broker, topic, topic_name):
+    with Wire(broker.port) as w:
+        r = _commit(w, topic_name("g"), topic, 0, 1, metadata="m" * 5000)
+        assert r["error_code"] == 12  # OFFSET_METADATA_TOO_LARGE (offset.metadata.max.bytes=4096)
+
+
+@pytest.mark.parametrize("offset", [-1, -2, -(2**63)])
+def test_a_negative_committed_offset_is_stored_and_returned_as_kafka_does(broker, topic, topic_name, offset):
+    """Defect 2: a commit of -1/-2 (KafkaJS's seek(-2), admin.resetOffsets) closed the connection."""
+    group = topic_name("g")
+    with Wire(broker.port) as w:
+        assert _commit(w, group, topic, 0, 2)["error_code"] == 0
+        assert _commit(w, group, topic, 0, offset)["error_code"] == 0
+        assert _fetch_committed(w, group, topic, 0)["committed_offset"] == offset
+
+
+def test_an_embedded_consumer_resets_from_a_negative_committed_offset(broker, topic, topic_name):
+    """Defect 2: a committed -2 is "no valid position", so auto_offset_reset applies (earliest here: all 3)."""
+    from kafkalog import KafkaConsumer, TopicPartition
+    group = topic_name("g")
+    with Wire(broker.port) as w:
+        assert _commit(w, group, topic, 0, -2)["error_code"] == 0
+    c = KafkaConsumer(store=str(broker.data_dir), group_id=group, auto_offset_reset="earliest",
+                      enable_auto_commit=False)
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        assert c.committed(TopicPartition(topic, 0)) == -2
+        got = []
+        for _ in range(20):
+            for recs in c.poll(timeout_ms=100).values():
+                got.extend(r.value for r in recs)
+            if len(got) >= 3:
+                break
+        assert got == [b"a", b"b", b"c"]
+    finally:
+        c.close()
+
+
+def test_a_kafka_client_seeks_back_by_committing_earliest(broker, topic, topic_name):
+    """Defect 2, as KafkaJS does it: commit -2 for a group that had consumed everything; the group's next
+    consumer re-reads from the log start (0 of 3 records were re-read before)."""
+    ck = pytest.importorskip("confluent_kafka")
+    group = topic_name("g")
+    with Wire(broker.port) as w:
+        assert _commit(w, group, topic, 0, 3)["error_code"] == 0
+        assert _commit(w, group, topic, 0, -2)["error_code"] == 0
+    c = ck.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                     "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        c.assign([ck.TopicPartition(topic, 0)])
+        got = []
+        for _ in range(60):
+            m = c.poll(0.25)
+            if m is not None and not m.error():
+                got.append(m.value())
+            if len(got) >= 3:
+                break
+        assert got == [b"a", b"b", b"c"]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("group", ["x" * 300, "nul\x00in/../the id", "é" * 10000, "y" * 32767],
+                         ids=["300-bytes", "nul-and-slash", "utf8-20000-bytes", "32767-bytes"])
+def test_any_legal_group_id_joins_commits_and_is_listed(broker, topic, group):
+    """Defect 3: a group id past the file-name limit raised OSError (File name too long) and one with NUL raised
+    ValueError (embedded null byte); a client id with '/' could name a file outside the group's directory."""
+    kafka = pytest.importorskip("kafka")  # kafka-python: a C client would cut the id at its NUL
+    c = kafka.KafkaConsumer(topic, bootstrap_servers=broker.bootstrap_servers, group_id=group,
+                            auto_offset_reset="earliest", enable_auto_commit=False,
+                            client_id="../../escape/\x00id", session_timeout_ms=6000)
+    try:
+        got = []
+        for _ in range(40):
+            for recs in c.poll(timeout_ms=250).values():
+                got.extend(r.value for r in recs if r.partition == 0)
+            if len(got) >= 3:
+                break
+        assert got == [b"a", b"b", b"c"]
+        c.commit()
+        assert c.committed(kafka.TopicPartition(topic, 0)) == 3
+    finally:
+        c.close()
+    from kafkalog.client.group import known_groups
+    assert group in known_groups(broker.data_dir)
+    escaped = [p for p in broker.data_dir.rglob("*id*") if "escape" in str(p)]
+    assert not escaped
+
+
+# ---------------------------------------------------------------------------------------------------- 4: sessions
+
+def _fetch_req(session_id: int, epoch: int, parts: list[tuple[str, int, int]], forgotten=()) -> dict:
+    topics: dict[str, list] = {}
+    for t, p, off in parts:
+        topics.setdefault(t, []).append({"partition": p, "current_leader_epoch": -1, "fetch_offset": off,
+                                         "log_start_offset": -1, "partition_max_bytes": 1 << 20})
+    return {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": session_id, "session_epoch": epoch,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [{"topic": t, "partitions": [p]} for t, p in forgotten], "rack_id": ""}
+
+
+def _records(resp) -> dict:
+    from kafkalog._engine.records import iter_batches
+    out = {}
+    for t in resp["responses"]:
+        for p in t["partitions"]:
+            out[(t["topic"], p["partition_index"])] = [r.value for b in iter_batches(p["records"] or b"")
+                                                      for r in b.records()]
+    return out
+
+
+def test_fetch_session_errors_are_answered_at_the_top_level(broker, topic):
+    """Defect 4: the error response was wrapped in one list too many (TypeError on the transport, connection
+    aborted), so FETCH_SESSION_ID_NOT_FOUND (70) and INVALID_FETCH_SESSION_EPOCH (71) never reached a client."""
+    with Wire(broker.port) as w:
+        resp = w.call(1, 11, _fetch_req(987654, 1, [(topic, 0, 0)]))
+        assert resp["error_code"] == FETCH_SESSION_ID_NOT_FOUND
+        assert resp["responses"] == []
+        full = w.call(1, 11, _fetch_req(0, 0, [(topic, 0, 0), (topic, 1, 0)]))
+        assert full["error_code"] == 0
+        sid = full["session_id"]
+        assert sid != 0
+        assert _records(full)[(topic, 0)] == [b"a", b"b", b"c"]
+        resp = w.call(1, 11, _fetch_req(sid, 5, []))  # the next epoch is 1
+        assert resp["error_code"] == INVALID_FETCH_SESSION_EPOCH
+        # the connection and the session are still usable: epoch 1 is the next one
+        resp = w.call(1, 11, _fetch_req(sid, 1, [(topic, 0, 3)]))
+        assert resp["error_code"] == 0 and resp["session_id"] == sid
+
+
+def test_incremental_fetch_responses_carry_only_what_changed(broker, topic):
+    """KIP-227: an idle incremental fetch answers no partition; after an append only that partition comes back,
+    with its new records and high watermark; a forgotten partition is no longer answered."""
+    with Wire(broker.port) as w:
+        full = w.call(1, 11, _fetch_req(0, 0, [(topic, 0, 0), (topic, 1, 0)]))
+        sid = full["session_id"]
+        hw = {(t["topic"], p["partition_index"]): p["high_watermark"]
+              for t in full["responses"] for p in t["partitions"]}
+        assert hw == {(topic, 0): 3, (topic, 1): 0}
+        idle = w.call(1, 11, _fetch_req(sid, 1, [(topic, 0, 3)]))
+        assert idle["error_code"] == 0 and idle["responses"] == []
+        assert w.produce(topic, 1, batch([b"p1"]))["error_code"] == 0
+        inc = w.call(1, 11, _fetch_req(sid, 2, []))
+        assert _records(inc) == {(topic, 1): [b"p1"]}
+        assert inc["responses"][0]["partitions"][0]["high_watermark"] == 1
+        inc = w.call(1, 11, _fetch_req(sid, 3, [(topic, 1, 1)], forgotten=[(topic, 0)]))
+        assert inc["responses"] == []
+        assert w.produce(topic, 0, batch([b"p0"]))["error_code"] == 0
+        inc = w.call(1, 11, _fetch_req(sid, 4, []))
+        assert inc["responses"] == []  # partition 0 was forgotten: its append is not answered
+
+
+def test_a_raw_fetch_frame_with_a_bad_session_keeps_the_connection(broker, topic):
+    """The error frame is one well-formed response frame (size prefix, correlation id): decoded exactly."""
+    with Wire(broker.port) as w:
+        w.send_raw(protocol.encode_request(1, 7, 77, "raw", _fetch_req(4242, 9, [(topic, 0, 0)])))
+        frame = w.recv_frame()
+        assert frame is not None
+        corr, resp = protocol.decode_response(1, 7, frame)
+        assert corr == 77 and resp["error_code"] == FETCH_SESSION_ID_NOT_FOUND
+        assert struct.unpack(">i", frame[:4])[0] == 77
+        assert w.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
