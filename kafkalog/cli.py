@@ -855,13 +855,14 @@ DEMO_MARKER = ".kafkalog-demo"
 def cmd_demo(args) -> int:
     """The README's first command: a durable local log, a time seek and a delete-before, end to end."""
     from .storage import LogStore
+    from .storage.files import make_durable_dir
     path = Path(args.dir)
     marker = path / DEMO_MARKER
     # the demo appends and deletes records: only in a new directory or one an earlier demo made, never in user data
     if path.exists() and not marker.exists() and (not path.is_dir() or any(path.iterdir())):
         return _fail(f"refusing to run the demo in {path}: it is not empty and not a directory the demo made (the "
                      f"demo appends and deletes records); give it a new directory")
-    path.mkdir(parents=True, exist_ok=True)
+    make_durable_dir(path)
     marker.touch()
     t0 = 1_700_000_000_000
     with LogStore(path, {"segment.bytes": 1 << 20}, exclusive=True) as store:

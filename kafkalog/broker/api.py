@@ -27,6 +27,7 @@ from ..errors import (
     InvalidRequestError,
     InvalidTopicError,
     KafkaError,
+    KafkaStorageError,
     PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownServerError,
@@ -117,6 +118,49 @@ class _LoopWaker:
                 pass
 
 
+class _GroupCommit:
+    """acks=all for one partition: one fsync at a time, off the loop (``Log.sync`` holds no lock while the disk
+    works, so appends go on); every request that arrives while an fsync runs shares the next one, across
+    connections: n concurrent producers cost about one fsync per round, not n."""
+
+    __slots__ = ("services", "tp", "running", "waiting")
+
+    def __init__(self, services, tp):
+        self.services = services
+        self.tp = tp
+        self.running = False
+        self.waiting: list = []
+
+    def wait(self):
+        fut = self.services.loop.create_future()
+        self.waiting.append(fut)
+        if not self.running:
+            self._start()
+        return fut
+
+    def _start(self) -> None:
+        batch, self.waiting = self.waiting, []
+        self.running = True
+        try:
+            lg = self.services.log(self.tp.topic, self.tp.partition)
+            job = self.services.loop.run_in_executor(None, lg.sync)
+        except BaseException as e:  # noqa: BLE001  (answered on each waiting request)
+            self._finish(batch, e)
+            return
+        job.add_done_callback(lambda f: self._finish(batch, None if f.cancelled() else f.exception()))
+
+    def _finish(self, batch, exc) -> None:
+        self.running = False
+        for fut in batch:
+            if not fut.done():
+                if exc is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(exc)
+        if self.waiting:
+            self._start()
+
+
 class Services:
     """Everything the handlers share: the store, groups, producer state, fetch waiters. Loop thread only."""
 
@@ -136,6 +180,7 @@ class Services:
         self.other_writers_poll_s = 0.1
         self.wakers: dict[TopicPartition, _LoopWaker] = {}
         self.logs: dict[TopicPartition, object] = {}
+        self.commits: dict[TopicPartition, _GroupCommit] = {}
         self.groups = GroupCoordinator(self)
         self.producers = ProducerStates(store)
         self.quotas = ClientQuotas(config, store.path / ".kafkalog-broker" / "quotas.json")
@@ -201,10 +246,19 @@ class Services:
         lg.add_waiter(w)
         return lg
 
+    def group_commit(self, topic: str, partition: int):
+        """A future done when everything appended to the partition so far is fsynced (see ``_GroupCommit``)."""
+        tp = TopicPartition(topic, partition)
+        gc = self.commits.get(tp)
+        if gc is None:
+            gc = self.commits[tp] = _GroupCommit(self, tp)
+        return gc.wait()
+
     def forget_topic(self, topic: str) -> None:
         for tp in [tp for tp in self.logs if tp.topic == topic]:
             self.logs.pop(tp, None)
             self.wakers.pop(tp, None)
+            self.commits.pop(tp, None)
             self.wake(tp)
 
     def wake(self, tp) -> None:
@@ -318,6 +372,7 @@ def produce(s: Services, ctx, header, frame, offset):
     responses = []
     failed = False
     auth = s.authorizer is not None
+    synced = [] if acks == -1 else None  # acks=all: partitions whose answer waits for their group commit
     for name, partitions in topic_data:
         parts = []
         denied = auth and _denied(s, ctx, "WRITE", "TOPIC", name)
@@ -341,6 +396,8 @@ def produce(s: Services, ctx, header, frame, offset):
                     if lg.log_append_time:
                         append_time = RecordBatch(records).max_timestamp  # stamped by the append
                 lso = lg.last_known_log_start_offset  # fresh: the append just synced this view
+                if synced is not None:
+                    synced.append((name, idx, len(parts)))
             except KafkaError as e:
                 code = _code(e)
                 failed = True
@@ -358,6 +415,25 @@ def produce(s: Services, ctx, header, frame, offset):
         if failed:  # Kafka's answer to a failed acks=0 produce: close, so the client notices
             ctx.connection.close("acks=0 produce failed (see the previous line)")
         return None
+    if synced:
+        return _produce_synced(s, ctx, header, responses, synced)
+    return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
+                                          ctx.throttle_time_ms)]
+
+
+async def _produce_synced(s: Services, ctx, header, responses, synced):
+    """acks=all on a single node: the answer goes out once the records are fsynced (there are no replicas to
+    wait for). Each partition's group commit covers every request appended before its fsync started."""
+    by_topic = {name: parts for name, parts in responses}
+    keys = [(name, idx) for name, idx, _ in synced]
+    results = await asyncio.gather(*(s.group_commit(name, idx) for name, idx in keys), return_exceptions=True)
+    for (name, idx, i), r in zip(synced, results):
+        if isinstance(r, BaseException):
+            if isinstance(r, asyncio.CancelledError):
+                raise r
+            log.error("acks=all produce from %s to %s-%d: fsync failed: %s", ctx.peer, name, idx, r)
+            parts = by_topic[name]
+            parts[i] = (idx, _code(r) if isinstance(r, KafkaError) else KafkaStorageError.code, -1, -1, -1)
     return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
                                           ctx.throttle_time_ms)]
 

@@ -20,7 +20,7 @@ from collections import deque
 
 from .._engine.records import iter_batches
 from ..errors import InvalidProducerEpochError, KafkaError, OutOfOrderSequenceNumberError
-from ..storage.files import atomic_write
+from ..storage.files import atomic_write, make_durable_dir
 
 _ID_BLOCK = 1000
 _CACHED_BATCHES = 5
@@ -58,7 +58,7 @@ class ProducerStates:
                 start = int(self.path.read_text())
             except (OSError, ValueError):
                 start = 1
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_durable_dir(self.path.parent)  # a lost entry would hand out producer ids again
             atomic_write(self.path, str(start + _ID_BLOCK).encode())
             self._next, self._limit = start, start + _ID_BLOCK
         pid = self._next

@@ -65,7 +65,7 @@ from ..errors import (
     UnsupportedSaslMechanismError,
     storage_error,
 )
-from ..storage.files import FileLock, fsync_dir
+from ..storage.files import FileLock, fsync_dir, make_durable_dir
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -287,7 +287,7 @@ class _JsonDocument:
 
     def _make_parent(self) -> None:
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_durable_dir(self.path.parent, mode=0o700)  # ACLs and credentials survive a power loss
         except OSError as e:
             raise storage_error(e, "create directory", self.path.parent) from None
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from ..config import Config
 from ..errors import InvalidConfigError, InvalidRequestError, KafkaError, UnsupportedVersionError
 from ..storage import LogStore
-from ..storage.files import BrokerLock
+from ..storage.files import BrokerLock, make_durable_dir
 from . import protocol
 from .api import ADVERTISED, API_HANDLERS, RequestContext, Services
 
@@ -377,7 +377,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         # one broker per data dir, as Kafka's locked log dir: a second one fails here, naming the first
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        make_durable_dir(self.data_dir)  # a new data dir's entry survives a power loss (so do its topics)
         self._broker_lock = BrokerLock(self.data_dir)
         self._broker_lock.acquire("start broker")
         try:

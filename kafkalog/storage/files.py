@@ -36,6 +36,22 @@ def fsync_dir(path: Path) -> None:
         raise storage_error(e, "fsync directory", path) from None
 
 
+def make_durable_dir(path: Path, mode: int = 0o777) -> None:
+    """Create the data dir (and missing parents) so that it survives a power loss: each new directory's entry is
+    made durable by an fsync of its parent (without it a power loss takes the whole store away)."""
+    missing = []
+    p = path.absolute()
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    try:
+        path.mkdir(mode=mode, parents=True, exist_ok=True)
+    except OSError as e:
+        raise storage_error(e, "create data dir", path) from None
+    for d in reversed(missing):
+        fsync_dir(d.parent)
+
+
 def atomic_write(path: Path, data: bytes, failpoint: str = "atomic-write") -> None:
     """Write ``path`` so that a crash leaves either the old or the new content: temp, fsync, rename, fsync dir."""
     tmp = path.with_name(path.name + ".tmp")

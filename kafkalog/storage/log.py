@@ -801,6 +801,40 @@ class Log:
         self._unflushed = 0
         self._last_flush = time.monotonic()
 
+    def sync(self) -> int:
+        """What ``flush`` promises, with the fsyncs made outside the log's lock, so appends go on while the disk
+        works: the broker's group commit for acks=all (every append made before this call is durable when it
+        returns, and so is whatever others appended before the fsyncs started). Returns the offset below which
+        everything is durable."""
+        with self._lock:
+            self._check_writable()
+            self._drain()
+            leo = self._leo
+            top = self._segments[-1].base_offset
+            dir_behind = top > self._dir_synced_base
+            if self._recovery_point >= leo and not dir_behind:
+                return leo
+            i = max(0, bisect.bisect_right(self._bases, self._recovery_point) - 1)
+            paths = [seg.log_path for seg in self._segments[i:]]
+        for path in paths:  # every byte below ``leo`` is in these files, whoever rolls or appends meanwhile
+            try:
+                _fsync_path(path, data_only=True)
+            except KafkaStorageError as e:
+                if e.errno != errno.ENOENT:
+                    raise  # ENOENT: deleted below a new log start meanwhile: nothing left to make durable
+        if dir_behind:
+            fsync_dir(self.dir)
+        failpoints.hit("flush:after-fsync")
+        with self._lock:
+            if dir_behind and top > self._dir_synced_base:
+                self._dir_synced_base = top
+            if leo > self._recovery_point:
+                self._recovery_point = leo
+                if leo == self._leo:
+                    self._unflushed = 0
+                self._last_flush = time.monotonic()
+        return leo
+
     def maybe_flush(self) -> None:
         """flush.ms: flush when the last flush is older than it (called by the store's maintenance)."""
         with self._lock:
@@ -1177,11 +1211,14 @@ def _unlink(path: Path) -> None:
         raise storage_error(e, "delete", path) from None
 
 
-def _fsync_path(path: Path) -> None:
+def _fsync_path(path: Path, data_only: bool = False) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            if data_only:
+                os.fdatasync(fd)  # data and size: what a reader needs (the segment's own flush does the same)
+            else:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except OSError as e:

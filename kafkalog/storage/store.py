@@ -46,7 +46,7 @@ from ..errors import (
 )
 from . import failpoints
 from .checkpoints import Checkpoints
-from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, broker_holding, fsync_dir
+from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, broker_holding, fsync_dir, make_durable_dir
 from .log import EXCLUSIVE, READ, SHARED, Log
 from .offsets import OffsetStore
 
@@ -67,22 +67,6 @@ def validate_topic_name(name) -> None:
         raise InvalidTopicError(f"topic name of {len(name)} characters: the maximum is {MAX_TOPIC_LENGTH}")
     if not _TOPIC_RE.match(name):
         raise InvalidTopicError(f"topic name {name!r}: only ASCII letters, digits, '.', '_' and '-' are legal")
-
-
-def _make_durable_dir(path: Path) -> None:
-    """Create the data dir (and missing parents) so that it survives a power loss: each new directory's entry is
-    made durable by an fsync of its parent (without it a power loss takes the whole store away)."""
-    missing = []
-    p = path.absolute()
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise storage_error(e, "create data dir", path) from None
-    for d in reversed(missing):
-        fsync_dir(d.parent)
 
 
 class LogStore:
@@ -113,7 +97,7 @@ class LogStore:
             self.had_clean_shutdown = (self.path / CLEAN_SHUTDOWN_FILE).exists()
             self._reload_topics()
             return
-        _make_durable_dir(self.path)
+        make_durable_dir(self.path)
         self._checkpoints = Checkpoints(self.path)
         self._open_writer()
         if maintenance:

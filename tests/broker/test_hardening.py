@@ -232,3 +232,60 @@ def test_a_raw_fetch_frame_with_a_bad_session_keeps_the_connection(broker, topic
         assert corr == 77 and resp["error_code"] == FETCH_SESSION_ID_NOT_FOUND
         assert struct.unpack(">i", frame[:4])[0] == 77
         assert w.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
+
+
+# ---------------------------------------------------------------------------------------------------- 14: acks=all
+
+def test_acks_all_is_fsynced_before_the_answer_and_acks_1_is_not(own_broker, topic_name):
+    """Defect 14: the broker never fsynced, so every acks=all record was lost at a power loss (the power-loss
+    harness's broker-acks-all case shows that end to end; this shows where: the partition's recovery point)."""
+    name = topic_name()
+    with Wire(own_broker.port) as w:
+        assert w.create_topic(name, 1, {"flush.messages": "9223372036854775807"})["error_code"] == 0
+        lg = own_broker._broker.services.log(name, 0)
+        assert w.produce(name, 0, batch([b"one"]), acks=1)["error_code"] == 0
+        assert lg.recovery_point == 0  # page cache only
+        r = w.produce(name, 0, batch([b"two", b"three"]), acks=-1)
+        assert r["error_code"] == 0 and r["base_offset"] == 1
+        assert lg.recovery_point == 3  # fsynced, the acks=1 record before it too
+
+
+def test_concurrent_acks_all_producers_share_fsyncs(own_broker, topic_name, monkeypatch):
+    """Group commit: requests that arrive while a partition's fsync runs share the next one, so 8 producers
+    sending 40 requests each need far fewer than 320 fsyncs; every record is acknowledged at its own offset."""
+    import os
+    import threading
+    name = topic_name()
+    with Wire(own_broker.port) as w:
+        assert w.create_topic(name, 1)["error_code"] == 0
+    calls = []
+    real = os.fdatasync
+
+    def counted(fd):
+        calls.append(fd)
+        return real(fd)
+    monkeypatch.setattr(os, "fdatasync", counted)
+    acked: list[tuple[int, bytes]] = []
+    errors = []
+
+    def producer(i):
+        try:
+            with Wire(own_broker.port) as w:
+                for j in range(40):
+                    v = b"%d-%d" % (i, j)
+                    r = w.produce(name, 0, batch([v]), acks=-1)
+                    assert r["error_code"] == 0
+                    acked.append((r["base_offset"], v))
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=producer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(acked) == 320 and len({o for o, _ in acked}) == 320
+    assert 0 < len(calls) < 320, f"{len(calls)} fsyncs for 320 acks=all requests"
+    lg = own_broker._broker.services.log(name, 0)
+    got = {r.offset: r.value for r in lg.records(0)}
+    assert all(got[o] == v for o, v in acked)

@@ -37,12 +37,14 @@ CASES = {
     "consumer-commits": [("consumer", 0), ("consumer", 1)],
     "durable-queue": [("queue", 0), ("queue", 1)],
     "topics-create-delete": [("topics", 0), ("topics", 1)],
+    "broker-acks-all": [("broker", 0), ("kafka_producer", 1), ("kafka_producer", 2)],
 }
 
 
 def run_round(fs, acks: Path, workers, rng, env, min_acks: int = 0) -> None:
     """Start the workloads, let them run a random while, then lose power with them running."""
     procs = []
+    Path(str(acks) + ".port").unlink(missing_ok=True)  # the broker workload's port, from the previous round
     for name, wid in workers:
         log = open(acks.with_suffix(f".{name}{wid}.out"), "ab")
         procs.append(subprocess.Popen([sys.executable, str(HERE / "workloads.py"), name, str(fs.mnt / "data"),

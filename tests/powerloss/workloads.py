@@ -28,6 +28,7 @@ SMALL = {"segment.bytes": 16384, "index.interval.bytes": 512}
 
 class Acks:
     def __init__(self, path):
+        self.path = path
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, *lines: str) -> None:
@@ -152,6 +153,51 @@ def w_topics(data, acks, rng, wid):
                 acks.write(f"T {name} deleting")
                 store.delete_topic(name)
                 acks.write(f"T {name} deleted")
+
+
+def port_file(acks) -> str:
+    """Where the broker workload tells the Kafka producers its port (outside the mount; removed each round)."""
+    return acks.path + ".port"
+
+
+def w_broker(data, acks, rng, wid):
+    """``kafkalog serve`` on the mount: acks=all must mean fsynced before the answer (its group commit)."""
+    from kafkalog.broker import Broker
+    b = Broker(data, listen="127.0.0.1:0", config={
+        "auto.create.topics.enable": True, "num.partitions": 2, "log.segment.bytes": 16384,
+        "log.index.interval.bytes": 512, "group.initial.rebalance.delay.ms": 0})
+    b.start()
+    tmp = port_file(acks) + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(b.port))
+    os.replace(tmp, port_file(acks))
+    while True:
+        time.sleep(1)
+
+
+def w_kafka_producer(data, acks, rng, wid):
+    """A Kafka client (librdkafka) producing with acks=all to the broker workload; a record is acknowledged when
+    its delivery report says so."""
+    import confluent_kafka
+    while not os.path.exists(port_file(acks)):
+        time.sleep(0.02)
+    with open(port_file(acks)) as f:
+        port = int(f.read())
+    done = []
+
+    def report(err, msg):
+        if err is None:
+            done.append(f"R k {msg.partition()} {msg.offset()} {digest(msg.value())}")
+    producer = confluent_kafka.Producer({
+        "bootstrap.servers": f"127.0.0.1:{port}", "acks": "all", "linger.ms": rng.choice([0, 1, 5]),
+        "enable.idempotence": rng.random() < 0.5, "compression.type": rng.choice(["none", "lz4", "zstd"])})
+    while True:
+        for v in values(rng, f"k{wid}", rng.randint(1, 50)):
+            producer.produce("k", v, key=v[:6], on_delivery=report)
+        producer.flush(30)
+        if done:
+            lines, done[:] = list(done), []
+            acks.write(*lines)
 
 
 WORKLOADS = {name[2:]: fn for name, fn in globals().items() if name.startswith("w_")}
