@@ -165,6 +165,20 @@ CONFIG_KEYS = _keys(
               scope=BROKER, low=0, high=INT_MAX),
     ConfigKey("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", scope=BROKER,
               low=1, high=LONG_MAX),
+    ConfigKey("queued.max.request.bytes", int, 104857600, "Memory for request frames being received or served, "
+              "across all connections (Kafka's key; here bounded by default): a frame over 64 KiB reserves its size "
+              "before its buffer exists, and its connection stops reading until the memory is there.",
+              scope=BROKER, low=65536, high=LONG_MAX),
+    ConfigKey("request.receive.timeout.ms", int, 30000, "kafkalog's own: a request frame must arrive whole "
+              "within this time from its first byte, or from the moment queued.max.request.bytes granted its "
+              "memory; a slower sender is disconnected, so trickling frames cannot hold memory.", scope=BROKER, low=1,
+              high=INT_MAX),
+    ConfigKey("max.partitions.per.request", int, 10000, "kafkalog's own: CreateTopics and CreatePartitions refuse "
+              "a topic with more partitions than this (POLICY_VIOLATION) before touching the disk.", scope=BROKER,
+              low=1, high=INT_MAX),
+    ConfigKey("max.broker.partitions", int, 100000, "KIP-578: the most partitions this broker hosts; creating "
+              "topics past it is refused (POLICY_VIOLATION) before touching the disk.", scope=BROKER, low=1,
+              high=INT_MAX),
     ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, "Incremental fetch sessions (KIP-227) the "
               "broker keeps (8 shards); 0 disables them: every fetch is answered sessionless.", scope=BROKER,
               low=0, high=INT_MAX),

@@ -221,10 +221,14 @@ class Services:
             except Exception as e:
                 log.error("group sweep failed: %r", e)
             idle = self.config["connections.max.idle.ms"] / 1000.0
+            receive = self.config["request.receive.timeout.ms"] / 1000.0
             now = time.monotonic()
             for c in list(self.broker.connections):
                 if not c.busy and now - c.last_active > idle:
                     c.close(f"idle for more than connections.max.idle.ms={self.config['connections.max.idle.ms']}")
+                elif c.partial_since and now - c.partial_since > receive:
+                    c.close(f"a request frame did not arrive whole within request.receive.timeout.ms="
+                            f"{self.config['request.receive.timeout.ms']}")
 
     def connection_closed(self, conn) -> None:
         pass

@@ -22,6 +22,7 @@ one data dir as a shared-mode writer: embedded producers, consumers and the CLI 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import socket
@@ -88,13 +89,57 @@ def _tls_context(config):
     return ctx
 
 
+class MemoryPool:
+    """queued.max.request.bytes, across connections (Kafka's MemoryPool): a frame over the scratch buffer reserves
+    its size before its buffer is allocated; a connection that cannot reserve stops reading and waits its turn
+    (FIFO), so a thousand connections declaring 100 MB frames hold nothing but their 64 KiB scratch buffers. A
+    frame bigger than the whole pool is granted when the pool is idle."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.available = capacity
+        self.waiters: collections.deque = collections.deque()
+
+    def try_reserve(self, n: int) -> bool:
+        n = min(n, self.capacity)
+        if self.waiters or self.available < n:
+            return False
+        self.available -= n
+        return True
+
+    def wait(self, conn, n: int) -> None:
+        self.waiters.append((conn, n))
+
+    def release(self, n: int) -> None:
+        self.available += min(n, self.capacity)
+        while self.waiters:
+            conn, want = self.waiters[0]
+            if conn.closed:
+                self.waiters.popleft()
+                continue
+            if self.available < min(want, self.capacity):
+                break
+            self.waiters.popleft()
+            self.available -= min(want, self.capacity)
+            conn.granted(want)
+
+    @property
+    def used(self) -> int:
+        return self.capacity - self.available
+
+
 class Connection(asyncio.BufferedProtocol):
-    """One client connection. Lives on the broker's loop thread only."""
+    """One client connection. Lives on the broker's loop thread only.
+
+    Reading stops while a request is served (Kafka mutes a channel with a request in flight), while a throttle
+    delay runs (KIP-219) and while a big frame waits for memory: what one connection holds is its scratch buffer,
+    the frames parsed from one read, and at most one big frame reserved from the broker's MemoryPool."""
 
     def __init__(self, broker: Broker):
         self.broker = broker
         self.services = broker.services
         self.max_frame = broker.services.max_request_bytes
+        self.pool: MemoryPool = broker.pool
         self.transport = None
         self.peer = "?"
         self.peer_host = "*"
@@ -104,10 +149,16 @@ class Connection(asyncio.BufferedProtocol):
         self.frame = None  # bytearray being received directly (a frame bigger than what scratch holds)
         self.fview = None
         self.fpos = 0
-        self.pending: list = []  # complete frames not yet processed
+        self.pending: collections.deque = collections.deque()  # (frame, bytes reserved) not yet processed
+        self.reserved = 0  # bytes of the pool held by the frame being received
+        self.serving = 0  # bytes of the pool held by the request being served
+        self.granted_bytes = 0  # a reservation the pool granted while this connection waited
+        # monotonic time the frame being received started, or was granted its memory (0: none). A frame waiting for
+        # memory past request.receive.timeout.ms is dropped too: its client has given up by then (request.timeout.ms)
+        self.partial_since = 0.0
         self.busy = False  # a request's task is running: later frames wait
         self.closed = False
-        self.paused = False
+        self.paused: set[str] = set()  # why reading is paused: "busy", "memory", "throttle"
         self.ctx = RequestContext(self)
         self.last_active = time.monotonic()
         self.muted = False  # KIP-219: nothing is read or processed until a throttle delay has passed
@@ -120,6 +171,7 @@ class Connection(asyncio.BufferedProtocol):
         self.req_started = 0.0
         self.req_key = -1
         self.req_size = 0
+        self.tasks: set = set()  # this connection's request task (at most one: requests are served in order)
 
     # -- asyncio protocol -----------------------------------------------------------------------------------------
 
@@ -139,7 +191,11 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc):
         self.closed = True
         self.broker.connections.discard(self)
+        self._release_all()
         self.services.connection_closed(self)
+        # a long poll or a group barrier of a client that went away stops here (its answer has nowhere to go)
+        for t in list(self.tasks):
+            t.cancel()
 
     def get_buffer(self, sizehint):
         if self.frame is not None:
@@ -152,23 +208,61 @@ class Connection(asyncio.BufferedProtocol):
             self.fpos += nbytes
             if self.fpos < len(self.frame):
                 return
-            self.pending.append(self.frame)
+            self.pending.append((self.frame, self.reserved))
             self.frame = self.fview = None
-            self.fpos = 0
+            self.fpos = self.reserved = 0
         else:
             self.slen += nbytes
-            if not self._split_scratch():
-                return
-        if not self.busy:
-            self._process()
+        if not self._split_scratch():
+            return
+        self._process()
 
     def eof_received(self):
         return False
 
+    # -- flow control ---------------------------------------------------------------------------------------------
+
+    def _pause(self, why: str) -> None:
+        if not self.paused and not self.closed:
+            try:
+                self.transport.pause_reading()
+            except (RuntimeError, AttributeError):
+                pass
+        self.paused.add(why)
+
+    def _resume(self, why: str) -> None:
+        if why not in self.paused:
+            return
+        self.paused.discard(why)
+        if not self.paused and not self.closed:
+            try:
+                self.transport.resume_reading()
+            except (RuntimeError, AttributeError):
+                pass
+
+    def granted(self, n: int) -> None:
+        """The pool reserved ``n`` bytes for the frame this connection waits to receive (MemoryPool.release)."""
+        self.granted_bytes = n
+        self.partial_since = time.monotonic()  # a fresh request.receive.timeout.ms to receive what it was granted
+        self._resume("memory")
+        if self._split_scratch():
+            self._process()
+
+    def _release_all(self) -> None:
+        n = self.reserved + self.serving + self.granted_bytes + sum(r for _f, r in self.pending)
+        self.reserved = self.serving = self.granted_bytes = 0
+        self.pending.clear()
+        self.frame = self.fview = None
+        if n:
+            self.pool.release(n)
+
     # -- framing --------------------------------------------------------------------------------------------------
 
     def _split_scratch(self) -> bool:
-        """Move complete frames out of scratch (and start a direct receive for a big one); False on close."""
+        """Move complete frames out of scratch (and start a direct receive for a big one, once the pool has its
+        memory); False on close."""
+        if "memory" in self.paused or self.frame is not None:
+            return not self.closed
         buf = self.scratch
         pos = 0
         n = self.slen
@@ -179,10 +273,18 @@ class Connection(asyncio.BufferedProtocol):
                 return False
             have = n - pos - 4
             if have >= size:
-                self.pending.append(bytearray(self.sview[pos + 4:pos + 4 + size]))
+                self.pending.append((bytearray(self.sview[pos + 4:pos + 4 + size]), 0))
                 pos += 4 + size
                 continue
             if size > _SCRATCH - 4:
+                if self.granted_bytes:
+                    self.reserved, self.granted_bytes = self.granted_bytes, 0
+                elif self.pool.try_reserve(size):
+                    self.reserved = size
+                else:
+                    self._pause("memory")
+                    self.pool.wait(self, size)
+                    break
                 frame = bytearray(size)
                 frame[:have] = self.sview[pos + 4:n]
                 self.frame = frame
@@ -195,6 +297,11 @@ class Connection(asyncio.BufferedProtocol):
             if rest:
                 self.scratch[:rest] = self.sview[pos:n]
             self.slen = rest
+        partial = self.slen > 0 or self.frame is not None
+        if not partial:
+            self.partial_since = 0.0
+        elif not self.partial_since:
+            self.partial_since = time.monotonic()
         return True
 
     def close(self, why: str | None = None) -> None:
@@ -210,7 +317,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def _process(self) -> None:
         while self.pending and not self.busy and not self.closed and not self.muted:
-            frame = self.pending.pop(0)
+            frame, self.serving = self.pending.popleft()
             self.ctx.throttle_time_ms = 0
             self.req_started = time.perf_counter()
             self.req_key = -1
@@ -223,25 +330,43 @@ class Connection(asyncio.BufferedProtocol):
                 self.close(str(e))
                 return
             except Exception as e:  # a bug must not take the broker down: answered by closing this connection
-                log.debug("internal error serving %s", self.peer, exc_info=True)
-                self.close(f"internal error: {type(e).__name__}: {e}")
+                self._internal_error(e)
                 return
-            if out is None:
-                self._answered(0)
-                self._mute_if_throttled()
-                continue
-            if isinstance(out, list):
-                self._answered(self._write(out))
+            del frame
+            if out is None or isinstance(out, list):
+                self._answered(self._write(out) if out is not None else 0)
+                self._served()
                 self._mute_if_throttled()
                 continue
             self.busy = True
             task = asyncio.ensure_future(out)
             task.add_done_callback(self._done)
             self.broker.tasks.add(task)
+            self.tasks.add(task)
+        if self.closed:
+            return
+        # a frame waiting behind a request in flight stops reading until it is served (nothing piles up); with
+        # none waiting, reading goes on, so a client that goes away is seen at once and its long poll cancelled
+        if self.pending:
+            self._pause("busy")
+        else:
+            self._resume("busy")
+
+    def _served(self) -> None:
+        if self.serving:
+            n, self.serving = self.serving, 0
+            self.pool.release(n)
+
+    def _internal_error(self, e: BaseException) -> None:
+        log.error("internal error serving %s (API key %d); closing the connection", self.peer, self.req_key,
+                  exc_info=(type(e), e, e.__traceback__))
+        self.close(f"internal error: {type(e).__name__}: {e}")
 
     def _done(self, task) -> None:
         self.broker.tasks.discard(task)
+        self.tasks.discard(task)
         self.busy = False
+        self._served()
         if task.cancelled():
             self.close()
             return
@@ -252,14 +377,12 @@ class Connection(asyncio.BufferedProtocol):
             if isinstance(exc, (InvalidRequestError, UnsupportedVersionError)):
                 self.close(str(exc))
             else:
-                log.debug("internal error serving %s", self.peer, exc_info=(type(exc), exc, exc.__traceback__))
-                self.close(f"internal error: {type(exc).__name__}: {exc}")
+                self._internal_error(exc)
             return
         out = task.result()
         self._answered(self._write(out) if out is not None else 0)
         self._mute_if_throttled()
-        if self.pending:
-            self._process()
+        self._process()
 
     def _mute_if_throttled(self) -> None:
         """KIP-219: after a throttled response, stop reading this connection for the throttle time (a client that
@@ -268,20 +391,14 @@ class Connection(asyncio.BufferedProtocol):
         if ms <= 0 or self.closed:
             return
         self.muted = True
-        try:
-            self.transport.pause_reading()
-        except (RuntimeError, AttributeError):
-            pass
+        self._pause("throttle")
         asyncio.get_running_loop().call_later(ms / 1000.0, self._unmute)
 
     def _unmute(self) -> None:
         if self.closed:
             return
         self.muted = False
-        try:
-            self.transport.resume_reading()
-        except (RuntimeError, AttributeError):
-            pass
+        self._resume("throttle")
         self._process()
 
     def _answered(self, nbytes_out: int) -> None:
@@ -351,6 +468,7 @@ class Broker:
         self.port = self._port
         self.connections: set[Connection] = set()
         self.tasks: set = set()
+        self.pool = MemoryPool(self.config["queued.max.request.bytes"])
         self.store: LogStore | None = None
         self.services: Services | None = None
         self._server = None

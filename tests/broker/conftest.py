@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -202,3 +203,86 @@ def kcat_path():
 @pytest.fixture(scope="session")
 def python_exe():
     return sys.executable
+
+
+READY = re.compile(r"^kafkalog broker listening on 127\.0\.0\.1:(\d+)$")
+
+
+class Serve:
+    """`python -m kafkalog serve ARGS` until stop(); ``port`` from its ready line; its stderr is collected as it
+    comes (``stderr()``), so a chatty broker never blocks on a full pipe."""
+
+    def __init__(self, args, env):
+        self.proc = subprocess.Popen([sys.executable, "-m", "kafkalog", "serve", *map(str, args)],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env)
+        self._err: list[bytes] = []
+        self._drain = threading.Thread(target=self._read_stderr, daemon=True)
+        self._drain.start()
+        self.first_line = self._read_line(30)
+        m = READY.match(self.first_line)
+        if not m:
+            self.kill()
+            raise AssertionError(f"no ready line: {self.first_line!r}; stderr: {self.stderr()[-3000:]!r}")
+        self.port = int(m.group(1))
+
+    def _read_stderr(self):
+        for line in self.proc.stderr:
+            self._err.append(line)
+
+    def stderr(self) -> str:
+        return b"".join(self._err).decode(errors="replace")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def rss(self) -> int:
+        """Resident set size of the broker process now, in bytes."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def _read_line(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            self.kill()
+            raise TimeoutError(f"kafkalog serve printed nothing in {timeout} s")
+        return self.proc.stdout.readline().decode().rstrip("\n")
+
+    def stop(self, sig=signal.SIGTERM):
+        """Signal it and return (exit code, rest of stdout, stderr)."""
+        self.proc.send_signal(sig)
+        try:
+            out, _ = self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        self._drain.join(10)
+        return self.proc.returncode, out.decode(), self.stderr()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=10)
+        self._drain.join(10)
+
+
+@pytest.fixture
+def serve(child_env):
+    """serve(*args) -> a running `kafkalog serve` (killed at the end of the test)."""
+    started = []
+
+    def _serve(*args):
+        s = Serve(args, child_env)
+        started.append(s)
+        return s
+    yield _serve
+    for s in started:
+        s.kill()

@@ -5,8 +5,6 @@ a Kafka server.properties (listeners=, log.dirs=, num.partitions=)."""
 from __future__ import annotations
 
 import os
-import re
-import select
 import signal
 import socket
 import subprocess
@@ -19,64 +17,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 import kafkalog
 from kafkalog.storage.files import CLEAN_SHUTDOWN_FILE
 
+from .conftest import Serve
+
 pytestmark = pytest.mark.usefixtures("deadline")
 
-READY = re.compile(r"^kafkalog broker listening on 127\.0\.0\.1:(\d+)$")
 T0 = (int(time.time()) - 600) * 1000
-
-
-class Serve:
-    """`python -m kafkalog serve ARGS` until stop(); ``port`` from its ready line."""
-
-    def __init__(self, args, env):
-        self.proc = subprocess.Popen([sys.executable, "-m", "kafkalog", "serve", *map(str, args)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=env)
-        self.first_line = self._read_line(30)
-        m = READY.match(self.first_line)
-        if not m:
-            self.kill()
-            raise AssertionError(f"no ready line: {self.first_line!r}; stderr: {self.proc.stderr.read()[-3000:]!r}")
-        self.port = int(m.group(1))
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def _read_line(self, timeout: float) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            self.kill()
-            raise TimeoutError(f"kafkalog serve printed nothing in {timeout} s")
-        return self.proc.stdout.readline().decode().rstrip("\n")
-
-    def stop(self, sig=signal.SIGTERM):
-        """Signal it and return (exit code, rest of stdout, stderr)."""
-        self.proc.send_signal(sig)
-        try:
-            out, err = self.proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise
-        return self.proc.returncode, out.decode(), err.decode()
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate(timeout=10)
-
-
-@pytest.fixture
-def serve(child_env):
-    started = []
-
-    def _serve(*args):
-        s = Serve(args, child_env)
-        started.append(s)
-        return s
-    yield _serve
-    for s in started:
-        s.kill()
 
 
 def produce(bootstrap, topic, n, partition=0):

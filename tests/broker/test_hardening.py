@@ -289,3 +289,108 @@ def test_concurrent_acks_all_producers_share_fsyncs(own_broker, topic_name, monk
     lg = own_broker._broker.services.log(name, 0)
     got = {r.offset: r.value for r in lg.records(0)}
     assert all(got[o] == v for o, v in acked)
+
+
+# ---------------------------------------------------------------------------------------------------- 5, 9: bounds
+
+def _cpu_seconds(pid: int) -> float:
+    import os
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _hostile(port: int, declared: int, sent: bytes):
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(struct.pack(">i", declared) + sent)
+    return s
+
+
+def test_connections_declaring_huge_frames_hold_no_more_than_the_request_memory_pool(serve, tmp_path):
+    """Defect 5: 8 idle connections that each declared a 100 MB frame and sent 104 bytes grew the broker's RSS by
+    800 MB (a buffer of the declared size was allocated at once). Now 100 such connections (8 MB each, 800 MB
+    declared) stay within queued.max.request.bytes (16 MiB here) + their 64 KiB scratch buffers, a canary client
+    is served meanwhile, and a slow sender is dropped after request.receive.timeout.ms."""
+    s = serve("--data-dir", tmp_path / "d", "--listen", "127.0.0.1:0",
+              "--override", "queued.max.request.bytes=16777216",
+              "--override", "request.receive.timeout.ms=3000",
+              "--override", "auto.create.topics.enable=true")
+    with Wire(s.port) as canary:
+        assert canary.create_topic("canary", 1)["error_code"] == 0
+        assert canary.produce("canary", 0, batch([b"x"]))["error_code"] == 0
+        base = s.rss()
+        hostile = [_hostile(s.port, 8_000_000, b"\0" * 104) for _ in range(100)]
+        try:
+            import time
+            time.sleep(1.0)
+            grown = s.rss() - base
+            bound = 16 * 2**20 + 100 * 65536 + 24 * 2**20  # the pool, the scratch buffers, allocator slack
+            assert grown < bound, f"RSS grew by {grown / 2**20:.0f} MiB with 100 connections declaring 8 MB frames"
+            t0 = time.monotonic()
+            assert canary.produce("canary", 0, batch([b"y"]))["error_code"] == 0
+            assert canary.fetch("canary", 0, 0)["error_code"] == 0
+            assert time.monotonic() - t0 < 2.0
+            # the trickling senders are dropped after request.receive.timeout.ms (3 s; checked every 0.5 s)
+            for h in hostile:
+                h.settimeout(10)
+            assert all(Wire.closed_by_peer(type("W", (), {"sock": h})()) for h in hostile)
+        finally:
+            for h in hostile:
+                h.close()
+        # a request bigger than the pool is still served when the pool is free (a 20 MB produce)
+        assert canary.create_topic("big", 1, {"max.message.bytes": "30000000"})["error_code"] == 0
+        big = batch([b"z" * 1_000_000 for _ in range(20)])
+        assert len(big) > 16 * 2**20
+        assert canary.produce("big", 0, big)["error_code"] == 0
+    assert "internal error" not in s.stderr()
+
+
+def test_a_frame_trickled_byte_by_byte_is_dropped(serve, tmp_path):
+    """Defect 5: a sender slower than request.receive.timeout.ms cannot hold a connection and its buffer."""
+    import time
+    s = serve("--data-dir", tmp_path / "d", "--listen", "127.0.0.1:0",
+              "--override", "request.receive.timeout.ms=1500")
+    frame = protocol.encode_request(18, 3, 1, "slow", {"client_software_name": "t", "client_software_version": "1"})
+    with Wire(s.port) as w:
+        t0 = time.monotonic()
+        closed = False
+        for byte in frame[:-1]:
+            try:
+                w.send_raw(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.25)
+            if time.monotonic() - t0 > 6:
+                break
+        assert closed or w.closed_by_peer()
+        assert time.monotonic() - t0 < 6
+    with Wire(s.port) as w:  # a prompt client is served
+        assert w.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
+
+
+def test_abandoned_long_polls_stop_when_their_clients_go_away(serve, tmp_path):
+    """Defect 9: 1000 Fetch long polls whose clients had gone kept the broker busy (30% CPU, 2.5% before) until
+    their max_wait_ms ran out. A closed connection cancels its wait."""
+    import socket
+    import time
+    s = serve("--data-dir", tmp_path / "d", "--listen", "127.0.0.1:0")
+    with Wire(s.port) as w:
+        assert w.create_topic("quiet", 1)["error_code"] == 0
+    socks = []
+    for i in range(600):
+        c = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+        c.sendall(protocol.encode_request(1, 11, i, "poller", _fetch_req(0, -1, [("quiet", 0, 0)]) | {
+            "max_wait_ms": 120_000}))
+        socks.append(c)
+    time.sleep(1.0)
+    for c in socks:
+        c.close()
+    time.sleep(1.0)
+    before = _cpu_seconds(s.pid)
+    time.sleep(3.0)
+    used = _cpu_seconds(s.pid) - before
+    assert used < 0.3, f"the broker used {used:.2f} s of CPU in 3 s after 600 long-polling clients went away"
+    with Wire(s.port) as w:
+        assert w.fetch("quiet", 0, 0)["error_code"] == 0
