@@ -2,6 +2,8 @@
 """kafkalog's broker facade against Tansu, side by side in one run, with real Kafka clients over loopback.
 
     python bench/broker.py [--records N] [--py-records N] [--repeat R] [--only REGEX] [--dir DIR] [--json FILE]
+    python bench/broker.py --acks [--acks-seconds S] [--acks-partitions P] [--repeat R] [--override KEY=VALUE]
+    python bench/broker.py [--acks] --quick        smaller sizes (--acks --quick: under 2 minutes)
 
 Both brokers run as subprocesses on 127.0.0.1: kafkalog as `python -m kafkalog serve` on a data dir on disk (under
 --dir; the kafkalog package is snapshotted first, so rebuilds in the checkout meanwhile cannot touch the run), Tansu
@@ -27,6 +29,28 @@ for a second whenever its queue is full, and both brokers then measure the same 
 Throughput is records / wall seconds; MB/s counts
 the 100-byte values (MB = 1e6 bytes). CPU seconds are user + system of the whole process (librdkafka's threads
 included) over the timed region. Benchmarks are not tests: the exit status never depends on PASS/MISS.
+
+acks=all vs acks=1 (--acks: only this section runs)
+  a1  produce throughput through `kafkalog serve` (Tansu is not involved) with acks=1 and with acks=all, side by side
+      in one run, with 1, 8 and 32 concurrent confluent-kafka producers, each in its own process (spawned: neither
+      the broker nor another producer shares its GIL), 100-byte values, linger.ms 5, batch.size 65536, no
+      compression, no idempotence, one topic of --acks-partitions partitions (default 1; producer i writes to
+      partition i mod P):
+        acks=all rec/s / acks=1 rec/s, with 8 and with 32 producers                                >= 0.7x
+      (with 1 producer the ratio is information). acks=all is where the broker makes a write durable before it
+      answers, so this ratio is what a group commit (one fsync for the requests that arrived together) is
+      measured by. --override KEY=VALUE passes server.properties keys to kafkalog serve.
+  Method: for each producer count, the acks=1 and acks=all runs alternate, R runs each (median; default 3, --quick
+  1), each on a fresh topic. A producer connects, learns the topic's metadata and sends 1,000 records through
+  (warm-up); then all of them start at one signal and produce as fast as they can for --acks-seconds (default 10,
+  --quick 4). A producer holds at most 20,000 unacknowledged records (queue.buffering.max.messages), so slow
+  acknowledgements hold it back as they would hold an application back. A record counts when it was acknowledged
+  within the window (sent minus what is still queued or in flight when the window ends; delivery reports for
+  failures only, so no Python call per record); rec/s is the sum over the producers of their counted records /
+  their window. After the window every producer flushes (untimed) and the partitions' end offsets are checked
+  against every record sent (none lost, none twice). Broker CPU is user + system seconds of the broker process over
+  the window. With fewer cores than processes the producers compete with the broker for CPU: absolute rates then
+  say as much about the machine as about the broker; the ratio (the same load both ways) is the number.
 """
 
 from __future__ import annotations
@@ -35,6 +59,7 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import multiprocessing
 import os
 import platform
 import re
@@ -55,6 +80,10 @@ PY_RECORDS = 200_000
 WARMUP = 10_000
 IDLE_CONNECTIONS = 100
 DEADLINE_S = 300  # per timed phase: a stuck broker ends the row, not the run
+ACKS_PRODUCERS = (1, 8, 32)
+ACKS_GOAL = 0.7  # acks=all rec/s / acks=1 rec/s, with 8 producers or more
+ACKS_QUEUE = 20_000  # unacknowledged records a producer may hold
+ACKS_WARMUP = 1_000
 
 perf = time.perf_counter
 
@@ -157,7 +186,7 @@ class BrokerProcess:
 class KafkalogBroker(BrokerProcess):
     name = "kafkalog"
 
-    def __init__(self, scratch: str, pythonpath: str):
+    def __init__(self, scratch: str, pythonpath: str, overrides=()):
         super().__init__()
         import psutil
         tag = uuid.uuid4().hex[:6]
@@ -168,7 +197,7 @@ class KafkalogBroker(BrokerProcess):
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kafkalog", "serve", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0",
-             "--override", "group.initial.rebalance.delay.ms=0"],
+             "--override", "group.initial.rebalance.delay.ms=0", *(a for kv in overrides for a in ("--override", kv))],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=scratch)
         line = self._ready_line(60)
         m = re.match(r"^kafkalog broker listening on 127\.0\.0\.1:(\d+)$", line)
@@ -260,10 +289,10 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
         f.result(timeout=60)
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
     admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
-    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)],
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
                         operation_timeout=30, request_timeout=30)[topic].result(timeout=60)
 
 
@@ -507,6 +536,205 @@ def _still_open(s: socket.socket) -> bool:
         s.setblocking(True)
 
 
+# ------------------------------------------------------------------------------------------------------ acks
+
+def acks_producer(bootstrap: str, topic: str, partition: int, acks: str, seconds: float, index: int, go, out) -> None:
+    """One producer process (spawned): warm up, say ("ready", index), wait for go, produce for `seconds`, then
+    ("done", index, counts) — or ("error", index, why) at any point."""
+    try:
+        from confluent_kafka import Producer
+        failed: list[str] = []
+        errors: list[str] = []
+
+        def on_delivery(err, msg):  # failures only (delivery.report.only.error)
+            if err is not None:
+                failed.append(str(err))
+
+        p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "linger.ms": 5,
+                      "batch.size": 65536, "acks": acks, "enable.idempotence": False, "compression.type": "none",
+                      "queue.buffering.max.messages": ACKS_QUEUE, "delivery.report.only.error": True,
+                      "on_delivery": on_delivery, "error_cb": lambda e: errors.append(str(e))})
+        p.list_topics(topic, timeout=30)
+        vals = values(ACKS_WARMUP)
+        produce, poll = p.produce, p.poll
+        for v in vals:
+            produce(topic, v, partition=partition)
+        if p.flush(60) or failed:
+            raise RuntimeError(f"warm-up not delivered: {failed[:3] or errors[:3]}")
+        out.put(("ready", index))
+        go.wait()
+        t0 = perf()
+        end, sent = t0 + seconds, 0
+        while perf() < end:
+            for v in vals:
+                while True:
+                    try:
+                        produce(topic, v, partition=partition)
+                        sent += 1
+                        break
+                    except BufferError:  # ACKS_QUEUE records unacknowledged: wait for acknowledgements
+                        poll(0.001)
+                        if perf() >= end:
+                            break
+                if not sent % 500:
+                    poll(0)
+                if perf() >= end:
+                    break
+        poll(0)
+        pending = len(p)  # queued or in flight: not acknowledged within the window
+        window = perf() - t0
+        delivered = sent - pending - len(failed)
+        left = p.flush(DEADLINE_S)
+        out.put(("done", index, {"sent": sent, "delivered": delivered, "window_s": window, "left": left,
+                                 "failed": failed[:3], "errors": errors[:3]}))
+    except Exception as e:  # reported to the parent, which notes it
+        out.put(("error", index, f"{type(e).__name__}: {e}"))
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": "bench-offsets"})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions))
+    finally:
+        c.close()
+
+
+def acks_run(broker: KafkalogBroker, producers: int, acks: str, seconds: float, partitions: int) -> dict:
+    """One run of `producers` producer processes for `seconds` with `acks`, on a fresh topic."""
+    import queue
+    ctx = multiprocessing.get_context("spawn")
+    topic = f"acks-{acks}-{producers}-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, partitions)
+    out, go = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=acks_producer, args=(broker.bootstrap, topic, i % partitions, acks, seconds, i, go,
+                                                     out), daemon=True) for i in range(producers)]
+
+    def collect(kind: str, timeout: float) -> dict:
+        got, end = {}, time.monotonic() + timeout
+        while len(got) < producers:
+            try:
+                msg = out.get(timeout=max(0.1, end - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError(f"{producers - len(got)} of {producers} producers not {kind} within "
+                                   f"{timeout:.0f} s") from None
+            if msg[0] == "error":
+                raise RuntimeError(f"producer {msg[1]}: {msg[2]}")
+            got[msg[1]] = msg[2] if len(msg) > 2 else None
+        return got
+
+    try:
+        for pr in procs:
+            pr.start()
+        collect("ready", 120 + producers)
+        cpu0 = broker.cpu()
+        go.set()
+        time.sleep(seconds)
+        broker_cpu = broker.cpu() - cpu0
+        done = collect("done", seconds + DEADLINE_S)
+        problems = [f"producer {i}: {r['left']} not delivered, {r['failed'] or r['errors']}"
+                    for i, r in sorted(done.items()) if r["left"] or r["failed"]]
+        if problems:
+            raise RuntimeError("; ".join(problems[:3]))
+        sent = sum(r["sent"] for r in done.values()) + producers * ACKS_WARMUP
+        stored = end_offsets(broker.bootstrap, topic, partitions)
+        if stored != sent:  # every record sent is stored, once
+            raise RuntimeError(f"{sent} records sent (warm-up included), the partitions end at {stored}")
+        rate = sum(r["delivered"] / r["window_s"] for r in done.values())
+        return {"producers": producers, "acks": acks, "records": sum(r["delivered"] for r in done.values()),
+                "sent": sent - producers * ACKS_WARMUP, "seconds": seconds, "msg_s": rate,
+                "mb_s": rate * VALUE_BYTES / MB, "broker_cpu_s": broker_cpu}
+    finally:
+        go.set()  # a producer still waiting (another failed first) produces its window and ends
+        for pr in procs:
+            if pr.pid is not None:
+                pr.join(timeout=seconds + 30)
+                if pr.is_alive():
+                    pr.kill()
+                    pr.join(timeout=10)
+        out.close()
+        if broker.alive():
+            try:
+                delete_topics(broker.bootstrap, [topic])
+            except Exception:  # best effort
+                pass
+
+
+def median_run(runs: list[dict]) -> dict:
+    ordered = sorted(runs, key=lambda r: r["msg_s"])
+    return dict(ordered[(len(ordered) - 1) // 2], runs=[round(r["msg_s"]) for r in runs])
+
+
+def run_acks(scratch: str, pythonpath: str | None, args, report: dict, why: dict) -> None:
+    """a1: the acks=1 and acks=all runs of each producer count, alternating, on one kafkalog serve."""
+    res, notes = report["results"], report["notes"]
+    if pythonpath is None:
+        return
+    try:
+        broker = KafkalogBroker(scratch, pythonpath, args.override or ())
+    except Unavailable as e:
+        why["kafkalog"] = str(e)
+        return
+    try:
+        for n in ACKS_PRODUCERS:
+            runs: dict[str, list] = {"1": [], "all": []}
+            for r in range(args.repeat):
+                for acks in ("1", "all"):
+                    if not broker.alive():
+                        continue
+                    print(f"  {n} producer(s), acks={acks} (run {r + 1}/{args.repeat}) ...", flush=True)
+                    try:
+                        runs[acks].append(acks_run(broker, n, acks, args.acks_seconds, args.acks_partitions))
+                    except Exception as e:  # one cell failing must not end the run
+                        msg = f"acks={acks} with {n} producers failed: {type(e).__name__}: {e}"
+                        if not broker.alive():
+                            msg += (f" — kafkalog exited with {broker.proc.returncode}; its log ends: "
+                                    f"{broker.log_tail(400)!r}; the remaining runs are skipped")
+                        print("  " + msg)
+                        notes.append(msg)
+            for acks, rs in runs.items():
+                if rs:
+                    res[f"acks/{n}/{acks}"] = median_run(rs)
+        if broker.alive():
+            res["after-load/kafkalog"] = broker.memory()
+    finally:
+        rc = broker.stop()
+        if rc not in (0, None):
+            notes.append(f"kafkalog serve exited with {rc} on SIGTERM")
+
+
+def print_acks_report(report: dict) -> None:
+    res, p = report["results"], report["params"]
+    overrides = f"; serve --override {' '.join(p['overrides'])}" if p["overrides"] else ""
+    print(f"\nacks=all vs acks=1 — kafkalog serve, confluent-kafka producers each in its own process, "
+          f"{VALUE_BYTES}-byte values, {p['acks_partitions']} partition(s), {p['acks_seconds']:g} s window, median of "
+          f"{p['repeat']} run(s){overrides}")
+    print(f"{'goal':<18} {'producers':>9}  {'acks=1':<27} {'acks=all':<27} {'all/1':>6}  {'target':<8} result")
+    for n in ACKS_PRODUCERS:
+        one, full = res.get(f"acks/{n}/1"), res.get(f"acks/{n}/all")
+        ratio = full["msg_s"] / one["msg_s"] if one and full else None
+        goal = n >= 8
+        verdict = "n/a" if ratio is None else ("info" if not goal else ("PASS" if ratio >= ACKS_GOAL else "MISS"))
+        print(f"{('a1' if goal else 'info') + f'.producers.{n}':<18} {n:>9}  {fmt_rate(one):<27} {fmt_rate(full):<27} "
+              f"{'' if ratio is None else f'{ratio:5.2f}x':>6}  {f'>= {ACKS_GOAL}x' if goal else 'info':<8} {verdict}")
+    if "after-load/kafkalog" in res:
+        print(f"{'info.rss_after_the_runs':<29}{fmt_mem(res['after-load/kafkalog'])}")
+
+    print("\nmeasurements (median of the runs; records = acknowledged within the window, over all producers; broker "
+          "CPU = user+system seconds over the window)")
+    print(f"{'producers/acks':<16} {'records':>10} {'seconds':>8} {'msg/s':>10} {'MB/s':>6} {'broker CPU':>10}  "
+          "runs (msg/s)")
+    for n in ACKS_PRODUCERS:
+        for acks in ("1", "all"):
+            r = res.get(f"acks/{n}/{acks}")
+            if r is not None:
+                runs = ", ".join(f"{x:,}" for x in r["runs"])
+                print(f"{f'{n}/acks={acks}':<16} {r['records']:>10,} {r['seconds']:>8.1f} {r['msg_s']:>10,.0f} "
+                      f"{r['mb_s']:>6.1f} {r['broker_cpu_s']:>10.2f}  {runs}")
+    for note in report["notes"]:
+        print("note: " + note)
+
+
 # ------------------------------------------------------------------------------------------------------ report
 
 def versions() -> dict:
@@ -558,14 +786,34 @@ def stop_brokers(brokers: dict, notes: list) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=1_000_000, help="confluent-kafka records (default 1,000,000)")
+    ap.add_argument("--records", type=int, default=None,
+                    help="confluent-kafka records (default 1,000,000; --quick 200,000)")
     ap.add_argument("--py-records", type=int, default=None,
                     help=f"kafka-python / aiokafka records (default min(--records, {PY_RECORDS:,}))")
-    ap.add_argument("--repeat", type=int, default=3, help="confluent-kafka runs per broker, alternating (best of)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="confluent-kafka runs per broker, alternating (best of); with --acks: runs of each cell, "
+                    "acks=1 and acks=all alternating (median of) (default 3; --quick 1)")
     ap.add_argument("--only", default=None, help="regex on case names: confluent, kafka-python, aiokafka, rss")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (--records, --repeat, --acks-seconds)")
+    ap.add_argument("--acks", action="store_true",
+                    help="only the acks=all vs acks=1 section: 1, 8 and 32 producer processes")
+    ap.add_argument("--acks-seconds", type=float, default=None,
+                    help="with --acks: the produce window of each run (default 10; --quick 4)")
+    ap.add_argument("--acks-partitions", type=int, default=1,
+                    help="with --acks: partitions of the topic (default 1; producer i writes to partition i mod P)")
+    ap.add_argument("--override", action="append", metavar="KEY=VALUE",
+                    help="a server.properties key for kafkalog serve (repeatable)")
     ap.add_argument("--dir", default=None, help="scratch dir for kafkalog's data (default: a new temp dir)")
     ap.add_argument("--json", default=None, help="write every measurement to this file")
     args = ap.parse_args(argv)
+    if args.records is None:
+        args.records = 200_000 if args.quick else 1_000_000
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 3
+    if args.acks_seconds is None:
+        args.acks_seconds = 4.0 if args.quick else 10.0
+    if args.repeat < 1 or args.acks_partitions < 1 or not args.acks_seconds > 0:
+        ap.error("--repeat and --acks-partitions must be at least 1, --acks-seconds positive")
     py_n = args.py_records if args.py_records is not None else min(args.records, PY_RECORDS)
     only = re.compile(args.only) if args.only else None
 
@@ -581,6 +829,9 @@ def main(argv=None) -> int:
     scratch = tempfile.mkdtemp(prefix="kafkalog-broker-bench-", dir=args.dir)
     report = {"facts": versions(), "records": args.records, "py_records": py_n, "repeat": args.repeat,
               "results": {}, "notes": []}
+    if args.acks:
+        report["params"] = {"acks_seconds": args.acks_seconds, "acks_partitions": args.acks_partitions,
+                            "repeat": args.repeat, "producers": list(ACKS_PRODUCERS), "overrides": args.override}
     res, notes = report["results"], report["notes"]
     f = report["facts"]
     print(f"kafkalog broker benchmark — python {f['python']}, {f['cpus']} CPUs, kernel {f['kernel']}; "
@@ -595,7 +846,9 @@ def main(argv=None) -> int:
             pythonpath = snapshot_kafkalog(os.path.join(scratch, "snapshot"))
         except Unavailable as e:
             pythonpath, why["kafkalog"] = None, str(e)
-        if wanted("rss"):  # on fresh brokers: the connections' cost, not what a load left behind
+        if args.acks:
+            run_acks(scratch, pythonpath, args, report, why)
+        elif wanted("rss"):  # on fresh brokers: the connections' cost, not what a load left behind
             brokers = start_brokers(scratch, pythonpath, why)
             for name, b in brokers.items():
                 try:
@@ -604,7 +857,8 @@ def main(argv=None) -> int:
                     notes.append(f"rss on {name} failed: {type(e).__name__}: {e}")
             stop_brokers(brokers, notes)
         clients = [(c, n, args.repeat if c == "confluent" else 1)
-                   for c, n in (("confluent", args.records), ("kafka-python", py_n), ("aiokafka", py_n)) if wanted(c)]
+                   for c, n in (("confluent", args.records), ("kafka-python", py_n), ("aiokafka", py_n))
+                   if wanted(c) and not args.acks]
         if clients:
             brokers = start_brokers(scratch, pythonpath, why)
             for name, reason in why.items():
@@ -638,7 +892,10 @@ def main(argv=None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     notes[:0] = [f"{name}: {reason}" for name, reason in why.items()]
 
-    print_report(report)
+    if args.acks:
+        print_acks_report(report)
+    else:
+        print_report(report)
     print(f"\ntotal {perf() - t_start:.1f}s; load average at the end {[round(x, 2) for x in os.getloadavg()]}")
     if args.json:
         with open(args.json, "w") as fh:

@@ -12,6 +12,7 @@ owns it and a scrape never races the broker. Names:
                                                          consumer_byte_rate)
     kafkalog_quota_limit_bytes_per_second{client_id,quota}
     kafkalog_quota_throttle_time_ms_total{client_id,quota}, kafkalog_quota_throttled_requests_total{...}
+                                                         (series of a client id idle for an hour are dropped)
     kafkalog_fetch_sessions                              KIP-227 NumIncrementalFetchSessions
     kafkalog_fetch_session_partitions_cached             NumIncrementalFetchPartitionsCached
     kafkalog_fetch_session_evictions_per_second          IncrementalFetchSessionEvictionsPerSec (+ _total)
@@ -129,6 +130,7 @@ class _StateCollector:
         g.add_metric([], len(s.broker.connections))
         yield g
         q = s.quotas
+        q.maybe_expire()  # a client id idle for long has no series (a quiet broker sweeps here)
         rate = GaugeMetricFamily("kafkalog_quota_byte_rate", "Measured byte rate (KIP-13 window)",
                                  labels=["client_id", "quota"])
         limit = GaugeMetricFamily("kafkalog_quota_limit_bytes_per_second", "The quota in force",

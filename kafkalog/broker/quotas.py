@@ -18,24 +18,42 @@ When recording makes the rate exceed the quota, the delay is the seed's formula,
 bytes are not counted. Either way the connection is then muted (nothing more is read from it) until the delay has
 passed, so a client that ignores ``throttle_time_ms`` is held back by TCP (KIP-219).
 
-Quotas can be changed while running (AlterClientQuotas, ``kafkalog quotas``); changes are kept in
-``.kafkalog-broker/quotas.json`` and survive restarts. Loop thread only.
+Quotas can be changed while running (AlterClientQuotas, ``kafkalog quotas``). As in Kafka, such dynamic quotas
+override the static ``quota.*`` keys of server.properties without replacing them: ``.kafkalog-broker/quotas.json``
+holds the dynamic quotas only (so they survive restarts), and the static keys are read afresh at every start. The
+quota of a client id is, most specific first::
+
+    dynamic quota of the client id > static quota.*.override of the client id
+        > dynamic default (the <default> client id) > static quota.*.default
+
+Removing a dynamic quota (``remove`` in AlterClientQuotas, ``--producer-byte-rate none``) falls back to what comes
+after it; a static quota is changed in server.properties.
+
+The rate of a client id nobody has heard from for ``expire_s`` (Kafka's InactiveSensorExpirationTimeSeconds, one
+hour; never less than the rate window, so forgetting a client never changes what it is measured at) and whose last
+throttle delay is over is forgotten, and with it its metric series: a broker seeing many short-lived client ids does
+not grow. The sweep is lazy (no thread): at most every ``min(60 s, expire_s / 2)``, done by whichever request is
+recorded, or metrics scrape made, first. Loop thread only.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from pathlib import Path
 
 from ..errors import InvalidConfigError, InvalidRequestError
-from ..storage.files import atomic_write
+from ..storage.files import atomic_write, make_durable_dir
 
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
 KINDS = (PRODUCE, FETCH)
+STATE_VERSION = 2  # 1 (no "version"): static and dynamic quotas mixed
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+log = logging.getLogger("kafkalog.broker")
 
 
 def parse_rate(text: str, key: str) -> float:
@@ -111,7 +129,8 @@ class Rate:
 class ClientStats:
     """Per (kind, client id): the rate and what throttling it got (for metrics)."""
 
-    __slots__ = ("rate", "throttle_total_ms", "throttled_requests", "requests", "last_throttle_ms", "last_used")
+    __slots__ = ("rate", "throttle_total_ms", "throttled_requests", "requests", "last_throttle_ms", "last_used",
+                 "throttled_until")
 
     def __init__(self, rate: Rate, now: float):
         self.rate = rate
@@ -120,27 +139,37 @@ class ClientStats:
         self.requests = 0
         self.last_throttle_ms = 0
         self.last_used = now
+        self.throttled_until = now  # the end of the last throttle delay given
 
 
 class ClientQuotas:
-    """The broker's quota manager. ``clock`` returns seconds (injectable for tests)."""
+    """The broker's quota manager. ``clock`` returns seconds (injectable for tests); ``expire_s`` is how long an idle
+    client id's rate is kept (see the module docstring)."""
 
     EXPIRE_S = 3600.0  # Kafka drops a client's sensors after an hour without use
+    SWEEP_MAX_S = 60.0
 
-    def __init__(self, config, state_path: Path | None = None, clock=time.monotonic):
+    def __init__(self, config, state_path: Path | None = None, clock=time.monotonic, expire_s: float | None = None):
         self.clock = clock
         self.samples = config["quota.window.num"]
         self.window_s = float(config["quota.window.size.seconds"])
-        self.defaults: dict[str, float | None] = {
+        # server.properties: read at every start, never written to the state file
+        self.static_defaults: dict[str, float | None] = {
             PRODUCE: parse_rate(config["quota.producer.default"], "quota.producer.default")
             if config["quota.producer.default"] else None,
             FETCH: parse_rate(config["quota.consumer.default"], "quota.consumer.default")
             if config["quota.consumer.default"] else None}
-        self.overrides: dict[str, dict[str, float]] = {
+        self.static_overrides: dict[str, dict[str, float]] = {
             PRODUCE: parse_overrides(config["quota.producer.override"], "quota.producer.override"),
             FETCH: parse_overrides(config["quota.consumer.override"], "quota.consumer.override")}
+        # AlterClientQuotas: kept in the state file
+        self.dynamic_defaults: dict[str, float] = {}
+        self.dynamic_overrides: dict[str, dict[str, float]] = {PRODUCE: {}, FETCH: {}}
         self.state_path = state_path
         self.stats: dict[tuple[str, str], ClientStats] = {}
+        self.expire_s = max(float(self.EXPIRE_S if expire_s is None else expire_s), self.samples * self.window_s)
+        self.sweep_every = min(self.SWEEP_MAX_S, self.expire_s / 2)
+        self._next_sweep = clock() + self.sweep_every
         self._load()
 
     # -- configuration --------------------------------------------------------------------------------------------
@@ -152,53 +181,88 @@ class ClientQuotas:
             data = json.loads(self.state_path.read_text())
         except (OSError, ValueError):
             return
+        if not isinstance(data, dict):
+            return
+        legacy = data.get("version") is None
         for kind in KINDS:
-            d = data.get(kind, {})
-            if "default" in d:
-                self.defaults[kind] = d["default"]
-            for cid, v in d.get("clients", {}).items():
-                if v is None:
-                    self.overrides[kind].pop(cid, None)
-                else:
-                    self.overrides[kind][cid] = float(v)
+            d = data.get(kind) or {}
+            v = d.get("default")
+            if v is not None and not (legacy and float(v) == self.static_defaults[kind]):
+                self.dynamic_defaults[kind] = float(v)
+            static = self.static_overrides[kind]
+            for cid, v in (d.get("clients") or {}).items():
+                if v is not None and not (legacy and float(v) == static.get(cid)):
+                    self.dynamic_overrides[kind][cid] = float(v)
+        if legacy:
+            # a file written when static and dynamic quotas were stored together: what equals server.properties is
+            # taken for static (server.properties rules it from now on), the rest is kept as dynamic overrides
+            log.info("quotas: %s converted to dynamic overrides only: %s", self.state_path,
+                     self._dynamic_summary() or "none")
+            try:
+                self._save()
+            except OSError as e:  # read as converted all the same; written at the next change
+                log.warning("quotas: could not rewrite %s: %s", self.state_path, e)
+
+    def _dynamic_summary(self) -> str:
+        parts = [f"{kind} <default>={v:g}" for kind, v in self.dynamic_defaults.items()]
+        parts += [f"{kind} {cid!r}={v:g}" for kind in KINDS for cid, v in sorted(self.dynamic_overrides[kind].items())]
+        return ", ".join(parts)
 
     def _save(self) -> None:
         if self.state_path is None:
             return
-        data = {kind: {"default": self.defaults[kind], "clients": self.overrides[kind]} for kind in KINDS}
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        data: dict = {"version": STATE_VERSION}
+        for kind in KINDS:
+            d: dict = {"clients": self.dynamic_overrides[kind]}
+            if kind in self.dynamic_defaults:
+                d["default"] = self.dynamic_defaults[kind]
+            data[kind] = d
+        make_durable_dir(self.state_path.parent)
         atomic_write(self.state_path, json.dumps(data, indent=1, sort_keys=True).encode())
 
     @property
     def enabled(self) -> bool:
-        return any(self.defaults.values()) or any(self.overrides.values())
+        return bool(self.dynamic_defaults or any(self.static_defaults.values()) or any(self.static_overrides.values())
+                    or any(self.dynamic_overrides.values()))
+
+    def default_quota(self, kind: str) -> float | None:
+        v = self.dynamic_defaults.get(kind)
+        return v if v is not None else self.static_defaults[kind]
 
     def quota(self, kind: str, client_id: str | None) -> float | None:
         cid = client_id or ""
-        o = self.overrides[kind].get(cid)
-        return o if o is not None else self.defaults[kind]
+        v = self.dynamic_overrides[kind].get(cid)
+        if v is None:
+            v = self.static_overrides[kind].get(cid)
+        return v if v is not None else self.default_quota(kind)
 
     def set_quota(self, kind: str, client_id: str | None, rate: float | None) -> None:
-        """``client_id`` None = the default for every client; ``rate`` None removes the quota (or override)."""
+        """A dynamic quota: ``client_id`` None = the default for every client; ``rate`` None removes the dynamic
+        quota, so the static one (server.properties), if any, applies again."""
         if kind not in KINDS:
             raise InvalidRequestError(f"unknown quota key {kind!r} (known: {', '.join(KINDS)})")
         if rate is not None and not rate > 0:
             raise InvalidRequestError(f"{kind}={rate}: must be a positive rate")
         if client_id is None:
-            self.defaults[kind] = rate
+            if rate is None:
+                self.dynamic_defaults.pop(kind, None)
+            else:
+                self.dynamic_defaults[kind] = float(rate)
         elif rate is None:
-            self.overrides[kind].pop(client_id, None)
+            self.dynamic_overrides[kind].pop(client_id, None)
         else:
-            self.overrides[kind][client_id] = float(rate)
+            self.dynamic_overrides[kind][client_id] = float(rate)
         self._save()
 
     def describe(self) -> list[tuple[str | None, str, float]]:
-        """(client id or None for the default, kind, rate) of every quota set."""
+        """(client id or None for the default, kind, rate) of every quota in force, static or dynamic."""
         out: list[tuple[str | None, str, float]] = []
         for kind in KINDS:
-            if self.defaults[kind]:
-                out.append((None, kind, self.defaults[kind]))
-            out.extend((cid, kind, v) for cid, v in sorted(self.overrides[kind].items()))
+            default = self.default_quota(kind)
+            if default:
+                out.append((None, kind, default))
+            cids = set(self.static_overrides[kind]) | set(self.dynamic_overrides[kind])
+            out.extend((cid, kind, self.quota(kind, cid)) for cid in sorted(cids))
         return out
 
     # -- recording ------------------------------------------------------------------------------------------------
@@ -229,6 +293,8 @@ class ClientQuotas:
 
     def _record(self, kind: str, client_id: str | None, nbytes: int, take_back: bool) -> int:
         now = self.clock()
+        if now >= self._next_sweep:
+            self.expire(now)
         cid = client_id or ""
         st = self._stats(kind, cid, now)
         st.rate.record(nbytes, now)
@@ -240,13 +306,27 @@ class ClientQuotas:
         if ms > 0:
             st.throttle_total_ms += ms
             st.throttled_requests += 1
+            st.throttled_until = max(st.throttled_until, now + ms / 1000.0)
         return ms
 
     def byte_rate(self, kind: str, client_id: str | None) -> float:
         st = self.stats.get((kind, client_id or ""))
         return st.rate.measure(self.clock()) if st is not None else 0.0
 
-    def expire(self) -> None:
+    def maybe_expire(self) -> None:
+        """Sweep idle clients if the last sweep is ``sweep_every`` old (cheap to call often: metrics scrapes)."""
         now = self.clock()
-        for key in [k for k, st in self.stats.items() if now - st.last_used > self.EXPIRE_S]:
+        if now >= self._next_sweep:
+            self.expire(now)
+
+    def expire(self, now: float | None = None) -> int:
+        """Forget the rate (and so the metric series) of every client id idle for more than ``expire_s`` whose last
+        throttle delay is over; how many were forgotten."""
+        if now is None:
+            now = self.clock()
+        self._next_sweep = now + self.sweep_every
+        idle_since = now - self.expire_s
+        gone = [k for k, st in self.stats.items() if st.last_used < idle_since and st.throttled_until <= now]
+        for key in gone:
             del self.stats[key]
+        return len(gone)

@@ -209,3 +209,124 @@ def test_kafkalog_quotas_cli_changes_a_running_broker(tmp_path, child_env):
         assert r.returncode == 2 and "--client-id" in r.stderr
         r = cli("--client-id", "x", "--producer-byte-rate", "fast")
         assert r.returncode == 1 and "bytes per second" in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- static vs dynamic
+
+def _alter(port, cid, key, value):
+    with Wire(port) as w:
+        r = w.call(49, 0, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": cid}], "ops": [
+            {"key": key, "value": 0.0 if value is None else float(value), "remove": value is None}]}],
+            "validate_only": False})
+        assert [e["error_code"] for e in r["entries"]] == [0]
+
+
+def test_a_dynamic_quota_does_not_freeze_the_static_config(tmp_path):
+    # static default X, one dynamic override for "app", restart with the static default changed to Y: the default
+    # in force is Y (server.properties is read again), and the dynamic override still applies
+    b = Broker(tmp_path / "d", listen="127.0.0.1:0", config={"quota.producer.default": "1M",
+                                                             "quota.consumer.override": "reader:3M"}).start()
+    try:
+        _alter(b.port, "app", PRODUCE, 2048)
+        assert b.services.quotas.quota(PRODUCE, "other") == MB
+    finally:
+        b.stop()
+    with Broker(tmp_path / "d", listen="127.0.0.1:0", config={"quota.producer.default": "5M",
+                                                              "quota.consumer.override": "reader:7M"}) as b:
+        q = b.services.quotas
+        assert q.quota(PRODUCE, "other") == 5 * MB
+        assert q.quota(PRODUCE, "app") == 2048.0
+        assert q.quota(FETCH, "reader") == 7 * MB  # a static per-client override is not frozen either
+    # and with the static default removed from server.properties: no default quota at all
+    with Broker(tmp_path / "d", listen="127.0.0.1:0") as b:
+        q = b.services.quotas
+        assert q.quota(PRODUCE, "other") is None and q.quota(FETCH, "reader") is None
+        assert q.quota(PRODUCE, "app") == 2048.0
+
+
+def test_a_dynamic_default_wins_over_the_static_one_until_removed(tmp_path):
+    state = tmp_path / "quotas.json"
+    static = Config({"quota.producer.default": "1M", "quota.producer.override": "fast:10M"})
+    q = ClientQuotas(static, state, clock=Clock())
+    q.set_quota(PRODUCE, None, 4096.0)  # the <default> client id, dynamically
+    assert q.quota(PRODUCE, "x") == 4096.0
+    assert q.quota(PRODUCE, "fast") == 10 * MB  # a client's own quota is more specific than any default
+    q.set_quota(PRODUCE, "fast", 512.0)
+    assert q.quota(PRODUCE, "fast") == 512.0  # a dynamic client quota wins over the static one
+    q = ClientQuotas(static, state, clock=Clock())  # restart
+    assert q.quota(PRODUCE, "x") == 4096.0 and q.quota(PRODUCE, "fast") == 512.0
+    q.set_quota(PRODUCE, None, None)  # removing the dynamic default falls back to the static one
+    q.set_quota(PRODUCE, "fast", None)
+    assert q.quota(PRODUCE, "x") == MB and q.quota(PRODUCE, "fast") == 10 * MB
+    q = ClientQuotas(Config({"quota.producer.default": "2M"}), state, clock=Clock())  # restart, static changed
+    assert q.quota(PRODUCE, "x") == 2 * MB and q.quota(PRODUCE, "fast") == 2 * MB
+    assert q.describe() == [(None, PRODUCE, 2 * MB)]
+
+
+def test_an_old_quotas_file_keeps_only_what_differs_from_the_static_config(tmp_path):
+    # files written before dynamic and static were kept apart hold both: a value equal to server.properties' is
+    # taken for static (server.properties rules it from now on), one that differs is kept as a dynamic override
+    import json
+    state = tmp_path / "quotas.json"
+    state.write_text(json.dumps({
+        PRODUCE: {"default": float(MB), "clients": {"fast": 10.0 * MB, "app": 2048.0}},
+        FETCH: {"default": None, "clients": {}}}))
+    static = Config({"quota.producer.default": "1M", "quota.producer.override": "fast:10M"})
+    ClientQuotas(static, state, clock=Clock())
+    q = ClientQuotas(Config({"quota.producer.default": "3M"}), state, clock=Clock())
+    assert q.quota(PRODUCE, "x") == 3 * MB and q.quota(PRODUCE, "fast") == 3 * MB
+    assert q.quota(PRODUCE, "app") == 2048.0
+
+
+# ---------------------------------------------------------------------------------------------------- sensor expiry
+
+def test_idle_client_sensors_expire(tmp_path):
+    clock = Clock(0.0)
+    q = ClientQuotas(Config({"quota.producer.default": "1M", "quota.consumer.default": "1M"}), None, clock=clock,
+                     expire_s=30.0)
+    for i in range(10_000):  # short-lived client ids, one request each
+        q.record_produce(f"client-{i}", 100)
+        q.record_fetch(f"client-{i}", 100)
+    assert len(q.stats) == 20_000
+    clock.t = 20.0
+    q.record_produce("steady", 100)
+    assert len(q.stats) == 20_001  # not idle for long enough yet
+    clock.t = 61.0  # idle for twice the expiry: swept lazily by the next request, whoever sends it
+    q.record_produce("steady", 100)
+    assert set(q.stats) == {(PRODUCE, "steady")}
+    assert q.byte_rate(PRODUCE, "client-1") == 0.0
+
+
+def test_a_throttled_client_is_not_forgotten_while_its_delay_runs():
+    clock = Clock(0.0)
+    q = ClientQuotas(Config({"quota.producer.default": "1K"}), None, clock=clock, expire_s=1.0)
+    ms = q.record_produce("slow", 1000 * 1024)  # ~1000 s worth of quota: a delay far longer than the expiry
+    assert ms > 100_000
+    for t in (20.0, 40.0, 80.0):
+        clock.t = t
+        q.record_produce("other", 10)
+        assert (PRODUCE, "slow") in q.stats
+    clock.t = ms / 1000.0 + 30.0
+    q.record_produce("other", 10)
+    assert (PRODUCE, "slow") not in q.stats
+
+
+def test_expired_clients_leave_the_metrics(tmp_path):
+    import urllib.request
+    with Broker(tmp_path / "d", listen="127.0.0.1:0", metrics="127.0.0.1:0",
+                config={"quota.producer.default": "1M"}) as b:
+        q = b.services.quotas
+        clock = Clock(time.monotonic())
+        q.clock = clock
+        with Wire(b.port, client_id="gone") as w:
+            w.create_topic("m")
+            w.produce("m", 0, batch([b"a"]))
+
+        def series():
+            text = urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10).read().decode()
+            return [ln for ln in text.splitlines() if ln.startswith("kafkalog_quota_") and 'client_id="gone"' in ln]
+
+        assert series()
+        clock.t += q.expire_s * 3  # nothing recorded since: the scrape itself drops the idle client
+        assert series() == []
+        assert q.stats == {}
