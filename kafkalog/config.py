@@ -173,12 +173,9 @@ CONFIG_KEYS = _keys(
               "within this time from its first byte, or from the moment queued.max.request.bytes granted its "
               "memory; a slower sender is disconnected, so trickling frames cannot hold memory.", scope=BROKER, low=1,
               high=INT_MAX),
-    ConfigKey("max.partitions.per.request", int, 10000, "kafkalog's own: CreateTopics and CreatePartitions refuse "
-              "a topic with more partitions than this (POLICY_VIOLATION) before touching the disk.", scope=BROKER,
-              low=1, high=INT_MAX),
-    ConfigKey("max.broker.partitions", int, 100000, "KIP-578: the most partitions this broker hosts; creating "
-              "topics past it is refused (POLICY_VIOLATION) before touching the disk.", scope=BROKER, low=1,
-              high=INT_MAX),
+    ConfigKey("max.broker.partitions", int, 10000, "KIP-578: the most partitions this broker hosts; a CreateTopics "
+              "(or an auto-create) past it is refused with POLICY_VIOLATION before anything touches the disk.",
+              scope=BROKER, low=1, high=INT_MAX),
     ConfigKey("max.incremental.fetch.session.cache.slots", int, 1000, "Incremental fetch sessions (KIP-227) the "
               "broker keeps (8 shards); 0 disables them: every fetch is answered sessionless.", scope=BROKER,
               low=0, high=INT_MAX),

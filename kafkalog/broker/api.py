@@ -13,6 +13,7 @@ no flexible version is advertised except ApiVersions 3-4, and no tagged field is
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 import threading
@@ -69,6 +70,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
 }
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+AUTO_CREATE_PER_REQUEST = 32  # topics one Metadata request may auto-create
+LEADER_NOT_AVAILABLE = 5
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
 CLUSTER_ID = "kafkalog-single-node"
 
@@ -84,10 +87,11 @@ class RequestContext:
     """Per-connection request context: who is asking, and what the answer should carry. Issue-5 hooks: quotas
     set ``throttle_time_ms``, authentication sets ``principal``."""
 
-    __slots__ = ("connection", "client_id", "principal", "throttle_time_ms")
+    __slots__ = ("connection", "client_id", "principal", "throttle_time_ms", "body")
 
     def __init__(self, connection):
         self.connection = connection
+        self.body = None  # the request body when it was decoded off the loop
         self.client_id: str | None = None
         self.principal = "User:ANONYMOUS"
         self.throttle_time_ms = 0
@@ -301,15 +305,91 @@ def _resp(header, body: dict) -> list:
     return protocol.encode_response(header.api_key, header.api_version, header.correlation_id, body)
 
 
-def _body(header, frame, offset) -> dict:
+def _body(ctx, header, frame, offset) -> dict:
+    body = ctx.body
+    if body is not None:  # decoded off the loop (a big frame, see the server)
+        ctx.body = None
+        return body
     return protocol.decode_request(header.api_key, header.api_version, frame, offset)
+
+
+# ---------------------------------------------------------------------------------------------------- time slices
+# A request naming thousands of partitions must not hold the loop for seconds: handlers that loop over a
+# request's items are generators that ``yield`` when their slice of loop time is used up (``yield`` an awaitable
+# to wait for it off the loop). ``run_sliced`` answers at once when the handler never yielded.
+
+SLICE_S = 0.002  # loop time one request may take before other connections get their turn
+
+
+class Slice:
+    __slots__ = ("until", "spent")
+
+    def __init__(self):
+        self.until = time.perf_counter() + SLICE_S
+        self.spent = False  # a slice ran out: a big request (its answer is encoded off the loop too)
+
+    def due(self) -> bool:
+        """True when the slice is used up (a new one starts: ``yield`` now)."""
+        now = time.perf_counter()
+        if now < self.until:
+            return False
+        self.until = now + SLICE_S
+        self.spent = True
+        return True
+
+
+def _answer(s, sl: Slice, header, body: dict):
+    """The response chunks; a big request's answer (``sl`` ran out) is encoded by a worker thread."""
+    if not sl.spent:
+        return _resp(header, body)
+    return (yield s.loop.run_in_executor(None, _resp, header, body))
+
+
+def run_sliced(gen):
+    """Run a generator handler: its result when it finished without yielding, else a coroutine that finishes it,
+    giving the loop a turn at each bare ``yield`` and awaiting each awaitable it yields."""
+    try:
+        step = next(gen)
+    except StopIteration as e:
+        return e.value
+    return _drive(gen, step)
+
+
+async def finish(gen):
+    """A generator handler's (or helper's) result, from a coroutine."""
+    out = run_sliced(gen)
+    if asyncio.iscoroutine(out):
+        out = await out
+    return out
+
+
+async def _drive(gen, step):
+    while True:
+        value = exc = None
+        if step is None:
+            await asyncio.sleep(0)
+        else:
+            try:
+                value = await step
+            except asyncio.CancelledError:
+                gen.close()
+                raise
+            except Exception as e:  # noqa: BLE001  (thrown into the handler: it answers per partition)
+                exc = e
+        try:
+            step = gen.throw(exc) if exc is not None else gen.send(value)
+        except StopIteration as e:
+            result = e.value
+            if asyncio.iscoroutine(result):
+                result = await result
+            return result
 
 
 # ---------------------------------------------------------------------------------------------------- ApiVersions
 
 def api_versions(s: Services, ctx, header, frame, offset):
     # the body (client software name/version in v3+) is not needed; parse it to reject garbage all the same
-    _body(header, frame, offset)
+    _body(ctx, header, frame, offset)
     return _resp(header, {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
                           "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                                        for k, (lo, hi) in sorted(ADVERTISED.items())]})
@@ -318,7 +398,7 @@ def api_versions(s: Services, ctx, header, frame, offset):
 # ---------------------------------------------------------------------------------------------------- Metadata
 
 def metadata(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     v = header.api_version
     wanted = req.get("topics")
     all_topics = wanted is None or (v == 0 and not wanted)
@@ -328,7 +408,11 @@ def metadata(s: Services, ctx, header, frame, offset):
         names = [t["name"] for t in wanted]
     allow_create = req.get("allow_auto_topic_creation", True) if v >= 4 else True
     topics = []
+    created = 0
+    sl = Slice()
     for name in names:
+        if sl.due():
+            yield
         if not all_topics and _denied(s, ctx, "DESCRIBE", "TOPIC", name):
             topics.append({"error_code": TOPIC_DENIED, "name": name, "is_internal": False, "partitions": []})
             continue
@@ -345,9 +429,16 @@ def metadata(s: Services, ctx, header, frame, offset):
                     and _denied(s, ctx, "CREATE", "TOPIC", name):
                 topics.append({"error_code": TOPIC_DENIED, "name": name, "is_internal": False, "partitions": []})
                 continue
-            if s.auto_create and allow_create:
+            if s.auto_create and allow_create and created >= AUTO_CREATE_PER_REQUEST:
+                # bounded work per request: the rest are created by the client's next Metadata (it retries on
+                # LEADER_NOT_AVAILABLE, as for a topic Kafka is still creating)
+                err = LEADER_NOT_AVAILABLE
+            elif s.auto_create and allow_create:
+                created += 1
                 try:
-                    s.store.create_topic(name, s.store.config["num.partitions"])
+                    _check_partition_budget(s, s.store.config["num.partitions"])
+                    # registry write and fsyncs: off the loop
+                    yield s.loop.run_in_executor(None, s.store.create_topic, name, s.store.config["num.partitions"])
                     log.info("auto-created topic %s (%d partitions) for %s", name, s.store.config["num.partitions"],
                              ctx.peer)
                 except TopicAlreadyExistsError:
@@ -361,9 +452,10 @@ def metadata(s: Services, ctx, header, frame, offset):
                        "partitions": [{"error_code": 0, "partition_index": p, "leader_id": s.node_id,
                                        "replica_nodes": [s.node_id], "isr_nodes": [s.node_id]}
                                       for p in range(n)]})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
-                          "brokers": [{"node_id": s.node_id, "host": s.host, "port": s.port, "rack": None}],
-                          "cluster_id": CLUSTER_ID, "controller_id": s.node_id, "topics": topics})
+    return (yield from _answer(s, sl, header, {
+        "throttle_time_ms": ctx.throttle_time_ms,
+        "brokers": [{"node_id": s.node_id, "host": s.host, "port": s.port, "rack": None}],
+        "cluster_id": CLUSTER_ID, "controller_id": s.node_id, "topics": topics}))
 
 
 # ---------------------------------------------------------------------------------------------------- Produce
@@ -377,10 +469,14 @@ def produce(s: Services, ctx, header, frame, offset):
     failed = False
     auth = s.authorizer is not None
     synced = [] if acks == -1 else None  # acks=all: partitions whose answer waits for their group commit
+    sl = Slice()
+    refused = 0
     for name, partitions in topic_data:
         parts = []
         denied = auth and _denied(s, ctx, "WRITE", "TOPIC", name)
         for idx, records in partitions:
+            if sl.due():
+                yield
             code = 0
             base = append_time = lso = -1
             if denied:
@@ -406,13 +502,19 @@ def produce(s: Services, ctx, header, frame, offset):
                 code = _code(e)
                 failed = True
                 if not isinstance(e, UnknownTopicOrPartitionError):
-                    log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
+                    refused += 1
+                    if refused <= 3:
+                        log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
             except (ValueError, TypeError) as e:
                 code = 2  # CORRUPT_MESSAGE: a batch our parser rejects
                 failed = True
-                log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
+                refused += 1
+                if refused <= 3:
+                    log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
             parts.append((idx, code, base, append_time, lso))
         responses.append((name, parts))
+    if refused > 3:
+        log.warning("produce from %s: %d more partitions refused", ctx.peer, refused - 3)
     if s.quotas.enabled:  # KIP-13: appended first, then the request's bytes count against the client's quota
         ctx.throttle_time_ms = s.quotas.record_produce(ctx.client_id, len(frame) + 4)
     if acks == 0:
@@ -463,7 +565,7 @@ def fetch(s: Services, ctx, header, frame, offset):
         denied = {t for t, _p in parts if _denied(s, ctx, "READ", "TOPIC", t)}
         if denied:
             req["denied"] = denied
-    result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
+    result, size = yield from _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
     max_wait = req["max_wait_ms"] / 1000.0
     if size >= max(req["min_bytes"], 1) or max_wait <= 0 or any(r["error_code"] for r in result.values()):
         return _fetch_response(s, header, ctx, req, result)
@@ -491,7 +593,8 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 for tp in tps:
                     s.waiters.setdefault(tp, set()).add(fut)
             if _any_new(s, parts):
-                result, size = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
+                result, size = await finish(_fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF),
+                                                        req.get("denied")))
                 if size >= req["min_bytes"] or any(r["error_code"] for r in result.values()):
                     return _fetch_response(s, header, ctx, req, result)
     finally:
@@ -501,7 +604,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 w.discard(fut)
                 if not w:
                     del s.waiters[tp]
-    result, _ = _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
+    result, _ = await finish(_fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied")))
     return _fetch_response(s, header, ctx, req, result)
 
 
@@ -516,9 +619,13 @@ def _any_new(s, parts) -> bool:
 
 
 def _fetch_once(s, parts, max_bytes, denied=None):
+    """(result per partition, bytes) of one read of every partition; a generator (time slices)."""
     result = {}
     total = 0
+    sl = Slice()
     for topic, p in parts:
+        if sl.due():
+            yield
         idx = p["partition"]
         r = {"error_code": 0, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
              "records": b""}  # empty, not null: kafka-python reads len() of it
@@ -575,7 +682,7 @@ def _fetch_response(s, header, ctx, req, result):
 # ---------------------------------------------------------------------------------------------------- ListOffsets
 
 def list_offsets(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
 
     def lookup(lg, _topic, p, r):
         ts = p["timestamp"]
@@ -585,40 +692,50 @@ def list_offsets(s: Services, ctx, header, frame, offset):
         if found is not None:
             r["offset"] = found.offset
             r["timestamp"] = found.timestamp
-    topics = _each_partition(s, ctx, req["topics"], "DESCRIBE", {"timestamp": -1, "offset": -1}, lookup)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+    sl = Slice()
+    topics = yield from _each_partition(s, ctx, req["topics"], "DESCRIBE", {"timestamp": -1, "offset": -1}, lookup,
+                                        sl)
+    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
 
 
 # ---------------------------------------------------------------------------------------------------- DeleteRecords
 
 def delete_records(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
 
     def delete(lg, topic, p, r):
-        r["low_watermark"] = lg.delete_records_before(p["offset"])
-        log.info("delete-records %s-%d before %d by %s: log start offset now %d", topic, p["partition_index"],
-                 p["offset"], ctx.peer, r["low_watermark"])
+        def run():  # a worker thread: the new log start is made durable (fsync) before the answer
+            r["low_watermark"] = lg.delete_records_before(p["offset"])
+            log.info("delete-records %s-%d before %d by %s: log start offset now %d", topic, p["partition_index"],
+                     p["offset"], ctx.peer, r["low_watermark"])
+        return s.loop.run_in_executor(None, run)
     # KIP-107: DeleteRecords is authorized as DELETE on the TOPIC; a denial changes nothing
-    topics = _each_partition(s, ctx, req["topics"], "DELETE", {"low_watermark": -1}, delete)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+    sl = Slice()
+    topics = yield from _each_partition(s, ctx, req["topics"], "DELETE", {"low_watermark": -1}, delete, sl)
+    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
 
 
-def _each_partition(s, ctx, topics, operation: str, blank: dict, work) -> list:
+def _each_partition(s, ctx, topics, operation: str, blank: dict, work, sl: Slice) -> list:
     """Kafka's per-partition answer: ``operation`` on each TOPIC checked once (a denial answers 29 for its
     partitions), ``work(log, topic, partition request, answer)`` per partition, a KafkaError answered as that
-    partition's error code while the others go on."""
+    partition's error code while the others go on. A generator (time slices); ``work`` may return an awaitable to
+    be waited for (work done off the loop)."""
     out = []
     for t in topics:
         name = t["name"]
         denied = _denied(s, ctx, operation, "TOPIC", name)
         parts = []
         for p in t["partitions"]:
+            if sl.due():
+                yield
             r = {"partition_index": p["partition_index"], "error_code": 0, **blank}
             if denied:
                 r["error_code"] = TOPIC_DENIED
             else:
                 try:
-                    work(s.log(name, p["partition_index"]), name, p, r)
+                    pending = work(s.log(name, p["partition_index"]), name, p, r)
+                    if pending is not None:
+                        yield pending  # done off the loop; its exception comes back here
                 except KafkaError as e:
                     r["error_code"] = _code(e)
             parts.append(r)
@@ -628,8 +745,17 @@ def _each_partition(s, ctx, topics, operation: str, blank: dict, work) -> list:
 
 # ---------------------------------------------------------------------------------------------------- topics
 
+def _check_partition_budget(s: Services, n: int) -> None:
+    """KIP-578's max.broker.partitions: refused before anything touches the disk."""
+    limit = s.config["max.broker.partitions"]
+    if n > limit:
+        raise PolicyViolationError(f"{n} partitions exceed max.broker.partitions={limit}")
+    hosted = s.store.partition_count()
+    if hosted + n > limit:
+        raise PolicyViolationError(f"{n} more partitions would make {hosted + n}, over max.broker.partitions={limit}")
+
 def create_topics(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     out = []
     cluster_create = allowed(s, ctx, "CREATE", "CLUSTER", security.CLUSTER_NAME)
     for t in req["topics"]:
@@ -655,6 +781,7 @@ def create_topics(s: Services, ctx, header, frame, offset):
                 n = s.store.config["num.partitions"]
             if n < 1:
                 raise InvalidPartitionsError(f"number of partitions must be at least 1, got {n}")
+            _check_partition_budget(s, n)
             validate_topic_name(name)
             if name in INTERNAL_TOPICS:
                 raise TopicAlreadyExistsError(f"topic {name!r} is internal")
@@ -675,7 +802,7 @@ def create_topics(s: Services, ctx, header, frame, offset):
 
 
 def delete_topics(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     out = []
     for name in req["topic_names"]:
         r = {"name": name, "error_code": 0}
@@ -701,7 +828,7 @@ def delete_topics(s: Services, ctx, header, frame, offset):
 # ---------------------------------------------------------------------------------------------------- producers
 
 def init_producer_id(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     if req.get("transactional_id") is not None:
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
                               "producer_id": -1, "producer_epoch": -1})
@@ -717,7 +844,7 @@ def init_producer_id(s: Services, ctx, header, frame, offset):
 # ---------------------------------------------------------------------------------------------------- groups
 
 def find_coordinator(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     if req.get("key_type", 0) != 0:
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code":
                               CoordinatorNotAvailableError.code, "error_message": "transactions are not supported",
@@ -730,21 +857,21 @@ def find_coordinator(s: Services, ctx, header, frame, offset):
 
 
 def join_group(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
         return s.groups._join_error(header, GROUP_DENIED, req["member_id"] or "")
     return s.groups.join(ctx, header, req)
 
 
 def sync_group(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
         return s.groups._sync_answer(header, GROUP_DENIED, b"")
     return s.groups.sync(ctx, header, req)
 
 
 def heartbeat(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
@@ -752,7 +879,7 @@ def heartbeat(s: Services, ctx, header, frame, offset):
 
 
 def leave_group(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
@@ -760,19 +887,22 @@ def leave_group(s: Services, ctx, header, frame, offset):
 
 
 def offset_commit(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     group = req["group_id"]
     generation = req.get("generation_id_or_member_epoch", req.get("generation_id", -1))
     err = GROUP_DENIED if _denied(s, ctx, "READ", "GROUP", group) else \
         s.groups.check_commit(group, req["member_id"], generation)
     topics = []
     offsets = {}
+    sl = Slice()
     for t in req["topics"]:
         parts = []
         name = t["name"]
         topic_code = TOPIC_DENIED if not err and _denied(s, ctx, "READ", "TOPIC", name) else 0
         n = s.partitions(name) if not (err or topic_code) else 0
         for p in t["partitions"]:
+            if sl.due():
+                yield
             idx = p["partition_index"]
             code = err or topic_code
             if not code:
@@ -791,18 +921,20 @@ def offset_commit(s: Services, ctx, header, frame, offset):
         topics.append({"name": name, "partitions": parts})
     if offsets:
         try:
-            s.store.offsets.commit(group, offsets, any_offset=True)
+            # appended and fsynced by a worker thread: the loop serves others meanwhile
+            yield s.loop.run_in_executor(None, functools.partial(s.store.offsets.commit, group, offsets,
+                                                                 any_offset=True))
         except KafkaError as e:
             code = _code(e)
             for t in topics:
                 for p in t["partitions"]:
                     if TopicPartition(t["name"], p["partition_index"]) in offsets:
                         p["error_code"] = code
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
 
 
 def offset_fetch(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     group = req["group_id"]
     if _denied(s, ctx, "DESCRIBE", "GROUP", group):
         wanted = req.get("topics") or []
@@ -820,25 +952,31 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
                 names.append(tp.topic)
         wanted = [{"name": n, "partition_indexes": [tp.partition for tp in pairs if tp.topic == n]} for n in names]
     topics = []
+    sl = Slice()
     for t in wanted:
         parts = []
+        if sl.due():
+            yield
         if _denied(s, ctx, "DESCRIBE", "TOPIC", t["name"]):
             topics.append({"name": t["name"], "partitions": [
                 {"partition_index": i, "committed_offset": -1, "metadata": "", "error_code": TOPIC_DENIED}
                 for i in t["partition_indexes"]]})
             continue
         for idx in t["partition_indexes"]:
+            if sl.due():
+                yield
             om = committed.get(TopicPartition(t["name"], idx))
             parts.append({"partition_index": idx, "committed_offset": om.offset if om else -1,
                           "metadata": (om.metadata if om else "") or "", "error_code": 0})
         topics.append({"name": t["name"], "partitions": parts})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics, "error_code": 0})
+    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics,
+                                               "error_code": 0}))
 
 
 # ---------------------------------------------------------------------------------------------------- quotas
 
 def describe_client_quotas(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     if _denied(s, ctx, "DESCRIBE_CONFIGS", "CLUSTER", security.CLUSTER_NAME):
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
                               "error_message": f"{ctx.principal} may not describe quotas", "entries": None})
@@ -867,7 +1005,7 @@ def describe_client_quotas(s: Services, ctx, header, frame, offset):
 
 
 def alter_client_quotas(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     out = []
     may_alter = not _denied(s, ctx, "ALTER_CONFIGS", "CLUSTER", security.CLUSTER_NAME)
     for e in req["entries"]:
@@ -903,7 +1041,7 @@ def alter_client_quotas(s: Services, ctx, header, frame, offset):
 # ---------------------------------------------------------------------------------------------------- SASL
 
 def sasl_handshake(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     conn = ctx.connection
     mech = req["mechanism"]
     if not s.broker.sasl or conn.authenticated:
@@ -920,7 +1058,7 @@ def sasl_handshake(s: Services, ctx, header, frame, offset):
 
 
 def sasl_authenticate(s: Services, ctx, header, frame, offset):
-    req = _body(header, frame, offset)
+    req = _body(ctx, header, frame, offset)
     conn = ctx.connection
     if conn.sasl_server is None or conn.authenticated:
         return _resp(header, {"error_code": security.IllegalSaslStateError.code,

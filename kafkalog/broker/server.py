@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import logging
 import os
 import socket
@@ -36,12 +37,14 @@ from ..errors import InvalidConfigError, InvalidRequestError, KafkaError, Unsupp
 from ..storage import LogStore
 from ..storage.files import BrokerLock, make_durable_dir
 from . import protocol
-from .api import ADVERTISED, API_HANDLERS, RequestContext, Services
+from .api import ADVERTISED, API_HANDLERS, RequestContext, Services, run_sliced
 
 log = logging.getLogger("kafkalog.broker")
 
 _SIZE = struct.Struct(">i")
 _SCRATCH = 65536
+_DECODE_OFF_LOOP = 131072  # a bigger frame is decoded by a worker thread (Python codec), not on the loop
+_WIRE_PARSED = frozenset({0, 1})  # Produce and Fetch: parsed by the Cython codec, in place, on the loop
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
@@ -442,7 +445,23 @@ class Connection(asyncio.BufferedProtocol):
             raise UnsupportedVersionError(f"{name} v{version} is not supported (advertised {rng[0]}-{rng[1]}"
                                           + (", Produce below v3 needs message format v0/v1" if key == 0 else "")
                                           + ")")
-        return handler(self.services, self.ctx, header, frame, offset)
+        if len(frame) > _DECODE_OFF_LOOP and key not in _WIRE_PARSED:
+            return self._decode_off_loop(handler, header, frame, offset)
+        out = handler(self.services, self.ctx, header, frame, offset)
+        return run_sliced(out) if inspect.isgenerator(out) else out
+
+    async def _decode_off_loop(self, handler, header, frame, offset):
+        """A big frame's body is decoded by a worker thread (the loop gets the GIL every switch interval meanwhile),
+        then the handler runs on the loop in time slices."""
+        loop = asyncio.get_running_loop()
+        self.ctx.body = await loop.run_in_executor(None, protocol.decode_request, header.api_key,
+                                                   header.api_version, frame, offset)
+        out = handler(self.services, self.ctx, header, frame, offset)
+        if inspect.isgenerator(out):
+            out = run_sliced(out)
+        if asyncio.iscoroutine(out):
+            out = await out
+        return out
 
 
 class Broker:

@@ -140,10 +140,14 @@ class LogStore:
                 self._write_meta()
             self._reload_topics()
             if first and not self.had_clean_shutdown:
+                points = {}
                 for topic, partition in self._partition_dirs():
-                    self._logs[(topic, partition)] = self._open_log(topic, partition, recover=True)
-                self._checkpoints.set_recovery_points(
-                    {(t, p): log.recovery_point for (t, p), log in self._logs.items()}, replace=True)
+                    # recovered, then closed: the data dir reopens whatever its partition count (one partition's
+                    # descriptors at a time); a partition opens again on its first use, from this recovery point
+                    log = self._open_log(topic, partition, recover=True)
+                    points[(topic, partition)] = log.recovery_point
+                    log.close(finalize=False)
+                self._checkpoints.set_recovery_points(points, replace=True)
             if first and self.mode == SHARED:
                 self._dir_lock.acquire(shared=True)  # downgrade; the init lock keeps other openers out meanwhile
         finally:
@@ -258,6 +262,13 @@ class LogStore:
             self._reload_topics()
             return sorted(self._topics)
 
+    def partition_count(self) -> int:
+        """Partitions of every topic together."""
+        with self._lock:
+            self._check_open()
+            self._reload_topics()
+            return sum(t.get("partitions", 0) for t in self._topics.values())
+
     def partitions_for(self, topic: str) -> int:
         with self._lock:
             self._check_open()
@@ -301,9 +312,14 @@ class LogStore:
                 topics[name] = {"partitions": partitions, "config": topic_config.overrides}
                 atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
                 self._topics = topics
+                # directories only: a partition's files (and file descriptors) exist from its first use on, so a
+                # topic of many partitions costs no descriptor until it is used
                 for p in range(partitions):
-                    log = self._open_log(name, p, recover=self.mode == EXCLUSIVE, create=True)
-                    self._logs[(name, p)] = log
+                    d = self.path / f"{name}-{p}"
+                    try:
+                        d.mkdir(exist_ok=True)
+                    except OSError as e:
+                        raise storage_error(e, "create partition dir", d) from None
                 fsync_dir(self.path)
 
     def delete_topic(self, name: str) -> None:

@@ -280,11 +280,11 @@ def test_metadata_too_large_and_invalid_commits_write_nothing(open_store):
     for commit, exc in bad:
         with pytest.raises(exc):
             offsets.commit("g", commit)
-    with pytest.raises(ValueError):
-        offsets.commit("", {TP("t", 0): 1})
     offsets.commit("g", {})  # nothing to commit: no batch
     assert store.log(OFFSETS_TOPIC).log_end_offset == end
     assert offsets.committed_all("g") == {TP("t", 0): OffsetAndMetadata(1, "", None)}
+    offsets.commit("", {TP("t", 0): 2})  # Kafka allows the empty group id in OffsetCommit/OffsetFetch
+    assert offsets.committed("", TP("t", 0)).offset == 2
     small = OffsetStore(store, max_metadata_size=3)
     with pytest.raises(OffsetMetadataTooLargeError):
         small.commit("g", {TP("t", 0): OffsetAndMetadata(1, "four", None)})
