@@ -942,17 +942,19 @@ def cmd_serve(args) -> int:
 
     async def run():
         await broker.start_async()
-        print(f"kafkalog broker listening on {broker.host}:{broker.port}", flush=True)
-        if broker.metrics is not None:
-            print(f"kafkalog metrics on http://{broker.metrics_listen[0]}:{broker.metrics_port}/metrics", flush=True)
+
         async def stop():
             try:
                 await broker.stop_async()
             except Exception:  # noqa: BLE001  (kept in broker.shutdown_error, reported below)
                 pass
 
+        # before the ready line: a supervisor may signal as soon as it reads it
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: loop.create_task(stop()))
+        print(f"kafkalog broker listening on {broker.host}:{broker.port}", flush=True)
+        if broker.metrics is not None:
+            print(f"kafkalog metrics on http://{broker.metrics_listen[0]}:{broker.metrics_port}/metrics", flush=True)
         await broker.serve_forever()
 
     try:

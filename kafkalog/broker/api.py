@@ -29,6 +29,7 @@ from ..errors import (
     InvalidTopicError,
     KafkaError,
     KafkaStorageError,
+    LogClosedError,
     PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownServerError,
@@ -380,6 +381,8 @@ async def _drive(gen, step):
             step = gen.throw(exc) if exc is not None else gen.send(value)
         except StopIteration as e:
             result = e.value
+            if isinstance(result, Pipelined):
+                result = result.coro
             if asyncio.iscoroutine(result):
                 result = await result
             return result
@@ -522,12 +525,22 @@ def produce(s: Services, ctx, header, frame, offset):
             ctx.connection.close("acks=0 produce failed (see the previous line)")
         return None
     if synced:
-        return _produce_synced(s, ctx, header, responses, synced)
+        return Pipelined(_produce_synced(s, ctx, header, responses, synced, ctx.throttle_time_ms))
     return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
                                           ctx.throttle_time_ms)]
 
 
-async def _produce_synced(s: Services, ctx, header, responses, synced):
+class Pipelined:
+    """A handler's answer that waits only for the disk (an acks=all produce's group commit): the connection serves
+    its next requests meanwhile and sends the answers in request order."""
+
+    __slots__ = ("coro",)
+
+    def __init__(self, coro):
+        self.coro = coro
+
+
+async def _produce_synced(s: Services, ctx, header, responses, synced, throttle_time_ms: int):
     """acks=all on a single node: the answer goes out once the records are fsynced (there are no replicas to
     wait for). Each partition's group commit covers every request appended before its fsync started."""
     by_topic = {name: parts for name, parts in responses}
@@ -537,11 +550,15 @@ async def _produce_synced(s: Services, ctx, header, responses, synced):
         if isinstance(r, BaseException):
             if isinstance(r, asyncio.CancelledError):
                 raise r
-            log.error("acks=all produce from %s to %s-%d: fsync failed: %s", ctx.peer, name, idx, r)
+            if isinstance(r, (UnknownTopicOrPartitionError, LogClosedError)):
+                # the topic was deleted before its fsync: answered as such (the records went with the topic)
+                r = UnknownTopicOrPartitionError(f"{name}-{idx} was deleted")
+            else:
+                log.error("acks=all produce from %s to %s-%d: fsync failed: %s", ctx.peer, name, idx, r)
             parts = by_topic[name]
             parts[i] = (idx, _code(r) if isinstance(r, KafkaError) else KafkaStorageError.code, -1, -1, -1)
     return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
-                                          ctx.throttle_time_ms)]
+                                          throttle_time_ms)]
 
 
 # ---------------------------------------------------------------------------------------------------- Fetch
@@ -792,7 +809,8 @@ def create_topics(s: Services, ctx, header, frame, offset):
                 from ..config import TOPIC, Config
                 Config(configs, scope=TOPIC)
             else:
-                s.store.create_topic(name, n, configs)
+                # the registry write and its fsyncs: off the loop
+                yield s.loop.run_in_executor(None, s.store.create_topic, name, n, configs)
                 log.info("created topic %s (%d partitions) for %s", name, n, ctx.peer)
         except KafkaError as e:
             r["error_code"] = _code(e)
@@ -816,7 +834,7 @@ def delete_topics(s: Services, ctx, header, frame, offset):
             if name in INTERNAL_TOPICS:
                 raise ClusterAuthorizationFailedError(f"topic {name!r} is internal")
             s.forget_topic(name)
-            s.store.delete_topic(name)
+            yield s.loop.run_in_executor(None, s.store.delete_topic, name)  # renames, fsyncs, removal: off the loop
             s.producers.forget_topic(name)
             log.info("deleted topic %s for %s", name, ctx.peer)
         except KafkaError as e:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import inspect
 import logging
 import os
@@ -37,7 +38,7 @@ from ..errors import InvalidConfigError, InvalidRequestError, KafkaError, Unsupp
 from ..storage import LogStore
 from ..storage.files import BrokerLock, make_durable_dir
 from . import protocol
-from .api import ADVERTISED, API_HANDLERS, RequestContext, Services, run_sliced
+from .api import ADVERTISED, API_HANDLERS, Pipelined, RequestContext, Services, run_sliced
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -45,6 +46,7 @@ _SIZE = struct.Struct(">i")
 _SCRATCH = 65536
 _DECODE_OFF_LOOP = 131072  # a bigger frame is decoded by a worker thread (Python codec), not on the loop
 _WIRE_PARSED = frozenset({0, 1})  # Produce and Fetch: parsed by the Cython codec, in place, on the loop
+_PIPELINE = 5  # acks=all produces one connection may have waiting for their fsync (Kafka clients' max.in.flight)
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
@@ -174,7 +176,10 @@ class Connection(asyncio.BufferedProtocol):
         self.req_started = 0.0
         self.req_key = -1
         self.req_size = 0
-        self.tasks: set = set()  # this connection's request task (at most one: requests are served in order)
+        self.tasks: set = set()  # this connection's request tasks
+        # answers owed in request order while acks=all produces wait for their fsync: [chunks or None, api key,
+        # start time, request size]
+        self.ordered: collections.deque = collections.deque()
 
     # -- asyncio protocol -----------------------------------------------------------------------------------------
 
@@ -320,6 +325,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def _process(self) -> None:
         while self.pending and not self.busy and not self.closed and not self.muted:
+            if len(self.ordered) >= _PIPELINE:
+                break  # as many acks=all produces in flight as a client keeps (max.in.flight): wait for one
             frame, self.serving = self.pending.popleft()
             self.ctx.throttle_time_ms = 0
             self.req_started = time.perf_counter()
@@ -336,8 +343,20 @@ class Connection(asyncio.BufferedProtocol):
                 self._internal_error(e)
                 return
             del frame
+            if isinstance(out, Pipelined):
+                # an acks=all produce waiting for its group commit: the next requests are served meanwhile, and
+                # the answers still leave in request order
+                entry = [None, self.req_key, self.req_started, self.req_size]
+                self.ordered.append(entry)
+                self._served()
+                task = asyncio.ensure_future(out.coro)
+                task.add_done_callback(functools.partial(self._pipelined_done, entry))
+                self.broker.tasks.add(task)
+                self.tasks.add(task)
+                self._mute_if_throttled()
+                continue
             if out is None or isinstance(out, list):
-                self._answered(self._write(out) if out is not None else 0)
+                self._respond(out)
                 self._served()
                 self._mute_if_throttled()
                 continue
@@ -354,6 +373,37 @@ class Connection(asyncio.BufferedProtocol):
             self._pause("busy")
         else:
             self._resume("busy")
+
+    def _respond(self, out) -> None:
+        """Send an answer (None: no answer, acks=0), after the pipelined answers still owed before it."""
+        if self.ordered:
+            self.ordered.append([out if out is not None else [], self.req_key, self.req_started, self.req_size])
+            return
+        self._answered(self._write(out) if out is not None else 0)
+
+    def _pipelined_done(self, entry, task) -> None:
+        self.broker.tasks.discard(task)
+        self.tasks.discard(task)
+        if self.closed:
+            return
+        if task.cancelled():
+            self.close()
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._internal_error(exc)
+            return
+        entry[0] = task.result()
+        while self.ordered and self.ordered[0][0] is not None:
+            out, key, started, size = self.ordered.popleft()
+            n = self._write(out) if out else 0
+            if self.metrics is not None:
+                self.metrics.observe(key, started, size, n)
+        if self.close_after_response and not self.ordered and not self.closed:
+            self.closed = True
+            self.transport.close()
+        if self.pending and not self.busy:
+            self._process()
 
     def _served(self) -> None:
         if self.serving:
@@ -382,8 +432,7 @@ class Connection(asyncio.BufferedProtocol):
             else:
                 self._internal_error(exc)
             return
-        out = task.result()
-        self._answered(self._write(out) if out is not None else 0)
+        self._respond(task.result())
         self._mute_if_throttled()
         self._process()
 
@@ -407,7 +456,7 @@ class Connection(asyncio.BufferedProtocol):
     def _answered(self, nbytes_out: int) -> None:
         if self.metrics is not None:
             self.metrics.observe(self.req_key, self.req_started, self.req_size, nbytes_out)
-        if self.close_after_response and not self.closed:
+        if self.close_after_response and not self.closed and not self.ordered:
             self.closed = True
             self.transport.close()  # flushes the answer first
 
@@ -459,6 +508,8 @@ class Connection(asyncio.BufferedProtocol):
         out = handler(self.services, self.ctx, header, frame, offset)
         if inspect.isgenerator(out):
             out = run_sliced(out)
+        if isinstance(out, Pipelined):
+            out = out.coro
         if asyncio.iscoroutine(out):
             out = await out
         return out

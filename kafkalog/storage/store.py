@@ -69,6 +69,14 @@ def validate_topic_name(name) -> None:
         raise InvalidTopicError(f"topic name {name!r}: only ASCII letters, digits, '.', '_' and '-' are legal")
 
 
+def _has_segments(d: Path) -> bool:
+    try:
+        with os.scandir(d) as it:
+            return any(e.name.endswith((".log", ".swap", ".cleaned")) for e in it)
+    except FileNotFoundError:
+        return False
+
+
 class LogStore:
     """A data dir of topics. See the module docstring for modes, recovery and thread/process safety."""
 
@@ -142,6 +150,8 @@ class LogStore:
             if first and not self.had_clean_shutdown:
                 points = {}
                 for topic, partition in self._partition_dirs():
+                    if not _has_segments(self.path / f"{topic}-{partition}"):
+                        continue  # never used: nothing to recover, and no files (or descriptors) to make for it
                     # recovered, then closed: the data dir reopens whatever its partition count (one partition's
                     # descriptors at a time); a partition opens again on its first use, from this recovery point
                     log = self._open_log(topic, partition, recover=True)

@@ -260,17 +260,18 @@ class Serve:
         """Signal it and return (exit code, rest of stdout, stderr)."""
         self.proc.send_signal(sig)
         try:
-            out, _ = self.proc.communicate(timeout=30)
+            self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.kill()
             raise
+        out = self.proc.stdout.read()  # its end: the process is gone
         self._drain.join(10)
         return self.proc.returncode, out.decode(), self.stderr()
 
     def kill(self):
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.communicate(timeout=10)
+            self.proc.wait(timeout=10)
         self._drain.join(10)
 
 

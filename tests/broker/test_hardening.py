@@ -526,3 +526,6 @@ with kafkalog.LogStore(d) as s:
                            text=True, env=child_env, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "[0, 1, 1, 1]"
+    # only the partitions in use have files (each active segment preallocates its two indexes)
+    used = sum(f.stat().st_blocks * 512 for f in (tmp_path / "d").rglob("*") if f.is_file())
+    assert used < 200 * 2**20, f"{used / 2**20:.0f} MiB on disk for 3000 partitions, 3 of them used"
