@@ -529,3 +529,31 @@ with kafkalog.LogStore(d) as s:
     # only the partitions in use have files (each active segment preallocates its two indexes)
     used = sum(f.stat().st_blocks * 512 for f in (tmp_path / "d").rglob("*") if f.is_file())
     assert used < 200 * 2**20, f"{used / 2**20:.0f} MiB on disk for 3000 partitions, 3 of them used"
+
+
+def test_pipelined_acks_all_produces_are_answered_in_request_order(own_broker, topic_name):
+    """An acks=all produce waiting for its fsync lets the connection serve the next requests (Kafka clients keep
+    up to 5 in flight); the answers still leave in request order, each with its own offsets."""
+    name = topic_name()
+    with Wire(own_broker.port) as w:
+        assert w.create_topic(name, 2)["error_code"] == 0
+        frames = []
+        for i in range(12):
+            body = {"transactional_id": None, "acks": -1 if i % 3 else 1, "timeout_ms": 5000, "topic_data": [
+                {"name": name, "partition_data": [{"index": i % 2, "records": batch([b"%d" % i])}]}]}
+            frames.append(protocol.encode_request(0, 7, 1000 + i, "pipe", body))
+        frames.insert(5, protocol.encode_request(18, 3, 2000, "pipe", {"client_software_name": "t",
+                                                                      "client_software_version": "1"}))
+        w.send_raw(b"".join(frames))
+        corrs, offsets = [], {0: [], 1: []}
+        for _ in range(len(frames)):
+            frame = w.recv_frame()
+            corr = struct.unpack(">i", frame[:4])[0]
+            corrs.append(corr)
+            if corr != 2000:
+                _, resp = protocol.decode_response(0, 7, frame)
+                p = resp["responses"][0]["partition_responses"][0]
+                assert p["error_code"] == 0
+                offsets[(corr - 1000) % 2].append(p["base_offset"])
+        assert corrs == [1000, 1001, 1002, 1003, 1004, 2000] + list(range(1005, 1012))
+        assert offsets == {0: list(range(6)), 1: list(range(6))}
