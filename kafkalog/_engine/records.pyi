@@ -19,7 +19,7 @@ from typing_extensions import Buffer
 __all__ = [
     "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
     "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "iter_batches", "set_base_offset",
-    "set_log_append_time", "set_partition_leader_epoch",
+    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
 ]
 
 RECORD_BATCH_OVERHEAD: Final[int]  # 61: the v2 batch header
@@ -254,9 +254,21 @@ class RecordBatch:
     def validate(self, *, decompress: bool = False) -> None:
         """Raise CorruptRecordError (CRC, length, magic), InvalidRecordError (count, framing) or
         UnsupportedCompressionTypeError, naming the problem, the base offset and the position. With decompress=True a
-        compressed batch's record framing is checked too."""
+        compressed batch's record framing is checked too, as it is decompressed (bounded: RecordTooLargeError past
+        the readers' 1 GiB bound on a batch's plaintext). Offset deltas may have gaps (compacted batches)."""
+    def check_for_append(self, max_message_bytes: int) -> tuple[int, int]:
+        """Validate a batch a producer sent in one pass over its records; returns (min_ts, max_ts) of the records
+        (min_ts: the smallest non-negative timestamp, -1 when none; max_ts: the largest; the header's MaxTimestamp
+        is not trusted). Beyond validate(): RecordsCount = LastOffsetDelta + 1 and offset deltas 0, 1, ...
+        (InvalidRecordError). Compressed records are decompressed in 256 KiB steps walked at once (memory: one step
+        and one record, whatever the batch claims); the plaintext may be at most
+        max(64 MiB, min(1 GiB, RecordsCount * max_message_bytes)) and one record max(max_message_bytes, 16 MiB)
+        (RecordTooLargeError naming the codec, the bound and the batch); a zstd window above 8 MiB and a snappy
+        block declaring more than 22 times its size are refused (InvalidRecordError)."""
     def records(self) -> Iterator[Record]:
-        """Lazily decoded records (decompressed once when iteration starts); InvalidRecordError on bad framing."""
+        """Lazily decoded records (decompressed once when iteration starts, at most 1 GiB: RecordTooLargeError
+        past it; past the first MiB the records are walked as they are decompressed, so bad framing stops the
+        decompression there); InvalidRecordError on bad framing."""
     def __iter__(self) -> Iterator[Record]: ...
     def tobytes(self) -> bytes: ...
 
@@ -275,6 +287,9 @@ def set_partition_leader_epoch(buf: Buffer, pos: int, epoch: int) -> None:
 
 def set_log_append_time(buf: Buffer, pos: int, timestamp: int) -> None:
     """Set the LogAppendTime bit and MaxTimestamp of the complete batch at buf[pos], recomputing its CRC."""
+
+def set_max_timestamp(buf: Buffer, pos: int, timestamp: int) -> None:
+    """Set MaxTimestamp of the complete batch at buf[pos], recomputing its CRC (nothing written when equal)."""
 
 class Columns(TypedDict):
     offset: npt.NDArray[np.int64]

@@ -37,7 +37,7 @@
 """Record batch v2: build, view, validate, iterate and column-decode Kafka record batches."""
 
 from cpython.buffer cimport PyBUF_READ, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_AS_STRING
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory, PyMemoryView_GET_BUFFER
 from cpython.object cimport PyObject
@@ -45,9 +45,9 @@ from cpython.ref cimport Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check, PyUnicode_DecodeUTF8
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memmove, memset
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 cimport cython
@@ -55,6 +55,9 @@ cimport numpy as cnp
 
 cdef extern from "kafkalog/kl_alloc.h" nogil:
     void *kl_malloc_large(size_t n)
+
+cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
 
 from .clib cimport (
     KL_ATTRIBUTES_OFFSET, KL_BASE_OFFSET_OFFSET, KL_BASE_SEQUENCE_OFFSET, KL_BASE_TIMESTAMP_OFFSET, KL_CHECK,
@@ -91,7 +94,7 @@ cnp.import_array()
 __all__ = [
     "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
     "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "iter_batches", "set_base_offset",
-    "set_log_append_time", "set_partition_leader_epoch",
+    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
 ]
 
 RECORD_BATCH_OVERHEAD = KL_RECORD_BATCH_OVERHEAD
@@ -108,6 +111,30 @@ cdef Py_ssize_t _MIN_RECORD_SIZE = 7
 cdef Py_ssize_t _NOGIL_BYTES = 65536      # below this, dropping the GIL costs more than it frees
 cdef Py_ssize_t _XERIAL_BLOCK = 32768     # xerial SnappyOutputStream's default block size
 cdef uint32_t _LZ4_MAGIC = 0x184D2204
+
+# Decompression bounds. Kafka bounds only the compressed size of a batch (max.message.bytes), so a small batch may
+# claim any plaintext: a decompression bomb. A produced batch's plaintext may be at most
+#   max(_PLAINTEXT_FLOOR, min(_PLAINTEXT_CAP, records_count * max.message.bytes))
+# (what records_count records of at most max.message.bytes each can hold: every client bounds a record's
+# uncompressed size by its max.request.size, 1 MiB by default), and one record at most
+#   max(max.message.bytes, _RECORD_FLOOR).
+# Validation walks the records as they are decompressed (RecordBatch.check_for_append), holding at most one
+# incomplete record and one decompressed chunk (a raw snappy block, which cannot be streamed, whole: at most
+# _SNAPPY_MAX_RATIO times its compressed size), so a bomb costs a few MiB whatever it claims. Readers keep the whole
+# plaintext (they return it): they are bounded by _READ_LIMIT, and past the first _READ_CHUNK bytes they walk the
+# records as they arrive, so a bad stored batch (zeros, bytes after the last record) stops there.
+cdef Py_ssize_t _PLAINTEXT_FLOOR = 64 << 20
+cdef Py_ssize_t _PLAINTEXT_CAP = 1 << 30
+cdef Py_ssize_t _RECORD_FLOOR = 16 << 20
+cdef Py_ssize_t _READ_LIMIT = 1 << 30     # = _PLAINTEXT_CAP: whatever an append accepted stays readable
+cdef Py_ssize_t _CHECK_CHUNK = 256 << 10  # validation: decompressed bytes per step
+cdef Py_ssize_t _READ_CHUNK = 1 << 20     # readers: decompressed bytes per step
+cdef Py_ssize_t _IN_CHUNK = 64 << 10      # compressed bytes per zlib / lz4 call (each copies what it leaves over)
+# A zstd frame declares the window its decoder must hold (and fill, for a bomb). Levels 1-19 of a streaming
+# compressor (Kafka's producers stream) need at most 8 MiB; only the "ultra" levels 20-22 ask for more.
+cdef Py_ssize_t _ZSTD_MAX_WINDOW = 8 << 20
+# A snappy element of 3 bytes copies at most 64: no snappy block decompresses to more than 64/3 of its size.
+cdef Py_ssize_t _SNAPPY_MAX_RATIO = 22
 
 
 def debug_build():
@@ -224,6 +251,9 @@ cdef enum:
     _REC_LEFTOVER = 5       # bytes remain after `count` records
     _REC_OVERFLOW = 6       # decode_columns: a column passed the int32 offsets of the Arrow layout
     _REC_NOMEM = 7
+    _REC_BAD_OFFSET = 8     # a produced record whose offset delta is not its index (_walk_part, strict)
+    _REC_TOO_LARGE = 9      # a record above the walk's record_limit
+    _REC_MORE = 10          # _walk_part: the bytes end inside a record and more may follow
 
 
 cdef struct RecordView:
@@ -375,6 +405,84 @@ cdef int _walk_records(const unsigned char *p, const unsigned char *end, int32_t
         p = r.end
     done[0] = count
     return _REC_OK if p == end else _REC_LEFTOVER
+
+
+cdef struct _WalkState:
+    int32_t count               # records declared
+    int32_t index               # records read so far
+    bint strict                 # offset deltas must run 0, 1, 2... (a produced batch; compaction leaves gaps)
+    int64_t base_ts
+    uint64_t min_ts             # smallest record timestamp as unsigned: a non-negative one wins over any negative
+    int64_t max_ts              # largest record timestamp, INT64_MIN while no record was read
+    Py_ssize_t record_limit     # largest record (Length varint included) accepted
+    int64_t bad                 # _REC_BAD_OFFSET: the delta found; _REC_TOO_LARGE: the record's size
+
+
+cdef inline void _walk_init(_WalkState *w, const BatchHeader *h, bint strict, Py_ssize_t record_limit) noexcept nogil:
+    w.count = h.records_count
+    w.index = 0
+    w.strict = strict
+    w.base_ts = h.base_timestamp
+    w.min_ts = <uint64_t>-1
+    w.max_ts = INT64_MIN
+    w.record_limit = record_limit
+    w.bad = 0
+
+
+cdef int _walk_part(_WalkState *w, const unsigned char *p, const unsigned char *end, bint final,
+                    Py_ssize_t *used) noexcept nogil:
+    """Read the complete records at the front of [p, end) in one pass: each checked as _read_record does (plus its
+    size against record_limit and, strict, its offset delta against its index), its timestamp folded into
+    min_ts / max_ts. used = bytes of the records read.
+
+    Returns _REC_MORE when the bytes end inside a record and more may follow (final false), _REC_OK when all `count`
+    records were read and no byte follows, or an error. Over complete bytes (final) the codes are the ones
+    _walk_records gives, so a chunked walk and a whole one name the same problem."""
+    cdef const unsigned char *start = p
+    cdef RecordView r
+    cdef int32_t body
+    cdef int k
+    cdef int rc = _REC_OK
+    cdef int64_t ts
+    while w.index < w.count:
+        rc = _read_record(p, end, &r)
+        if rc == _REC_OK:
+            if r.end - p > w.record_limit:
+                w.bad = r.end - p
+                rc = _REC_TOO_LARGE
+                break
+        elif rc == _REC_EOF:
+            rc = _REC_EOF if final else _REC_MORE
+            break
+        elif rc == _REC_BAD_SIZE:
+            # the record runs past `end`: a bad length, or one the next bytes complete (not final)
+            k = _varint(p, end, &body)
+            if k < 0:
+                # a varlong is at most 10 bytes: fewer may be a varint cut by the chunk boundary
+                rc = _REC_MORE if not final and end - p < 10 else _REC_BAD_SIZE
+            elif body >= 0 and <Py_ssize_t>body > w.record_limit - k:
+                w.bad = <int64_t>body + k
+                rc = _REC_TOO_LARGE
+            elif body >= 0 and not final:
+                rc = _REC_MORE
+            break
+        else:
+            break       # the record is complete and its fields are wrong
+        if w.strict and r.offset_delta != w.index:
+            w.bad = r.offset_delta
+            rc = _REC_BAD_OFFSET
+            break
+        ts = <int64_t>(<uint64_t>w.base_ts + <uint64_t>r.ts_delta)    # wraps like Java's long
+        if ts > w.max_ts:
+            w.max_ts = ts
+        if <uint64_t>ts < w.min_ts:
+            w.min_ts = <uint64_t>ts
+        p = r.end
+        w.index += 1
+    if rc == _REC_OK and p != end:
+        rc = _REC_LEFTOVER
+    used[0] = p - start
+    return rc
 
 
 cdef str _record_message(int rc, int32_t index, int32_t count):
@@ -605,25 +713,259 @@ cdef object _compress(int codec, object level, const unsigned char *p, Py_ssize_
     raise UnsupportedCompressionTypeError(f"unknown compression codec {codec}")
 
 
-cdef object _gunzip(object src):
-    parts = []
+cdef object _zstd_checker():
+    """The decompressor of validation: windows above _ZSTD_MAX_WINDOW refused before anything is decoded."""
+    d = getattr(_tls, "zstd_check", None)
+    if d is None:
+        d = _tls.zstd_check = _zstd.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
+    return d
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Bounded decompression: every codec decompresses in steps of at most `chunk` bytes handed to a sink, which counts
+# them against its limit and may stop the decompression early. No declared size is trusted: snappy's preamble is
+# checked against what its block can hold and the sink's room before anything is allocated, lz4's content size and
+# zstd's frame content size are never read (only zstd's window, against _ZSTD_MAX_WINDOW when validating).
+
+cdef class _Sink:
+    """Where a bounded decompression puts its output."""
+    cdef Py_ssize_t total, limit
+    cdef str codec          # the codec's name, for messages
+    cdef str why            # how the limit was derived, for messages
+
+    cdef inline Py_ssize_t room(self, Py_ssize_t chunk):
+        """The most the next step may produce: a chunk, or one byte past the limit (so that passing it shows)."""
+        cdef Py_ssize_t left = self.limit - self.total + 1
+        return chunk if chunk < left else left
+
+    cdef str too_large(self):
+        return f"its {self.codec} records decompress to more than {self.limit} bytes ({self.why})"
+
+    cdef int reserve(self, Py_ssize_t n) except -1:
+        """Refuse before allocating n more bytes past the limit."""
+        if n > self.limit - self.total:
+            raise RecordTooLargeError(self.too_large())
+        return 0
+
+    cdef int put(self, object chunk) except -1:
+        """Take one decompressed chunk; returns 1 when the decompression may stop (the sink has seen enough)."""
+        cdef Py_ssize_t n = len(chunk)
+        if n == 0:
+            return 0
+        self.total += n
+        if self.total > self.limit:
+            raise RecordTooLargeError(self.too_large())
+        return self.take(chunk, n)
+
+    cdef int take(self, object chunk, Py_ssize_t n) except -1:
+        return 0
+
+    cdef int put_ptr(self, const unsigned char *p, Py_ssize_t n) except -1:
+        """put() of bytes the caller reuses after the call (only a _Walker, which keeps what it needs, takes them)."""
+        if n == 0:
+            return 0
+        self.total += n
+        if self.total > self.limit:
+            raise RecordTooLargeError(self.too_large())
+        return (<_Walker?>self).feed(p, n)
+
+
+cdef class _Walker(_Sink):
+    """Validation's sink: walks the records as they are decompressed and keeps nothing but the one record a chunk
+    boundary cut (the carry, at most record_limit bytes). Stops the decompression at the first bad record, or at
+    the first byte after the last declared record."""
+    cdef _WalkState w
+    cdef int rc
+    cdef unsigned char *carry
+    cdef Py_ssize_t clen, ccap
+
+    def __dealloc__(self):
+        free(self.carry)
+
+    cdef int keep(self, const unsigned char *p, Py_ssize_t n) except -1:
+        cdef Py_ssize_t need = self.clen + n, cap
+        cdef unsigned char *grown
+        if need > self.ccap:
+            cap = self.ccap * 2
+            if cap > self.w.record_limit + 16:
+                cap = self.w.record_limit + 16
+            if cap < need:
+                cap = need
+            grown = <unsigned char *>realloc(self.carry, cap)
+            if grown == NULL:
+                raise MemoryError()
+            self.carry = grown
+            self.ccap = cap
+        memcpy(self.carry + self.clen, p, n)
+        self.clen = need
+        return 0
+
+    cdef Py_ssize_t pending(self, Py_ssize_t n) noexcept:
+        """How many of the next n bytes the incomplete record in the carry still needs."""
+        cdef int32_t body
+        cdef int k = _varint(self.carry, self.carry + self.clen, &body)
+        cdef Py_ssize_t want
+        if k < 0:
+            want = 10 - self.clen       # enough for any varint; _walk_part refuses what still is not one
+        elif body < 0 or <Py_ssize_t>body > self.w.record_limit - k:
+            want = 0                    # _walk_part names the error
+        else:
+            want = k + body - self.clen
+        if want < 0:
+            want = 0
+        return want if want < n else n
+
+    cdef int take(self, object chunk, Py_ssize_t n) except -1:
+        cdef Py_buffer v
+        PyObject_GetBuffer(chunk, &v, PyBUF_SIMPLE)
+        try:
+            return self.feed(<const unsigned char *>v.buf, v.len)
+        finally:
+            PyBuffer_Release(&v)
+
+    cdef int feed(self, const unsigned char *p, Py_ssize_t n) except -1:
+        cdef Py_ssize_t used, t
+        cdef int rc
+        while n > 0:
+            if self.rc != _REC_MORE and self.rc != _REC_OK:
+                return 1
+            if self.w.index == self.w.count:
+                self.rc = _REC_LEFTOVER
+                return 1
+            if self.clen == 0:
+                # the common case: walk the chunk where it is, carry only the record its end cuts
+                if n >= _NOGIL_BYTES:
+                    with nogil:
+                        rc = _walk_part(&self.w, p, p + n, False, &used)
+                else:
+                    rc = _walk_part(&self.w, p, p + n, False, &used)
+                self.rc = rc
+                if rc == _REC_MORE and used < n:
+                    self.keep(p + used, n - used)
+                return rc != _REC_MORE and rc != _REC_OK
+            # complete the carried record with what it still needs, then go on in place
+            t = self.pending(n)
+            self.keep(p, t)
+            p += t
+            n -= t
+            rc = _walk_part(&self.w, self.carry, self.carry + self.clen, False, &used)
+            self.rc = rc
+            if rc == _REC_MORE:
+                if used == 0 and t == 0:
+                    self.rc = _REC_BAD_SIZE     # no progress: cannot happen (pending() takes what _walk_part needs)
+                    return 1
+                if used:
+                    memmove(self.carry, self.carry + used, self.clen - used)
+                    self.clen -= used
+            elif rc == _REC_OK:
+                self.clen = 0
+            else:
+                return 1
+        return 0
+
+    cdef int finish(self) except? -1:
+        """The walk's result once the decompression ended: a record cut by the end of the plaintext is an error."""
+        cdef Py_ssize_t used
+        if self.rc == _REC_MORE or self.rc == _REC_OK:
+            if self.clen:
+                self.rc = _walk_part(&self.w, self.carry, self.carry + self.clen, True, &used)
+            elif self.w.index < self.w.count:
+                self.rc = _REC_EOF
+            else:
+                self.rc = _REC_OK
+        free(self.carry)
+        self.carry = NULL
+        self.clen = self.ccap = 0
+        return self.rc
+
+
+cdef class _Collect(_Sink):
+    """A reader's sink: gathers the plaintext. Past the first _READ_CHUNK bytes it also walks the records as they
+    arrive, so a batch whose plaintext goes bad (a bomb of zeros, bytes after the last record) stops there rather
+    than at the limit; a batch up to _READ_CHUNK is walked once only, by its reader."""
+    cdef object first           # the only chunk so far
+    cdef bytearray buf          # from the second chunk on
+    cdef Py_ssize_t walked
+    cdef _WalkState w
+    cdef int rc
+
+    cdef int take(self, object chunk, Py_ssize_t n) except -1:
+        cdef Py_ssize_t used, size
+        cdef const unsigned char *p
+        cdef int rc
+        if self.buf is None:
+            if self.first is None:
+                self.first = chunk
+                return 0
+            self.buf = bytearray(self.first)
+            self.first = None
+        self.buf += chunk
+        if self.total <= _READ_CHUNK:
+            return 0
+        p = <const unsigned char *>PyByteArray_AS_STRING(self.buf)
+        size = PyByteArray_GET_SIZE(self.buf)
+        with nogil:
+            rc = _walk_part(&self.w, p + self.walked, p + size, False, &used)
+        self.walked += used
+        self.rc = rc
+        return rc != _REC_MORE and rc != _REC_OK
+
+    cdef object result(self):
+        if self.buf is not None:
+            return self.buf
+        return self.first if self.first is not None else b""
+
+
+cdef int _inflate_gzip(object src, Py_ssize_t n, _Sink sink, Py_ssize_t chunk) except -1:
+    cdef Py_ssize_t at = 0, start
     while True:
         d = zlib.decompressobj(47)      # 32 + 15: gzip or zlib header, detected
-        parts.append(d.decompress(src))
-        if not d.eof:
-            raise InvalidRecordError("truncated gzip stream")
-        src = d.unused_data
+        while not d.eof:
+            data = d.unconsumed_tail
+            if not data and at < n:
+                data = src[at:at + _IN_CHUNK]
+                at += len(data)
+            out = d.decompress(data, sink.room(chunk))
+            if out:
+                if sink.put(out):
+                    return 0
+            elif not d.eof and not d.unconsumed_tail and at >= n:
+                raise InvalidRecordError("truncated gzip stream")
         # Java's GZIPInputStream reads concatenated members and ignores anything else that follows.
-        if len(src) < 2 or src[0] != 0x1f or src[1] != 0x8b:
-            break
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+        start = at - len(d.unused_data)
+        if n - start < 2 or src[start] != 0x1f or src[start + 1] != 0x8b:
+            return 0
+        at = start
 
 
-cdef object _unsnappy(const unsigned char *p, Py_ssize_t n, object src):
+cdef Py_ssize_t _snappy_len(object block, Py_ssize_t blen) except -1:
+    """The decompressed length a raw snappy block declares, refused when the block cannot hold that much."""
+    cdef Py_ssize_t m = cramjam.snappy.decompress_raw_len(block)
+    if m > _SNAPPY_MAX_RATIO * blen:
+        raise InvalidRecordError(f"a snappy block of {blen} bytes declares {m} decompressed bytes, more than "
+                                 f"{_SNAPPY_MAX_RATIO} times its size (no snappy block expands that much)")
+    return m
+
+
+cdef int _snappy_into(object block, Py_ssize_t blen, object dst, Py_ssize_t m) except -1:
+    if cramjam.snappy.decompress_raw_into(block, dst) != m:
+        raise InvalidRecordError(f"a snappy block of {blen} bytes does not decompress to the {m} bytes it declares")
+    return 0
+
+
+cdef int _inflate_snappy(const unsigned char *p, Py_ssize_t n, object src, _Sink sink, bint whole) except -1:
+    """Raw snappy (one block) or xerial framing. whole (a reader): every block's declared length is checked
+    first, then one buffer holds them all; otherwise each block goes to the sink as it is decompressed."""
     cdef Py_ssize_t pos = 0, total = 0, m
     cdef int32_t blen
+    cdef bytearray scratch = None   # one buffer for every block (a walker keeps what it needs)
     if n < 16 or memcmp8(p, b"\x82SNAPPY\x00"):
-        return cramjam.snappy.decompress_raw(src)
+        m = _snappy_len(src, n)     # raw snappy, one block
+        sink.reserve(m)
+        out = PyByteArray_FromStringAndSize(NULL, m)
+        _snappy_into(src, n, out, m)
+        sink.put(out)
+        return 0
     blocks = []
     while pos < n:
         if n - pos >= 16 and not memcmp8(p + pos, b"\x82SNAPPY\x00"):
@@ -636,20 +978,31 @@ cdef object _unsnappy(const unsigned char *p, Py_ssize_t n, object src):
         if blen < 0 or blen > n - pos:
             raise InvalidRecordError(f"snappy (xerial) block of {blen} bytes runs past the records")
         block = src[pos:pos + blen]
-        m = cramjam.snappy.decompress_raw_len(block)
-        total += m
-        if total > KL_INT32_MAX:
-            raise InvalidRecordError("snappy records section decompresses past 2 GiB")
-        blocks.append((block, m))
+        m = _snappy_len(block, blen)
+        if whole:
+            total += m
+            sink.reserve(total)
+            blocks.append((block, blen, m))
+        else:
+            sink.reserve(m)
+            if scratch is None or PyByteArray_GET_SIZE(scratch) < m:
+                scratch = PyByteArray_FromStringAndSize(NULL, m)
+            _snappy_into(block, blen, scratch, m)
+            if sink.put_ptr(<const unsigned char *>PyByteArray_AS_STRING(scratch), m):
+                return 0
         pos += blen
-    out = bytearray(total)
-    dst = memoryview(out)
-    pos = 0
-    for block, m in blocks:
-        cramjam.snappy.decompress_raw_into(block, dst[pos:pos + m])
-        pos += m
-    dst.release()
-    return out
+    if whole:
+        out = PyByteArray_FromStringAndSize(NULL, total)
+        dst = memoryview(out)
+        pos = 0
+        try:
+            for block, blen, m in blocks:
+                _snappy_into(block, blen, dst[pos:pos + m], m)
+                pos += m
+        finally:
+            dst.release()
+        sink.put(out)
+    return 0
 
 
 cdef inline bint memcmp8(const unsigned char *a, const char *b) noexcept:
@@ -660,8 +1013,9 @@ cdef inline bint memcmp8(const unsigned char *a, const char *b) noexcept:
     return False
 
 
-cdef object _unlz4(const unsigned char *p, Py_ssize_t n, object src):
+cdef int _inflate_lz4(const unsigned char *p, Py_ssize_t n, object src, _Sink sink, Py_ssize_t chunk) except -1:
     cdef unsigned char flg, bd
+    cdef Py_ssize_t at = 0, used
     if n < 7 or kl_load_u32le(p) != _LZ4_MAGIC:
         raise InvalidRecordError("lz4 records section does not start with an LZ4 frame")
     flg = p[4]
@@ -671,43 +1025,156 @@ cdef object _unlz4(const unsigned char *p, Py_ssize_t n, object src):
     if not (flg & 0x20):
         raise InvalidRecordError("Dependent block stream is unsupported: the LZ4 frame uses linked blocks, "
                                  "which Kafka rejects (write with block_linked=False)")
-    return _lz4_frame.decompress(src)
-
-
-cdef object _unzstd(object src):
-    # Kafka streams zstd, so frames usually carry no content size: one-shot decompress() cannot size them.
-    d = _zstd_decompressor()
-    parts = []
+    ctx = _lz4_frame.create_decompression_context()
     while True:
-        o = d.decompressobj()
-        parts.append(o.decompress(src))
-        if not o.eof:
-            raise InvalidRecordError("truncated zstd frame")
-        src = o.unused_data
-        if not src:
-            break
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+        # one frame, as lz4.frame.decompress reads it: what follows the end mark is ignored
+        out, used, eof = _lz4_frame.decompress_chunk(ctx, src[at:at + _IN_CHUNK], max_length=sink.room(chunk))
+        at += used
+        if out:
+            if sink.put(out):
+                return 0
+        elif used == 0 and not eof:
+            raise InvalidRecordError("truncated lz4 frame")
+        if eof:
+            return 0
 
 
-cdef object _decompress(int codec, const unsigned char *p, Py_ssize_t n, const BatchHeader *h, Py_ssize_t pos):
-    """The plaintext records of a compressed batch, as a bytes-like object."""
+cdef enum:
+    _ZSTD_FRAMES_OK = 0
+    _ZSTD_TRUNCATED = 1
+    _ZSTD_NOT_A_FRAME = 2
+
+
+cdef int _zstd_frames(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, uint64_t *window) noexcept nogil:
+    """Walk the frame and block headers of a zstd stream (no decoding): whether it is whole frames, and the largest
+    window any frame declares. A streaming decoder returns what it has when a frame is cut short, silently."""
+    cdef Py_ssize_t pos = 0, size
+    cdef uint32_t magic, bh
+    cdef unsigned char fhd, wd
+    cdef uint64_t w, fcs
+    cdef int fcs_bytes, i
+    window[0] = 0
+    while pos < n:
+        at[0] = pos
+        if n - pos < 4:
+            return _ZSTD_TRUNCATED
+        magic = kl_load_u32le(p + pos)
+        if (magic & 0xFFFFFFF0u) == 0x184D2A50u:        # skippable frame
+            if n - pos < 8:
+                return _ZSTD_TRUNCATED
+            size = kl_load_u32le(p + pos + 4)
+            if size > n - pos - 8:
+                return _ZSTD_TRUNCATED
+            pos += 8 + size
+            continue
+        if magic != 0xFD2FB528u:
+            return _ZSTD_NOT_A_FRAME
+        pos += 4
+        if pos >= n:
+            return _ZSTD_TRUNCATED
+        fhd = p[pos]
+        pos += 1
+        if fhd & 0x08:                                  # reserved bit
+            return _ZSTD_NOT_A_FRAME
+        fcs_bytes = (1 if fhd & 0x20 else 0) if (fhd >> 6) == 0 else (1 << (fhd >> 6))
+        size = (0 if fhd & 0x20 else 1) + ((fhd & 3) if (fhd & 3) < 3 else 4) + fcs_bytes
+        if size > n - pos:
+            return _ZSTD_TRUNCATED
+        if fhd & 0x20:                                  # single segment: the window is the content size
+            fcs = 0
+            for i in range(fcs_bytes):
+                fcs |= (<uint64_t>p[pos + size - fcs_bytes + i]) << (8 * i)
+            if fcs_bytes == 2:
+                fcs += 256
+            w = fcs
+        else:
+            wd = p[pos]
+            w = (<uint64_t>1) << (10 + (wd >> 3))
+            w += (w >> 3) * (wd & 7)
+        if w > window[0]:
+            window[0] = w
+        pos += size
+        while True:
+            if n - pos < 3:
+                return _ZSTD_TRUNCATED
+            bh = p[pos] | (<uint32_t>p[pos + 1] << 8) | (<uint32_t>p[pos + 2] << 16)
+            pos += 3
+            if ((bh >> 1) & 3) == 3:                    # reserved block type
+                return _ZSTD_NOT_A_FRAME
+            size = 1 if ((bh >> 1) & 3) == 1 else (bh >> 3)     # an RLE block holds one byte
+            if size > n - pos:
+                return _ZSTD_TRUNCATED
+            pos += size
+            if bh & 1:                                  # last block
+                break
+        if fhd & 0x04:                                  # content checksum
+            if n - pos < 4:
+                return _ZSTD_TRUNCATED
+            pos += 4
+    return _ZSTD_FRAMES_OK
+
+
+cdef int _inflate_zstd(const unsigned char *p, Py_ssize_t n, object src, _Sink sink, Py_ssize_t chunk,
+                       bint checking) except -1:
+    cdef Py_ssize_t at = 0
+    cdef uint64_t window = 0
+    cdef int rc = _zstd_frames(p, n, &at, &window)
+    if rc == _ZSTD_TRUNCATED:
+        raise InvalidRecordError("truncated zstd frame")
+    if rc == _ZSTD_NOT_A_FRAME:
+        raise InvalidRecordError(f"byte {at} of the zstd records is not a zstd frame")
+    if checking and window > <uint64_t>_ZSTD_MAX_WINDOW:
+        raise InvalidRecordError(f"a zstd frame needs a {window}-byte window, above the {_ZSTD_MAX_WINDOW} bytes "
+                                 "accepted (zstd levels 20-22 of a streaming compressor)")
+    # Kafka streams zstd, so frames usually carry no content size; a reader across frames reads them all.
+    reader = (_zstd_checker() if checking else _zstd_decompressor()).stream_reader(src, read_across_frames=True)
+    while True:
+        out = reader.read(sink.room(chunk))
+        if not out or sink.put(out):
+            return 0
+
+
+cdef int _inflate(int codec, const unsigned char *p, Py_ssize_t n, const BatchHeader *h, Py_ssize_t pos,
+                  _Sink sink, Py_ssize_t chunk, bint checking) except -1:
+    """Decompress the records section [p, p + n) of a batch into sink, in steps of at most chunk bytes; errors name
+    the batch. checking: validation's stricter zstd window."""
+    sink.codec = _CODEC_NAMES.get(codec, str(codec))
     src = PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ)
     try:
         if codec == KL_CODEC_GZIP:
-            return _gunzip(src)
-        if codec == KL_CODEC_SNAPPY:
-            return _unsnappy(p, n, src)
-        if codec == KL_CODEC_LZ4:
-            return _unlz4(p, n, src)
-        if codec == KL_CODEC_ZSTD:
-            return _unzstd(src)
+            _inflate_gzip(src, n, sink, chunk)
+        elif codec == KL_CODEC_SNAPPY:
+            _inflate_snappy(p, n, src, sink, isinstance(sink, _Collect))
+        elif codec == KL_CODEC_LZ4:
+            _inflate_lz4(p, n, src, sink, chunk)
+        elif codec == KL_CODEC_ZSTD:
+            _inflate_zstd(p, n, src, sink, chunk, checking)
+        else:
+            raise UnsupportedCompressionTypeError(f"{_where(h, pos)} uses unknown compression codec {codec}")
+    except RecordTooLargeError as e:
+        raise RecordTooLargeError(f"{_where(h, pos)}: {e}") from None
     except InvalidRecordError as e:
         raise InvalidRecordError(f"{_where(h, pos)}: {e}") from None
+    except UnsupportedCompressionTypeError:
+        raise
     except (zlib.error, RuntimeError, ValueError, _zstd.ZstdError, cramjam.DecompressionError) as e:
         raise InvalidRecordError(f"{_where(h, pos)}: cannot decompress {_CODEC_NAMES[codec]} records: {e}") from e
     finally:
         src.release()
-    raise UnsupportedCompressionTypeError(f"{_where(h, pos)} uses unknown compression codec {codec}")
+    return 0
+
+
+cdef object _decompress(int codec, const unsigned char *p, Py_ssize_t n, const BatchHeader *h, Py_ssize_t pos):
+    """A reader's plaintext records of a compressed batch, as a bytes-like object (at most _READ_LIMIT bytes)."""
+    cdef _Collect sink = _Collect()
+    sink.limit = _READ_LIMIT
+    sink.why = "the bound on one batch's plaintext"
+    _walk_init(&sink.w, h, False, PY_SSIZE_T_MAX)
+    sink.rc = _REC_MORE
+    _inflate(codec, p, n, h, pos, sink, _READ_CHUNK, False)
+    if sink.rc != _REC_MORE and sink.rc != _REC_OK:
+        raise InvalidRecordError(f"{_where(h, pos)}: {_record_message(sink.rc, sink.w.index, h.records_count)}")
+    return sink.result()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -2073,21 +2540,97 @@ cdef class RecordBatch:
     def validate(self, *, bint decompress=False):
         """Raise CorruptRecordError (CRC, length) or InvalidRecordError (count, framing) naming the problem.
 
-        With decompress=True a compressed batch's records are decompressed and their framing checked too.
+        With decompress=True a compressed batch's records are decompressed and their framing checked too, as they
+        are decompressed (nothing kept but one record cut by a chunk boundary), within the readers' bound on a
+        batch's plaintext (RecordTooLargeError past it). Offset deltas may have gaps (compaction leaves them);
+        check_for_append is the stricter check of a produced batch.
         """
         cdef int rc = self._check()
-        cdef int32_t done = 0
-        cdef Slice s
-        cdef _Pins pins
+        cdef _Walker walker
         if rc != KL_BATCH_OK:
             raise _batch_error(rc, self._p, self.size_in_bytes, self._pos, &self._h)
         if decompress and self.compression != KL_CODEC_NONE:
-            pins = _Pins()
-            self._plaintext(pins, &s)
-            rc = _walk_records(s.p, s.p + s.n, self._h.records_count, &done)
+            walker = _Walker()
+            walker.limit = _READ_LIMIT
+            walker.why = "the bound on one batch's plaintext"
+            _walk_init(&walker.w, &self._h, False, _READ_LIMIT)
+            walker.rc = _REC_MORE
+            _inflate(self.compression, self._p + KL_RECORD_BATCH_OVERHEAD,
+                     self.size_in_bytes - KL_RECORD_BATCH_OVERHEAD, &self._h, self._pos, walker, _CHECK_CHUNK, False)
+            rc = walker.finish()
             if rc != _REC_OK:
-                raise InvalidRecordError(f"{_where(&self._h, self._pos)}: "
-                                         f"{_record_message(rc, done, self._h.records_count)}")
+                raise _walk_error(rc, &walker.w, &self._h, self._pos, None, 0)
+
+    def check_for_append(self, Py_ssize_t max_message_bytes):
+        """Validate a batch a producer sent, in one pass over its records, and return (min_ts, max_ts) of its
+        records: min_ts the smallest non-negative record timestamp (-1 when none has one), max_ts the largest.
+
+        Checks the CRC and header fields; RecordsCount = LastOffsetDelta + 1 and every record's offset delta equal
+        to its index (0, 1, ... LastOffsetDelta: InvalidRecordError, Kafka's INVALID_RECORD); the framing of every
+        record; the record timestamps are computed (BaseTimestamp + delta), the header's MaxTimestamp is not
+        trusted (the caller compares: Log.append_records rewrites a CreateTime header that differs, as Kafka's
+        LogValidator does). Raises the errors of validate() otherwise.
+
+        A compressed batch is decompressed in steps of 256 KiB, each walked at once and dropped: the memory it
+        takes is one step plus the one record a step boundary cuts, whatever the batch claims. Its plaintext may
+        be at most max(64 MiB, min(1 GiB, RecordsCount * max_message_bytes)) bytes and one record at most
+        max(max_message_bytes, 16 MiB) (RecordTooLargeError, Kafka's MESSAGE_TOO_LARGE, naming the codec, the
+        limit and the batch). Kafka itself bounds only the compressed size; clients bound each record's
+        uncompressed size by max.request.size (1 MiB by default), so these bounds pass every batch a client with
+        sane settings writes while a bomb is refused after one step. A zstd frame that needs a window above 8 MiB
+        (levels 20-22 of a streaming compressor) is refused (InvalidRecordError). Snappy's declared length is checked
+        against what its block can hold and the bound before anything is allocated; lz4 and zstd content sizes are
+        never read.
+        """
+        cdef const BatchHeader *h = &self._h
+        cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD, used = 0, limit, record_limit, per
+        cdef int codec = h.attributes & KL_COMPRESSION_CODEC_MASK
+        cdef bint counted = <int64_t>h.records_count == <int64_t>h.last_offset_delta + 1
+        cdef bint walked = False
+        cdef int rc, wrc = _REC_OK
+        cdef _WalkState w
+        cdef _Walker walker
+        if size >= _NOGIL_BYTES:
+            with nogil:     # CRC and the walk of plain records in one GIL-free stretch
+                rc = _check_fields(self._p, h)
+                if rc == KL_BATCH_OK and counted and codec == KL_CODEC_NONE:
+                    _walk_init(&w, h, True, PY_SSIZE_T_MAX)
+                    wrc = _walk_part(&w, self._p + KL_RECORD_BATCH_OVERHEAD, self._p + size, True, &used)
+                    walked = True
+        else:
+            rc = _check_fields(self._p, h)
+        if rc != KL_BATCH_OK:
+            raise _batch_error(rc, self._p, size, self._pos, h)
+        if not counted:
+            raise InvalidRecordError(f"{_where(h, self._pos)} declares {h.records_count} records with last offset "
+                                     f"delta {h.last_offset_delta}: a produced batch has one record per offset")
+        if codec == KL_CODEC_NONE:
+            if not walked:
+                _walk_init(&w, h, True, PY_SSIZE_T_MAX)
+                wrc = _walk_part(&w, self._p + KL_RECORD_BATCH_OVERHEAD, self._p + size, True, &used)
+            if wrc != _REC_OK:
+                raise _walk_error(wrc, &w, h, self._pos, None, 0)
+        else:
+            per = max_message_bytes if max_message_bytes > 0 else 1
+            limit = _PLAINTEXT_CAP if h.records_count >= _PLAINTEXT_CAP // per else h.records_count * per
+            if limit < _PLAINTEXT_FLOOR:
+                limit = _PLAINTEXT_FLOOR
+            record_limit = max_message_bytes if max_message_bytes > _RECORD_FLOOR else _RECORD_FLOOR
+            if record_limit > limit:
+                record_limit = limit
+            walker = _Walker()
+            walker.limit = limit
+            walker.why = (f"the bound for {h.records_count} records with max.message.bytes={max_message_bytes}: "
+                          "max(64 MiB, min(1 GiB, records x max.message.bytes))")
+            _walk_init(&walker.w, h, True, record_limit)
+            walker.rc = _REC_MORE
+            _inflate(codec, self._p + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, h, self._pos,
+                     walker, _CHECK_CHUNK, True)
+            rc = walker.finish()
+            w = walker.w
+            if rc != _REC_OK:
+                raise _walk_error(rc, &w, h, self._pos, _CODEC_NAMES[codec], max_message_bytes)
+        return (<int64_t>w.min_ts if <int64_t>w.min_ts >= 0 else -1), (w.max_ts if w.index else -1)
 
     cdef int _plaintext(self, _Pins pins, Slice *s) except -1:
         """The records section, decompressed (and pinned) if needed."""
@@ -2114,6 +2657,19 @@ cdef class RecordBatch:
         return (f"RecordBatch(base_offset={self._h.base_offset}, last_offset={self.last_offset}, "
                 f"record_count={self._h.records_count}, compression={_CODEC_NAMES.get(self.compression)!r}, "
                 f"size_in_bytes={self.size_in_bytes}, position={self._pos})")
+
+
+cdef object _walk_error(int rc, const _WalkState *w, const BatchHeader *h, Py_ssize_t pos, str codec,
+                        Py_ssize_t max_message_bytes):
+    """The exception for a _walk_part code; codec names the compressed records it was found in (None: plain)."""
+    cdef str where = _where(h, pos) if codec is None else f"{_where(h, pos)}, in its {codec} records"
+    if rc == _REC_BAD_OFFSET:
+        return InvalidRecordError(f"{where}: record {w.index} has offset delta {w.bad}, expected {w.index}: the "
+                                  f"records of a produced batch have offset deltas 0, 1, ... {h.last_offset_delta}")
+    if rc == _REC_TOO_LARGE:
+        return RecordTooLargeError(f"{where}: record {w.index} is {w.bad} bytes, above the {w.record_limit}-byte "
+                                   f"bound on one record: max(max.message.bytes={max_message_bytes}, 16 MiB)")
+    return InvalidRecordError(f"{where}: {_record_message(rc, w.index, w.count)}")
 
 
 cdef class _RecordIterator:
@@ -2435,6 +2991,33 @@ def set_log_append_time(buf, Py_ssize_t pos, int64_t timestamp):
             stamp_log_append_time(p, v.len - pos, timestamp)
     else:
         stamp_log_append_time(p, v.len - pos, timestamp)
+    PyBuffer_Release(&v)
+
+
+cdef int stamp_max_timestamp(unsigned char *p, Py_ssize_t avail, int64_t timestamp) noexcept nogil:
+    cdef BatchHeader h
+    cdef int rc = parse_batch_header(p, avail, &h)
+    if rc != KL_BATCH_OK:
+        return rc
+    if h.max_timestamp == timestamp:
+        return KL_BATCH_OK
+    kl_store_i64(p + KL_MAX_TIMESTAMP_OFFSET, timestamp)
+    kl_store_u32(p + KL_CRC_OFFSET, kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET,
+                                             <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD - KL_ATTRIBUTES_OFFSET))
+    return KL_BATCH_OK
+
+
+def set_max_timestamp(buf, Py_ssize_t pos, int64_t timestamp):
+    """Rewrite MaxTimestamp of the batch at buf[pos] in place and recompute its CRC (nothing is written when it
+    already holds timestamp). Kafka's LogValidator does this to a CreateTime batch whose header disagrees with its
+    records. The existing CRC is not checked first."""
+    cdef Py_buffer v
+    cdef unsigned char *p = _writable_header(&v, buf, pos, True)
+    if v.len - pos >= _NOGIL_BYTES:
+        with nogil:
+            stamp_max_timestamp(p, v.len - pos, timestamp)
+    else:
+        stamp_max_timestamp(p, v.len - pos, timestamp)
     PyBuffer_Release(&v)
 
 

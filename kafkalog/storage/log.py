@@ -44,6 +44,7 @@ from .._engine.records import (
     next_offset_after,
     set_base_offset,
     set_log_append_time,
+    set_max_timestamp,
 )
 from .._engine.segment import LogSegment, segment_file_name
 from ..config import LONG_MAX, Config
@@ -603,9 +604,17 @@ class Log:
     def append_records(self, data) -> tuple[int, int]:
         """Append raw v2 batches as a producer sent them; offsets are assigned by rewriting each batch's base
         offset (no recompression unless the topic's compression.type names another codec). Every batch is
-        validated first (CRC, framing, count, size, timestamps); an invalid one rejects the whole call and nothing
-        is appended. Returns (first offset, last offset). A writable buffer (bytearray, writable memoryview: the
-        broker's receive buffer) is stamped in place and written without a copy; anything else is copied once."""
+        validated first, an invalid one rejects the whole call and nothing is appended: its compressed size
+        against max.message.bytes, then in one pass over its records (RecordBatch.check_for_append) the CRC,
+        the framing, offset deltas 0..n-1 (InvalidRecordError otherwise), a bounded decompression (a batch whose
+        plaintext passes max(64 MiB, min(1 GiB, records x max.message.bytes)), or one record max(max.message.bytes,
+        16 MiB), is refused with RecordTooLargeError) and every record's timestamp, whose smallest and largest must be
+        within message.timestamp.before/after.max.ms (InvalidTimestampError). The header's MaxTimestamp is not
+        trusted: a CreateTime batch whose header differs from its records' largest timestamp is stored with the
+        records' (its header rewritten, CRC recomputed, as Kafka's LogValidator does), so the time index and
+        offset_for_time see every record. Returns (first offset, last offset). A writable buffer (bytearray,
+        writable memoryview: the broker's receive buffer) is stamped in place and written without a copy; anything
+        else is copied once."""
         if isinstance(data, bytearray):
             buf = data
         elif isinstance(data, memoryview) and not data.readonly and data.contiguous:
@@ -616,7 +625,12 @@ class Log:
         total = len(buf)
         pos = 0
         for batch in iter_batches(buf):
-            batch.validate(decompress=True)  # as Kafka's broker: compressed records are checked too
+            # Kafka's order: the compressed size first, so that nothing larger is decompressed
+            if batch.size_in_bytes > self._max_message_bytes:
+                raise RecordTooLargeError(f"batch at byte {pos} of {batch.size_in_bytes} bytes exceeds "
+                                          f"max.message.bytes={self._max_message_bytes}")
+            # CRC, framing, offset deltas and the records' timestamps, compressed records included (bounded)
+            min_ts, max_ts = batch.check_for_append(self._max_message_bytes)
             if batch.magic != 2:
                 raise InvalidRecordError(f"batch at byte {pos}: magic {batch.magic} (only v2 batches are accepted)")
             if batch.record_count <= 0 or batch.last_offset_delta != batch.record_count - 1:
@@ -624,19 +638,13 @@ class Log:
                                          f"delta {batch.last_offset_delta}")
             if batch.is_control:
                 raise InvalidRecordError(f"batch at byte {pos}: control batches cannot be produced")
-            if batch.size_in_bytes > self._max_message_bytes:
-                raise RecordTooLargeError(f"batch at byte {pos} of {batch.size_in_bytes} bytes exceeds "
-                                          f"max.message.bytes={self._max_message_bytes}")
             if not self._log_append_time:
                 if batch.timestamp_type == 1:
                     raise InvalidTimestampError(f"batch at byte {pos}: LogAppendTime set by the producer on a "
                                                 f"CreateTime topic")
-                self._check_timestamp(batch.max_timestamp)
-                self._check_timestamp(batch.base_timestamp)
-                if self._ts_before != LONG_MAX and batch.record_count > 1:
-                    # the base timestamp is the first record's, not the smallest: with a lower bound, check each
-                    self._check_timestamp(min(r.timestamp for r in batch.records()))
-            batches.append((pos, batch))
+                self._check_timestamp(min_ts)
+                self._check_timestamp(max_ts)
+            batches.append((pos, batch, max_ts))
             pos += batch.size_in_bytes
         if pos != total or not batches:
             raise InvalidRecordError(f"{total - pos} trailing bytes do not form a complete record batch")
@@ -646,14 +654,16 @@ class Log:
                 self._drain()
                 now = _now_ms()
                 max_ts = -1
-                if self._topic_codec is not None and any(b.compression != self._topic_codec for _, b in batches):
+                if self._topic_codec is not None and any(b.compression != self._topic_codec for _, b, _ in batches):
                     buf, batches = _recompress(batches, self._topic_codec)
-                first = nxt = self._claim(sum(b.record_count for _, b in batches), len(buf))
-                for pos, batch in batches:
+                first = nxt = self._claim(sum(b.record_count for _, b, _ in batches), len(buf))
+                for pos, batch, records_max in batches:
                     set_base_offset(buf, pos, nxt)
                     if self._log_append_time:
                         set_log_append_time(buf, pos, now)
-                    max_ts = max(max_ts, now if self._log_append_time else batch.max_timestamp)
+                    elif records_max != batch.max_timestamp:
+                        set_max_timestamp(buf, pos, records_max)  # the header carries the records' largest
+                    max_ts = max(max_ts, now if self._log_append_time else records_max)
                     nxt += batch.record_count
                 self._write(buf, nxt - 1, max_ts, nxt - first)
                 return first, nxt - 1
@@ -1240,7 +1250,7 @@ def _index_missing(dir: Path, base: int) -> bool:
 def _recompress(batches, codec: int):
     out = bytearray()
     placed = []
-    for _, batch in batches:
+    for _, batch, _ in batches:
         recs = list(batch)
         pos = len(out)
         out += build_batch([r.value for r in recs], [r.key for r in recs], [r.timestamp for r in recs],
@@ -1248,8 +1258,9 @@ def _recompress(batches, codec: int):
                            producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
                            is_transactional=batch.is_transactional)
         placed.append(pos)
-    # views into the finished buffer only: a bytearray cannot grow while a batch view holds it
-    return out, [(pos, RecordBatch(out, pos)) for pos in placed]
+    # views into the finished buffer only: a bytearray cannot grow while a batch view holds it; build_batch wrote
+    # each header's MaxTimestamp from the records
+    return out, [(pos, b, b.max_timestamp) for pos, b in ((pos, RecordBatch(out, pos)) for pos in placed)]
 
 
 # Layout of decode_columns' output: per-record arrays, Arrow binary columns (offsets n+1 + data), and headers
