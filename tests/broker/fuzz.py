@@ -73,10 +73,11 @@ PRECIOUS_PARTITIONS = 2
 CANARY_TOPIC = "kl-canary"
 CANARY_CLIENT = "kl-canary"
 RESERVED = (PRECIOUS_TOPIC.encode(), CANARY_TOPIC.encode())  # a frame holding one of these bytes is never sent
-# CreateTopics partition counts in generated frames. TODO: once the broker bounds what one CreateTopics may open
-# (file descriptors), add a few deliberate big counts (DELIBERATE_BIG_PARTITIONS, <= 100000) and raise the cap.
+# CreateTopics partition counts in generated frames: small ones (a partition in use preallocates its indexes, so
+# thousands would fill the disk, not test the broker), and deliberate big ones past max.broker.partitions (10 000),
+# which must be refused with POLICY_VIOLATION before the disk is touched.
 MAX_CREATE_PARTITIONS = 64
-DELIBERATE_BIG_PARTITIONS: tuple[int, ...] = ()
+DELIBERATE_BIG_PARTITIONS: tuple[int, ...] = (10_001, 100_000, 1_000_000, 2**31 - 1)
 # random picks per API (the tour covers every entry once regardless): the admin APIs that create, delete and fsync
 # directories are slow on purpose and would dominate the run
 API_WEIGHTS = {3: 0.5, 19: 0.25, 20: 0.15, 21: 0.5, 49: 0.5}
