@@ -172,6 +172,7 @@ class Connection(asyncio.BufferedProtocol):
         self.sasl_server = None
         self.sasl_raw = False  # after SaslHandshake v0: the next frames are bare SASL tokens (no Kafka header)
         self.close_after_response = False
+        self.closing = ""  # why the connection closes once the answers still owed are sent
         self.metrics = broker.metrics
         self.req_started = 0.0
         self.req_key = -1
@@ -312,19 +313,34 @@ class Connection(asyncio.BufferedProtocol):
             self.partial_since = time.monotonic()
         return True
 
-    def close(self, why: str | None = None) -> None:
+    def close(self, why: str | None = None, flush: bool = False) -> None:
+        """Close now; with ``flush`` the answers already written are sent first (a protocol error after answered
+        requests), else whatever is buffered is dropped (a hostile or dead peer)."""
         if self.closed:
             return
         self.closed = True
         if why:
             log.warning("closing connection from %s: %s", self.peer, why)
         if self.transport is not None:
-            self.transport.abort()
+            if flush:
+                self.transport.close()
+            else:
+                self.transport.abort()
 
     # -- requests -------------------------------------------------------------------------------------------------
 
+    def _close_after_owed(self, why: str) -> None:
+        """Kafka closes a connection that sent a request it cannot parse; the answers still owed for the requests
+        before it (acks=all produces waiting for their fsync) are sent first."""
+        if not self.ordered:
+            self.close(why, flush=True)
+            return
+        self.closing = why
+        self.pending.clear()
+        self._pause("closing")
+
     def _process(self) -> None:
-        while self.pending and not self.busy and not self.closed and not self.muted:
+        while self.pending and not self.busy and not self.closed and not self.muted and not self.closing:
             if len(self.ordered) >= _PIPELINE:
                 break  # as many acks=all produces in flight as a client keeps (max.in.flight): wait for one
             frame, self.serving = self.pending.popleft()
@@ -337,7 +353,7 @@ class Connection(asyncio.BufferedProtocol):
             except (InvalidRequestError, UnsupportedVersionError) as e:
                 if self.metrics is not None:
                     self.metrics.failed(self.req_key)
-                self.close(str(e))
+                self._close_after_owed(str(e))
                 return
             except Exception as e:  # a bug must not take the broker down: answered by closing this connection
                 self._internal_error(e)
@@ -399,6 +415,9 @@ class Connection(asyncio.BufferedProtocol):
             n = self._write(out) if out else 0
             if self.metrics is not None:
                 self.metrics.observe(key, started, size, n)
+        if self.closing and not self.ordered:
+            self.close(self.closing, flush=True)
+            return
         if self.close_after_response and not self.ordered and not self.closed:
             self.closed = True
             self.transport.close()
@@ -428,7 +447,7 @@ class Connection(asyncio.BufferedProtocol):
             if self.metrics is not None:
                 self.metrics.failed(self.req_key)
             if isinstance(exc, (InvalidRequestError, UnsupportedVersionError)):
-                self.close(str(exc))
+                self._close_after_owed(str(exc))
             else:
                 self._internal_error(exc)
             return

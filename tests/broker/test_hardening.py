@@ -557,3 +557,25 @@ def test_pipelined_acks_all_produces_are_answered_in_request_order(own_broker, t
                 offsets[(corr - 1000) % 2].append(p["base_offset"])
         assert corrs == [1000, 1001, 1002, 1003, 1004, 2000] + list(range(1005, 1012))
         assert offsets == {0: list(range(6)), 1: list(range(6))}
+
+
+def test_a_bad_frame_after_pipelined_produces_still_gets_their_answers(own_broker, topic_name):
+    """Found by the fuzzer's million-frame run: an unparseable request closed the connection while acks=all
+    produces before it still waited for their fsync, so their answers were lost (a client saw a well-formed
+    Produce closed). The owed answers go out first, then the connection closes, as Kafka answers in order."""
+    name = topic_name()
+    with Wire(own_broker.port) as w:
+        assert w.create_topic(name, 1)["error_code"] == 0
+        frames = [protocol.encode_request(0, 7, 500 + i, "pipe", {
+            "transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+                {"name": name, "partition_data": [{"index": 0, "records": batch([b"%d" % i])}]}]}) for i in range(4)]
+        garbage = struct.pack(">i", 12) + struct.pack(">hhi", 1, 11, 999) + b"\xff\xff\xff\xff"  # a cut Fetch
+        w.send_raw(b"".join(frames) + garbage)
+        got = []
+        for _ in range(4):
+            frame = w.recv_frame()
+            assert frame is not None, f"closed after {len(got)} of 4 owed answers"
+            corr, resp = protocol.decode_response(0, 7, frame)
+            got.append((corr, resp["responses"][0]["partition_responses"][0]["base_offset"]))
+        assert got == [(500, 0), (501, 1), (502, 2), (503, 3)]
+        assert w.recv_frame() is None  # then closed, as Kafka closes on an unparseable request
