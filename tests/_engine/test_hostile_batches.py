@@ -21,6 +21,8 @@ import zstandard
 from kafkalog._engine import records as R
 from kafkalog.errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError
 
+from .test_records import varint  # zigzag varint, as records carry it
+
 MiB = 1 << 20
 T0 = 1_700_000_000_000
 GROWTH_LIMIT_MB = 100
@@ -28,16 +30,6 @@ GROWTH_LIMIT_MB = 100
 
 # ---------------------------------------------------------------------------------------------------------------
 # Building batches by hand
-
-def varint(n):
-    z = ((n << 1) ^ (n >> 63)) & (2**64 - 1)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
 
 def record_head(offset_delta, ts_delta, value_len, key=None):
     """A record's bytes up to (not including) its value, and the bytes after it: (head, tail)."""

@@ -106,23 +106,9 @@ _FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", 
 _WIDTH = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "float64": 8, "bool": 1}
 
 
-def _in(spec, version: int) -> bool:
-    """Kafka's version spec ("3+", "0-12", "5", "none") holds version."""
-    if spec is None or spec == "none":
-        return False
-    if spec.endswith("+"):
-        return version >= int(spec[:-1])
-    lo, _, hi = spec.partition("-")
-    return int(lo) <= version <= int(hi or lo)
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+# Kafka's version specs ("3+", "0-12", "5", "none") and unsigned varints, as the codec reads and writes them
+_in = protocol._in
+_uvarint = protocol._uvarint
 
 
 def _zigzag(n: int) -> bytes:
