@@ -79,6 +79,15 @@ InvalidRecordError = _define("InvalidRecordError", 87, "INVALID_RECORD", bases=(
 
 NonEmptyGroupError = _define("NonEmptyGroupError", 68, "NON_EMPTY_GROUP")
 GroupIdNotFoundError = _define("GroupIdNotFoundError", 69, "GROUP_ID_NOT_FOUND", bases=(LookupError,))
+SecurityDisabledError = _define("SecurityDisabledError", 54, "SECURITY_DISABLED")
+GroupSubscribedToTopicError = _define("GroupSubscribedToTopicError", 86, "GROUP_SUBSCRIBED_TO_TOPIC")
+ResourceNotFoundError = _define("ResourceNotFoundError", 91, "RESOURCE_NOT_FOUND", bases=(LookupError,))
+DuplicateResourceError = _define("DuplicateResourceError", 92, "DUPLICATE_RESOURCE")
+UnacceptableCredentialError = _define("UnacceptableCredentialError", 93, "UNACCEPTABLE_CREDENTIAL",
+                                      bases=(ValueError,))
+TransactionalIdAuthorizationFailedError = _define("TransactionalIdAuthorizationFailedError", 53,
+                                                  "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+MismatchedEndpointTypeError = _define("MismatchedEndpointTypeError", 114, "MISMATCHED_ENDPOINT_TYPE")
 InvalidRecordStateError = _define("InvalidRecordStateError", 121, "INVALID_RECORD_STATE", bases=(ValueError,))
 InvalidRecordStateError.__doc__ = ("Kafka error 121 INVALID_RECORD_STATE (share groups, KIP-932): an ack or nack of a "
                                    "message a DurableQueue does not hold (already acked or nacked, or got by another "

@@ -1121,4 +1121,9 @@ API_HANDLERS = {
     49: alter_client_quotas,
 }
 
+from . import admin as _admin  # noqa: E402  (admin's handlers use this module's helpers)
+
+API_HANDLERS.update(_admin.HANDLERS)
+ADVERTISED.update(_admin.VERSIONS)
+
 __all__ = ["ADVERTISED", "API_HANDLERS", "RequestContext", "Services"]

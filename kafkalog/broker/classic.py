@@ -113,6 +113,7 @@ class ClassicGroup:
 
     def remove(self, member_id: str, why: str) -> None:
         m = self.members.pop(member_id, None)
+        self.c.hosts.pop(member_id, None)
         if m is None:
             return
         if m.join_fut is not None and not m.join_fut.done():
@@ -225,6 +226,7 @@ class ClassicGroups:
             if not g.members:
                 g.initial = True
             g.members[member_id] = m
+            self.c.hosts[member_id] = "/" + ctx.connection.peer_host
             changed = True
         else:
             changed = m.protocols != protocols

@@ -94,6 +94,7 @@ class GroupCoordinator:
     def __init__(self, services):
         self.s = services
         self.groups: dict[str, WireGroup] = {}
+        self.hosts: dict[str, str] = {}  # member id -> "/<address>" of its connection (DescribeGroups' client_host)
         self.classic = ClassicGroups(self)  # groups whose members assign partitions themselves
         self.initial_delay_s = services.config["group.initial.rebalance.delay.ms"] / 1000.0
         self.min_session = services.config["group.min.session.timeout.ms"]
@@ -122,6 +123,7 @@ class GroupCoordinator:
 
     def _drop(self, g: WireGroup, member_id: str, leave: bool, why: str) -> None:
         m = g.members.pop(member_id, None)
+        self.hosts.pop(member_id, None)
         if m is None:
             return
         if m.join_waiter is not None and not m.join_waiter.done():
@@ -203,6 +205,7 @@ class GroupCoordinator:
         g.pending_ids.pop(member_id, None)
         m.topics, m.strategies = topics, strategies
         g.members[member_id] = m
+        self.hosts[member_id] = "/" + ctx.connection.peer_host
         if m.join_waiter is not None and not m.join_waiter.done():
             m.join_waiter.set_result(RebalanceInProgressError.code)
         m.join_waiter = self.s.loop.create_future()

@@ -570,6 +570,27 @@ def _absent_default(typ, opts, sub):
     return _ZERO[typ]
 
 
+def _nullable_struct(s: _Struct):
+    """A nullable struct field: an int8 marker (-1 null, 1 present) before the struct (Kafka's generated code)."""
+    def read(buf, pos):
+        if pos >= len(buf):
+            raise _Bad("truncated struct marker")
+        marker = buf[pos]
+        if marker == 0xFF:
+            return None, pos + 1
+        if marker != 1:
+            raise _Bad(f"struct marker {marker} (expected -1 or 1)")
+        return s.read(buf, pos + 1)
+
+    def write(buf, chunks, value):
+        if value is None:
+            buf.append(0xFF)
+            return
+        buf.append(1)
+        s.write(buf, chunks, value)
+    return read, write
+
+
 def _field_codec(name, typ, sub, version, flexible, nullable):
     if typ.startswith("[]"):
         elem = typ[2:]
@@ -581,6 +602,8 @@ def _field_codec(name, typ, sub, version, flexible, nullable):
                 _array_writer(elem, _scalar_writer(elem, flexible, False), flexible, nullable))
     if sub is not None:  # a nested struct (not an array)
         s = _Struct(typ, sub, version, flexible)
+        if nullable:
+            return _nullable_struct(s)
         return s.read, s.write
     return _scalar_reader(typ, flexible, nullable), _scalar_writer(typ, flexible, nullable)
 

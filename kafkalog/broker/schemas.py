@@ -485,6 +485,423 @@ ALTER_CLIENT_QUOTAS = {
     ),
 }
 
+# Admin APIs (kafkalog/broker/admin.py), from Kafka's message specs; flexible versions included
+
+LIST_GROUPS = {
+    "key": 16, "name": "ListGroups", "versions": (0, 5), "flexible": 3,
+    "request": (
+        ("states_filter", "[]string", "4+", {}),
+        ("types_filter", "[]string", "5+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("groups", "[]ListedGroup", "0+", {}, (
+            ("group_id", "string", "0+", {}),
+            ("protocol_type", "string", "0+", {}),
+            ("group_state", "string", "4+", {}),
+            ("group_type", "string", "5+", {}),
+        )),
+    ),
+}
+
+DESCRIBE_GROUPS = {
+    "key": 15, "name": "DescribeGroups", "versions": (0, 5), "flexible": 5,
+    "request": (
+        ("groups", "[]string", "0+", {}),
+        ("include_authorized_operations", "bool", "3+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "1+", {}),
+        ("groups", "[]DescribedGroup", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("group_id", "string", "0+", {}),
+            ("group_state", "string", "0+", {}),
+            ("protocol_type", "string", "0+", {}),
+            ("protocol_data", "string", "0+", {}),
+            ("members", "[]DescribedGroupMember", "0+", {}, (
+                ("member_id", "string", "0+", {}),
+                ("group_instance_id", "string", "4+", {'nullable': '4+', 'default': None}),
+                ("client_id", "string", "0+", {}),
+                ("client_host", "string", "0+", {}),
+                ("member_metadata", "bytes", "0+", {}),
+                ("member_assignment", "bytes", "0+", {}),
+            )),
+            ("authorized_operations", "int32", "3+", {'default': -2147483648}),
+        )),
+    ),
+}
+
+DELETE_GROUPS = {
+    "key": 42, "name": "DeleteGroups", "versions": (0, 2), "flexible": 2,
+    "request": (
+        ("groups_names", "[]string", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("results", "[]DeletableGroupResult", "0+", {}, (
+            ("group_id", "string", "0+", {}),
+            ("error_code", "int16", "0+", {}),
+        )),
+    ),
+}
+
+OFFSET_DELETE = {
+    "key": 47, "name": "OffsetDelete", "versions": (0, 0), "flexible": None,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("topics", "[]OffsetDeleteRequestTopic", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]OffsetDeleteRequestPartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+            )),
+        )),
+    ),
+    "response": (
+        ("error_code", "int16", "0+", {}),
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("topics", "[]OffsetDeleteResponseTopic", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]OffsetDeleteResponsePartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+DESCRIBE_CONFIGS = {
+    "key": 32, "name": "DescribeConfigs", "versions": (1, 4), "flexible": 4,
+    "request": (
+        ("resources", "[]DescribeConfigsResource", "0+", {}, (
+            ("resource_type", "int8", "0+", {}),
+            ("resource_name", "string", "0+", {}),
+            ("configuration_keys", "[]string", "0+", {'nullable': '0+'}),
+        )),
+        ("include_synonyms", "bool", "1+", {'default': False}),
+        ("include_documentation", "bool", "3+", {'default': False}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("results", "[]DescribeConfigsResult", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {'nullable': '0+'}),
+            ("resource_type", "int8", "0+", {}),
+            ("resource_name", "string", "0+", {}),
+            ("configs", "[]DescribeConfigsResourceResult", "0+", {}, (
+                ("name", "string", "0+", {}),
+                ("value", "string", "0+", {'nullable': '0+'}),
+                ("read_only", "bool", "0+", {}),
+                ("is_default", "bool", "0", {}),
+                ("config_source", "int8", "1+", {'default': -1}),
+                ("is_sensitive", "bool", "0+", {}),
+                ("synonyms", "[]DescribeConfigsSynonym", "1+", {}, (
+                    ("name", "string", "1+", {}),
+                    ("value", "string", "1+", {'nullable': '0+'}),
+                    ("source", "int8", "1+", {}),
+                )),
+                ("config_type", "int8", "3+", {'default': 0}),
+                ("documentation", "string", "3+", {'nullable': '0+'}),
+            )),
+        )),
+    ),
+}
+
+ALTER_CONFIGS = {
+    "key": 33, "name": "AlterConfigs", "versions": (0, 2), "flexible": 2,
+    "request": (
+        ("resources", "[]AlterConfigsResource", "0+", {}, (
+            ("resource_type", "int8", "0+", {}),
+            ("resource_name", "string", "0+", {}),
+            ("configs", "[]AlterableConfig", "0+", {}, (
+                ("name", "string", "0+", {}),
+                ("value", "string", "0+", {'nullable': '0+'}),
+            )),
+        )),
+        ("validate_only", "bool", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("responses", "[]AlterConfigsResourceResponse", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {'nullable': '0+'}),
+            ("resource_type", "int8", "0+", {}),
+            ("resource_name", "string", "0+", {}),
+        )),
+    ),
+}
+
+INCREMENTAL_ALTER_CONFIGS = {
+    "key": 44, "name": "IncrementalAlterConfigs", "versions": (0, 1), "flexible": 1,
+    "request": (
+        ("resources", "[]AlterConfigsResource", "0+", {}, (
+            ("resource_type", "int8", "0+", {}),
+            ("resource_name", "string", "0+", {}),
+            ("configs", "[]AlterableConfig", "0+", {}, (
+                ("name", "string", "0+", {}),
+                ("config_operation", "int8", "0+", {}),
+                ("value", "string", "0+", {'nullable': '0+'}),
+            )),
+        )),
+        ("validate_only", "bool", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("responses", "[]AlterConfigsResourceResponse", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {'nullable': '0+'}),
+            ("resource_type", "int8", "0+", {}),
+            ("resource_name", "string", "0+", {}),
+        )),
+    ),
+}
+
+CREATE_PARTITIONS = {
+    "key": 37, "name": "CreatePartitions", "versions": (0, 3), "flexible": 2,
+    "request": (
+        ("topics", "[]CreatePartitionsTopic", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("count", "int32", "0+", {}),
+            ("assignments", "[]CreatePartitionsAssignment", "0+", {'nullable': '0+'}, (
+                ("broker_ids", "[]int32", "0+", {}),
+            )),
+        )),
+        ("timeout_ms", "int32", "0+", {}),
+        ("validate_only", "bool", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("results", "[]CreatePartitionsTopicResult", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {'nullable': '0+', 'default': None}),
+        )),
+    ),
+}
+
+DESCRIBE_CLUSTER = {
+    "key": 60, "name": "DescribeCluster", "versions": (0, 1), "flexible": 0,
+    "request": (
+        ("include_cluster_authorized_operations", "bool", "0+", {}),
+        ("endpoint_type", "int8", "1+", {'default': 1}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {'nullable': '0+', 'default': None}),
+        ("endpoint_type", "int8", "1+", {'default': 1}),
+        ("cluster_id", "string", "0+", {}),
+        ("controller_id", "int32", "0+", {'default': -1}),
+        ("brokers", "[]DescribeClusterBroker", "0+", {}, (
+            ("broker_id", "int32", "0+", {}),
+            ("host", "string", "0+", {}),
+            ("port", "int32", "0+", {}),
+            ("rack", "string", "0+", {'nullable': '0+', 'default': None}),
+        )),
+        ("cluster_authorized_operations", "int32", "0+", {'default': -2147483648}),
+    ),
+}
+
+DESCRIBE_ACLS = {
+    "key": 29, "name": "DescribeAcls", "versions": (1, 3), "flexible": 2,
+    "request": (
+        ("resource_type_filter", "int8", "0+", {}),
+        ("resource_name_filter", "string", "0+", {'nullable': '0+'}),
+        ("pattern_type_filter", "int8", "1+", {'default': 3}),
+        ("principal_filter", "string", "0+", {'nullable': '0+'}),
+        ("host_filter", "string", "0+", {'nullable': '0+'}),
+        ("operation", "int8", "0+", {}),
+        ("permission_type", "int8", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {'nullable': '0+'}),
+        ("resources", "[]DescribeAclsResource", "0+", {}, (
+            ("resource_type", "int8", "0+", {}),
+            ("resource_name", "string", "0+", {}),
+            ("pattern_type", "int8", "1+", {'default': 3}),
+            ("acls", "[]AclDescription", "0+", {}, (
+                ("principal", "string", "0+", {}),
+                ("host", "string", "0+", {}),
+                ("operation", "int8", "0+", {}),
+                ("permission_type", "int8", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+CREATE_ACLS = {
+    "key": 30, "name": "CreateAcls", "versions": (1, 3), "flexible": 2,
+    "request": (
+        ("creations", "[]AclCreation", "0+", {}, (
+            ("resource_type", "int8", "0+", {}),
+            ("resource_name", "string", "0+", {}),
+            ("resource_pattern_type", "int8", "1+", {'default': 3}),
+            ("principal", "string", "0+", {}),
+            ("host", "string", "0+", {}),
+            ("operation", "int8", "0+", {}),
+            ("permission_type", "int8", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("results", "[]AclCreationResult", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {'nullable': '0+'}),
+        )),
+    ),
+}
+
+DELETE_ACLS = {
+    "key": 31, "name": "DeleteAcls", "versions": (1, 3), "flexible": 2,
+    "request": (
+        ("filters", "[]DeleteAclsFilter", "0+", {}, (
+            ("resource_type_filter", "int8", "0+", {}),
+            ("resource_name_filter", "string", "0+", {'nullable': '0+'}),
+            ("pattern_type_filter", "int8", "1+", {'default': 3}),
+            ("principal_filter", "string", "0+", {'nullable': '0+'}),
+            ("host_filter", "string", "0+", {'nullable': '0+'}),
+            ("operation", "int8", "0+", {}),
+            ("permission_type", "int8", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("filter_results", "[]DeleteAclsFilterResult", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {'nullable': '0+'}),
+            ("matching_acls", "[]DeleteAclsMatchingAcl", "0+", {}, (
+                ("error_code", "int16", "0+", {}),
+                ("error_message", "string", "0+", {'nullable': '0+'}),
+                ("resource_type", "int8", "0+", {}),
+                ("resource_name", "string", "0+", {}),
+                ("pattern_type", "int8", "1+", {'default': 3}),
+                ("principal", "string", "0+", {}),
+                ("host", "string", "0+", {}),
+                ("operation", "int8", "0+", {}),
+                ("permission_type", "int8", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+DESCRIBE_LOG_DIRS = {
+    "key": 35, "name": "DescribeLogDirs", "versions": (1, 4), "flexible": 2,
+    "request": (
+        ("topics", "[]DescribableLogDirTopic", "0+", {'nullable': '0+'}, (
+            ("topic", "string", "0+", {}),
+            ("partitions", "[]int32", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "3+", {}),
+        ("results", "[]DescribeLogDirsResult", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("log_dir", "string", "0+", {}),
+            ("topics", "[]DescribeLogDirsTopic", "0+", {}, (
+                ("name", "string", "0+", {}),
+                ("partitions", "[]DescribeLogDirsPartition", "0+", {}, (
+                    ("partition_index", "int32", "0+", {}),
+                    ("partition_size", "int64", "0+", {}),
+                    ("offset_lag", "int64", "0+", {}),
+                    ("is_future_key", "bool", "0+", {}),
+                )),
+            )),
+            ("total_bytes", "int64", "4+", {'default': -1}),
+            ("usable_bytes", "int64", "4+", {'default': -1}),
+        )),
+    ),
+}
+
+DESCRIBE_TOPIC_PARTITIONS = {
+    "key": 75, "name": "DescribeTopicPartitions", "versions": (0, 0), "flexible": 0,
+    "request": (
+        ("topics", "[]TopicRequest", "0+", {}, (
+            ("name", "string", "0+", {}),
+        )),
+        ("response_partition_limit", "int32", "0+", {'default': 2000}),
+        ("cursor", "Cursor", "0+", {'nullable': '0+', 'default': None}, (
+            ("topic_name", "string", "0+", {}),
+            ("partition_index", "int32", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("topics", "[]DescribeTopicPartitionsResponseTopic", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("name", "string", "0+", {'nullable': '0+'}),
+            ("topic_id", "uuid", "0+", {}),
+            ("is_internal", "bool", "0+", {'default': False}),
+            ("partitions", "[]DescribeTopicPartitionsResponsePartition", "0+", {}, (
+                ("error_code", "int16", "0+", {}),
+                ("partition_index", "int32", "0+", {}),
+                ("leader_id", "int32", "0+", {}),
+                ("leader_epoch", "int32", "0+", {'default': -1}),
+                ("replica_nodes", "[]int32", "0+", {}),
+                ("isr_nodes", "[]int32", "0+", {}),
+                ("eligible_leader_replicas", "[]int32", "0+", {'nullable': '0+', 'default': None}),
+                ("last_known_elr", "[]int32", "0+", {'nullable': '0+', 'default': None}),
+                ("offline_replicas", "[]int32", "0+", {}),
+            )),
+            ("topic_authorized_operations", "int32", "0+", {'default': -2147483648}),
+        )),
+        ("next_cursor", "Cursor", "0+", {'nullable': '0+', 'default': None}, (
+            ("topic_name", "string", "0+", {}),
+            ("partition_index", "int32", "0+", {}),
+        )),
+    ),
+}
+
+DESCRIBE_USER_SCRAM_CREDENTIALS = {
+    "key": 50, "name": "DescribeUserScramCredentials", "versions": (0, 0), "flexible": 0,
+    "request": (
+        ("users", "[]UserName", "0+", {'nullable': '0+'}, (
+            ("name", "string", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {'nullable': '0+'}),
+        ("results", "[]DescribeUserScramCredentialsResult", "0+", {}, (
+            ("user", "string", "0+", {}),
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {'nullable': '0+'}),
+            ("credential_infos", "[]CredentialInfo", "0+", {}, (
+                ("mechanism", "int8", "0+", {}),
+                ("iterations", "int32", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+ALTER_USER_SCRAM_CREDENTIALS = {
+    "key": 51, "name": "AlterUserScramCredentials", "versions": (0, 0), "flexible": 0,
+    "request": (
+        ("deletions", "[]ScramCredentialDeletion", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("mechanism", "int8", "0+", {}),
+        )),
+        ("upsertions", "[]ScramCredentialUpsertion", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("mechanism", "int8", "0+", {}),
+            ("iterations", "int32", "0+", {}),
+            ("salt", "bytes", "0+", {}),
+            ("salted_password", "bytes", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("results", "[]AlterUserScramCredentialsResult", "0+", {}, (
+            ("user", "string", "0+", {}),
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {'nullable': '0+'}),
+        )),
+    ),
+}
+
 # ConsumerProtocolSubscription (versions 0-3): opaque bytes in JoinGroup protocol metadata / SyncGroup assignments
 CONSUMER_PROTOCOL_SUBSCRIPTION = (
     ("topics", "[]string", "0+", {}),
@@ -527,4 +944,20 @@ APIS = {
     36: SASL_AUTHENTICATE,
     48: DESCRIBE_CLIENT_QUOTAS,
     49: ALTER_CLIENT_QUOTAS,
+    15: DESCRIBE_GROUPS,
+    16: LIST_GROUPS,
+    29: DESCRIBE_ACLS,
+    30: CREATE_ACLS,
+    31: DELETE_ACLS,
+    32: DESCRIBE_CONFIGS,
+    33: ALTER_CONFIGS,
+    35: DESCRIBE_LOG_DIRS,
+    37: CREATE_PARTITIONS,
+    42: DELETE_GROUPS,
+    44: INCREMENTAL_ALTER_CONFIGS,
+    47: OFFSET_DELETE,
+    50: DESCRIBE_USER_SCRAM_CREDENTIALS,
+    51: ALTER_USER_SCRAM_CREDENTIALS,
+    60: DESCRIBE_CLUSTER,
+    75: DESCRIBE_TOPIC_PARTITIONS,
 }

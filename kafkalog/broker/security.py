@@ -382,6 +382,38 @@ class CredentialStore:
             return {**users, name: creds}, name not in users
         return self._doc.update(mutate)
 
+    def set_credential(self, name: str, mechanism: str, salt: bytes, salted_password: bytes, iterations: int) -> None:
+        """Set one mechanism's credential of ``name`` from a client-side salted password (Kafka's
+        AlterUserScramCredentials upsertion: the client runs PBKDF2, the broker keeps StoredKey and ServerKey).
+        The user's other mechanism keeps its credential, as in Kafka."""
+        check_user_name(name)
+        mechanism = _canonical(mechanism, SCRAM_MECHANISMS, "SCRAM mechanism")
+        check_iterations(iterations)
+        if not salt or not salted_password:
+            raise ValueError("a SCRAM credential needs a salt and a salted password")
+        h = _HASH[mechanism]
+        cred = ScramCredential(bytes(salt), hashlib.new(h, hmac.digest(salted_password, b"Client Key", h)).digest(),
+                               hmac.digest(salted_password, b"Server Key", h), iterations)
+
+        def mutate(users):
+            return {**users, name: {**users.get(name, {}), mechanism: cred}}, None
+        self._doc.update(mutate)
+
+    def remove_credential(self, name: str, mechanism: str) -> bool:
+        """Remove one mechanism's credential of ``name`` (the user goes with its last); False when it had none."""
+        mechanism = _canonical(mechanism, SCRAM_MECHANISMS, "SCRAM mechanism")
+
+        def mutate(users):
+            creds = users.get(name, {})
+            if mechanism not in creds:
+                return None, False
+            rest = {m: c for m, c in creds.items() if m != mechanism}
+            out = {n: c for n, c in users.items() if n != name}
+            if rest:
+                out[name] = rest
+            return out, True
+        return self._doc.update(mutate)
+
     def remove_user(self, name: str) -> bool:
         """Remove ``name``; returns False when there was no such user."""
         def mutate(users):

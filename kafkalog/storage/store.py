@@ -22,6 +22,7 @@ checkpoints and the clean-shutdown marker. Thread-safe: one LogStore can be shar
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -55,6 +56,40 @@ _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_LENGTH = 249
 _TOPICS_FILE = ".kafkalog-topics.json"
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+NULL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID in its base64 form
+_PARTITION_METADATA = "partition.metadata"
+
+
+def new_topic_id() -> str:
+    """A random topic id in Kafka's form (URL-safe base64 of 16 bytes, no padding); never the null or the
+    metadata-topic id, and never starting with '-' (Kafka's Uuid.randomUuid rules)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if text != NULL_TOPIC_ID and text != "AAAAAAAAAAAAAAAAAAAAAQ" and not text.startswith("-"):
+            return text
+
+
+def write_partition_metadata(d: Path, topic_id: str) -> None:
+    """Kafka's ``partition.metadata`` (``version: 0`` / ``topic_id: <id>``), whole or not at all (temp, rename).
+
+    Not fsynced: the registry (written atomically and fsynced) is where kafkalog reads a topic's id; this copy is
+    for Kafka's tools and is rewritten when it is missing or differs (one fsync per partition would make creating a
+    topic of thousands of partitions take seconds)."""
+    if read_partition_metadata(d) == topic_id:
+        return
+    tmp = d / (_PARTITION_METADATA + ".tmp")
+    tmp.write_bytes(f"version: 0\ntopic_id: {topic_id}\n".encode())
+    os.replace(tmp, d / _PARTITION_METADATA)
+
+
+def read_partition_metadata(d: Path) -> str | None:
+    try:
+        text = (d / _PARTITION_METADATA).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    tid = fields.get("topic_id", "").strip()
+    return tid or None
 
 
 def validate_topic_name(name) -> None:
@@ -319,18 +354,89 @@ class LogStore:
                 # the new topic starts at offset 0
                 self._checkpoints.forget(name, range(partitions))
                 topics = dict(self._topics)
-                topics[name] = {"partitions": partitions, "config": topic_config.overrides}
+                topic_id = new_topic_id()
+                topics[name] = {"partitions": partitions, "config": topic_config.overrides, "topic_id": topic_id}
                 atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
                 self._topics = topics
                 # directories only: a partition's files (and file descriptors) exist from its first use on, so a
                 # topic of many partitions costs no descriptor until it is used
-                for p in range(partitions):
-                    d = self.path / f"{name}-{p}"
-                    try:
-                        d.mkdir(exist_ok=True)
-                    except OSError as e:
-                        raise storage_error(e, "create partition dir", d) from None
+                self._make_partition_dirs(name, range(partitions), topic_id)
                 fsync_dir(self.path)
+
+    def _make_partition_dirs(self, name: str, partitions, topic_id: str) -> None:
+        """Partition directories, each with Kafka's ``partition.metadata`` naming the topic id (KIP-516)."""
+        for p in partitions:
+            d = self.path / f"{name}-{p}"
+            try:
+                d.mkdir(exist_ok=True)
+                write_partition_metadata(d, topic_id)
+            except OSError as e:
+                raise storage_error(e, "create partition dir", d) from None
+
+    def create_partitions(self, name: str, count: int) -> None:
+        """Grow a topic to ``count`` partitions (Kafka's CreatePartitions: never fewer; existing partitions and
+        their records are untouched, new ones start empty at offset 0)."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidPartitionsError(f"topic {name!r}: partition count must be a positive integer, got {count!r}")
+        if self.mode == READ:
+            raise KafkaStorageError(30, f"store {self.path} is opened read-only")
+        with self._lock:
+            self._check_open()
+            with self._registry_locked("create partitions"):
+                if name not in self._topics:
+                    raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
+                entry = self._topics[name]
+                have = entry["partitions"]
+                if count < have:
+                    raise InvalidPartitionsError(f"topic {name!r} has {have} partitions; the count can only grow "
+                                                 f"(asked for {count})")
+                if count == have:
+                    raise InvalidPartitionsError(f"topic {name!r} already has {have} partitions")
+                topic_id = entry.get("topic_id") or self._read_topic_id(name) or new_topic_id()
+                # a leftover checkpoint entry of an earlier topic of this name must not give a new partition a start
+                self._checkpoints.forget(name, range(have, count))
+                topics = dict(self._topics)
+                topics[name] = dict(entry, partitions=count, topic_id=topic_id)
+                # the directories first: a crash in between leaves unregistered directories, which the registry's
+                # reload counts as partitions (a Kafka log dir's topics are directories only), never a registered
+                # partition without its directory
+                self._make_partition_dirs(name, range(have, count), topic_id)
+                fsync_dir(self.path)
+                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._topics = topics
+
+    def _read_topic_id(self, name: str) -> str | None:
+        for p in range(self._topics.get(name, {}).get("partitions", 0) or 1):
+            tid = read_partition_metadata(self.path / f"{name}-{p}")
+            if tid is not None:
+                return tid
+        return None
+
+    def topic_id(self, name: str) -> str:
+        """The topic's id (KIP-516; Kafka's base64 form of a random UUID), made when the topic was created. A topic of
+        an older kafkalog gets one on first ask (kept in the registry and in each partition's ``partition.metadata``);
+        a Kafka log dir's topic has its ``partition.metadata``; a read-only store without either reports the null id."""
+        with self._lock:
+            self._check_open()
+            self._reload_topics()
+            if name not in self._topics:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
+            tid = self._topics[name].get("topic_id") or self._read_topic_id(name)
+            if tid is not None:
+                return tid
+            if self.mode == READ:
+                return NULL_TOPIC_ID
+            with self._registry_locked("assign topic id"):
+                entry = self._topics.get(name)
+                if entry is None:
+                    raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
+                tid = entry.get("topic_id") or self._read_topic_id(name) or new_topic_id()
+                self._make_partition_dirs(name, range(entry["partitions"]), tid)
+                topics = dict(self._topics)
+                topics[name] = dict(entry, topic_id=tid)
+                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._topics = topics
+                return tid
 
     def delete_topic(self, name: str) -> None:
         """Remove a topic and all its data (directories renamed to ``-delete`` first, then removed)."""

@@ -382,6 +382,8 @@ class BodyGen:
                 return [self.struct(api, sub, version, path) for _ in range(n)]
             elem = typ[2:]
             return [self.scalar(api, path, elem, version) for _ in range(n)]
+        if sub is not None:  # a struct field (DescribeTopicPartitions' cursor)
+            return self.struct(api, sub, version, path)
         return self.scalar(api, path, typ, version)
 
     def count(self, api, path) -> int:
@@ -626,6 +628,11 @@ def _w_struct(buf, ann, rows, version, flexible, value):
                 else:
                     _w_scalar(buf, ann, typ[2:], item, flexible)
         elif sub is not None:
+            if _in(opts.get("nullable"), version):  # a nullable struct: an int8 marker, -1 null or 1 present
+                ann.append((len(buf), "smark", 1, True))
+                buf.append(0xFF if v is None else 1)
+                if v is None:
+                    continue
             _w_struct(buf, ann, sub, version, flexible, v)
         else:
             _w_scalar(buf, ann, typ, v, flexible)
