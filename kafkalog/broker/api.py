@@ -22,7 +22,6 @@ import time
 from .._engine.records import RecordBatch
 from ..errors import (
     ClusterAuthorizationFailedError,
-    CoordinatorNotAvailableError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -32,6 +31,7 @@ from ..errors import (
     LogClosedError,
     PolicyViolationError,
     TopicAlreadyExistsError,
+    TransactionalIdAuthorizationFailedError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
 )
@@ -71,6 +71,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
 }
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
+TRANSACTIONS_UNSUPPORTED = ("kafkalog does not implement Kafka transactions (transactional.id): use the idempotent "
+                            "producer (enable.idempotence=true, no transactional.id), which kafkalog serves")
 AUTO_CREATE_PER_REQUEST = 32  # topics one Metadata request may auto-create
 LEADER_NOT_AVAILABLE = 5
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
@@ -864,9 +866,14 @@ def init_producer_id(s: Services, ctx, header, frame, offset):
 def find_coordinator(s: Services, ctx, header, frame, offset):
     req = _body(ctx, header, frame, offset)
     if req.get("key_type", 0) != 0:
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code":
-                              CoordinatorNotAvailableError.code, "error_message": "transactions are not supported",
-                              "node_id": -1, "host": "", "port": -1})
+        # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and a transactional producer would hunt for a coordinator
+        # until its timeout (60 s). TRANSACTIONAL_ID_AUTHORIZATION_FAILED is the one code that both the Java client and
+        # librdkafka treat as fatal here: initTransactions() fails at once (librdkafka quotes this message).
+        log.warning("%s: a transactional producer (transactional.id %r) was refused: transactions are not "
+                    "implemented", ctx.peer, req["key"])
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
+                              "error_code": TransactionalIdAuthorizationFailedError.code,
+                              "error_message": TRANSACTIONS_UNSUPPORTED, "node_id": -1, "host": "", "port": -1})
     if _denied(s, ctx, "DESCRIBE", "GROUP", req["key"]):
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,
                               "error_message": None, "node_id": -1, "host": "", "port": -1})

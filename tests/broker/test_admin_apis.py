@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import time
 import uuid
 
 import pytest
@@ -24,8 +23,8 @@ TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
 
 
 def _commit(w: Wire, group: str, topic: str, offsets: dict) -> dict:
-    return w.call(8, 3, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "", "retention_time_ms": -1,
-                         "topics": [{"name": topic, "partitions": [
+    return w.call(8, 3, {"group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
+                         "retention_time_ms": -1, "topics": [{"name": topic, "partitions": [
                              {"partition_index": p, "committed_offset": o, "committed_metadata": ""}
                              for p, o in offsets.items()]}]})
 
@@ -103,7 +102,8 @@ def test_offset_delete_refuses_a_subscribed_topic_and_deletes_the_rest(broker, t
         codes = {(x["name"], p["partition_index"]): p["error_code"] for x in r["topics"] for p in x["partitions"]}
         assert codes == {(t, 0): GROUP_SUBSCRIBED_TO_TOPIC, (other, 1): 0, (other, 7): UNKNOWN_TOPIC}
         left = w.call(9, 3, {"group_id": g, "topics": None})
-        have = {(x["name"], p["partition_index"]): p["committed_offset"] for x in left["topics"] for p in x["partitions"]}
+        have = {(x["name"], p["partition_index"]): p["committed_offset"]
+                for x in left["topics"] for p in x["partitions"]}
         assert have == {(t, 0): 3, (other, 0): 4}
         assert w.call(47, 0, {"group_id": "no-such-group", "topics": []})["error_code"] == GROUP_ID_NOT_FOUND
 
@@ -401,4 +401,15 @@ def test_every_advertised_api_has_a_handler_and_a_codec():
         assert key in API_HANDLERS, protocol.API_NAMES.get(key, key)
         if key != 0:  # Produce advertises 0-7, serves 3-7 (KAFKA-18659)
             assert protocol.SUPPORTED[key][0] <= lo <= hi <= protocol.SUPPORTED[key][1]
-    time.sleep(0)
+
+
+def test_a_transactional_producer_fails_at_once_naming_transactions(broker):
+    """Not a hunt for a coordinator until the timeout (COORDINATOR_NOT_AVAILABLE is retriable): one fatal error."""
+    import confluent_kafka as ck
+    p = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "tx-" + uuid.uuid4().hex[:6],
+                     "log_level": 0})
+    with pytest.raises(ck.KafkaException) as e:
+        p.init_transactions(20)  # a hunt would end in _TIMED_OUT (retriable, not fatal) after these 20 s
+    err = e.value.args[0]
+    assert err.fatal() and not err.retriable() and err.code() == 53, err
+    assert "kafkalog does not implement Kafka transactions" in err.str()

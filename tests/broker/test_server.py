@@ -71,11 +71,16 @@ def test_api_versions_lists_exactly_the_matrix(broker):
             assert resp["error_code"] == 0
             got = {k["api_key"]: (k["min_version"], k["max_version"]) for k in resp["api_keys"]}
             assert got == ADVERTISED
-    # the matrix of the issue: Produce 0-7 (3-7 accepted), Fetch 4-11, ...; no flexible API beyond ApiVersions
+    # the matrix of the issue: Produce 0-7 (3-7 accepted), Fetch 4-11, ...; the data path, offsets, groups, topics,
+    # SASL and quotas stay non-flexible (only ApiVersions 3-4 among them); the admin APIs (issue 12) go up to the
+    # flexible versions Kafka 4's clients and tools pick
     assert ADVERTISED[0] == (0, 7) and ADVERTISED[1] == (4, 11) and ADVERTISED[18] == (0, 4)
+    from kafkalog.broker.admin import VERSIONS as ADMIN
     for key, (_lo, hi) in ADVERTISED.items():
-        if key != 18:
+        if key != 18 and key not in ADMIN:
             assert not protocol.is_flexible(key, hi), key
+    assert {k for k in ADVERTISED if protocol.is_flexible(k, ADVERTISED[k][1])} == {
+        18, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75}
 
 
 def test_api_versions_unknown_version_answers_v0_with_error_35(broker):
