@@ -1,0 +1,131 @@
+"""The differential compatibility lab's fixtures: the same workload against Apache Kafka 4.4.0 and `kafkalog serve`.
+
+Fixtures:
+
+- ``kafka`` (session): one ``lab.KafkaBroker``, a real Kafka 4.4.0 KRaft node (broker + controller) on 127.0.0.1,
+  started once per session (jars fetched by ``.ci/lab-kafka`` into ``$KAFKALOG_LAB_DIR`` or
+  ``~/.cache/kafkalog-lab`` when missing). Broker keys: num.partitions=1, auto.create.topics.enable=true,
+  group.initial.rebalance.delay.ms=0, replication factors 1, offsets.topic.num.partitions=1. If it cannot start,
+  every test using it fails with the broker's log tail in the message.
+- ``kafkalog`` (session): one ``lab.KafkalogServer`` (``python -m kafkalog serve`` subprocess) with the same three keys.
+- ``target`` (function): parametrized ``["kafka", "kafkalog"]`` (test ids ``test_x[kafka]``, ``test_x[kafkalog]``);
+  a ``lab.Target`` with ``.name``, ``.bootstrap`` ("127.0.0.1:PORT"), ``.server`` (the KafkaBroker/KafkalogServer)
+  and ``.tool(name, *args, timeout=60, input=None, check=True)`` running a Kafka tool (``lab.kafka_tool``; with
+  ``check`` a non-zero exit fails the test with the tool's output; ``--bootstrap-server`` is NOT added for you).
+- ``targets`` (function): ``{"kafka": Target, "kafkalog": Target}``, both brokers at once, for tests that run a
+  workload on each and compare the answers.
+- ``topic_name`` (function): ``topic_name(tag="") -> str``, a topic (or group) name unique to this test and call
+  (letters, digits and '-' only).
+- ``compare`` (function): ``compare(kafka_answer, kafkalog_answer, ignore=(), what="")`` asserts the two answers
+  (nested dicts/lists/tuples/scalars) are equal field by field; on a difference it fails with one line per differing
+  field (``partitions[0].offset: kafka=3 kafkalog=4``). ``ignore`` lists field paths to skip, fnmatch patterns
+  (``"*.timestamp"``, ``"nodes[*].id"``). Also importable: ``from .lab import assert_same, diff_answers``.
+- a per-test deadline (a ``pytest_runtest_call`` hook, for every test under tests/compat): a test body still running
+  after ``LAB_TEST_DEADLINE_S`` seconds (a module-level variable of the test module, default 120) fails with
+  TimeoutError instead of hanging the suite; fixture set-up (the brokers' start) is not counted.
+
+Modules import the lab itself with ``from .lab import ...`` (kafka_tool, run_java, run_java_source, KafkaBroker,
+KafkalogServer, ...), e.g. to start a broker pair of their own with extra keys (an authorizer) in a module fixture.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import threading
+import uuid
+
+import pytest
+
+from .lab import KafkaBroker, KafkalogServer, LabError, Target, assert_same
+
+DEFAULT_TEST_DEADLINE_S = 120
+
+
+def _start_or_fail(server, workdir):
+    try:
+        return server.start(workdir)
+    except (LabError, OSError) as e:
+        server.stop()
+        pytest.fail(f"the lab's {server.name} broker did not start: {e}\n{server.log_tail()}", pytrace=False)
+
+
+def _stop_and_clean(server, workdir):
+    server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """Apache Kafka 4.4.0, one KRaft node, for the whole session."""
+    workdir = tmp_path_factory.mktemp("kafka")
+    broker = KafkaBroker()
+    _start_or_fail(broker, workdir)
+    yield broker
+    _stop_and_clean(broker, workdir)
+
+
+@pytest.fixture(scope="session")
+def kafkalog(tmp_path_factory):
+    """`kafkalog serve` over a fresh data dir, for the whole session."""
+    workdir = tmp_path_factory.mktemp("kafkalog")
+    server = KafkalogServer()
+    _start_or_fail(server, workdir)
+    yield server
+    _stop_and_clean(server, workdir)
+
+
+def _target(server) -> Target:
+    if not server.running():
+        pytest.fail(f"the lab's {server.name} broker is no longer running:\n{server.log_tail()}", pytrace=False)
+    return Target(server.name, server.bootstrap, server)
+
+
+@pytest.fixture(params=["kafka", "kafkalog"], ids=["kafka", "kafkalog"])
+def target(request):
+    """The broker under test, once per broker: ``.name``, ``.bootstrap``, ``.server``, ``.tool(...)``."""
+    return _target(request.getfixturevalue(request.param))
+
+
+@pytest.fixture
+def targets(kafka, kafkalog):
+    """Both brokers: ``{"kafka": Target, "kafkalog": Target}``."""
+    return {"kafka": _target(kafka), "kafkalog": _target(kafkalog)}
+
+
+@pytest.fixture
+def topic_name(request):
+    """topic_name(tag="") -> a topic (or group) name unique to this test and call."""
+    # letters, digits and '-' only: Kafka warns about (and its tools print a WARNING for) '.' and '_' in names
+    base = re.sub(r"[^A-Za-z0-9-]+", "-", request.node.name)[:60].strip("-")
+
+    def _name(tag: str = "") -> str:
+        return f"{base}{'-' + tag if tag else ''}-{uuid.uuid4().hex[:8]}"
+    return _name
+
+
+@pytest.fixture
+def compare():
+    """compare(kafka_answer, kafkalog_answer, ignore=(), what="") -> None; fails with a field-by-field diff."""
+    return assert_same
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """The per-test deadline: the test body (not the session's broker start-up) gets LAB_TEST_DEADLINE_S seconds
+    (its module's variable, default 120), then fails with TimeoutError instead of hanging the suite."""
+    seconds = getattr(item.module, "LAB_TEST_DEADLINE_S", DEFAULT_TEST_DEADLINE_S)
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        return (yield)
+
+    def _expired(signum, frame):
+        raise TimeoutError(f"test still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, _expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return (yield)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
