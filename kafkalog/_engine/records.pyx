@@ -2828,6 +2828,8 @@ cdef class RecordStream:
                 continue
             if b._h.base_offset >= self.hi:
                 return None
+            if b._h.attributes & KL_CONTROL_FLAG_MASK:
+                continue  # a transaction marker (a Kafka log dir): not a record, as Kafka's consumers skip it
             self.filter_each = b._h.base_offset < self.lo or last >= self.hi
             self.current = _RecordIterator(b)
 
@@ -3256,6 +3258,9 @@ def decode_columns(buffer, Py_ssize_t start=0, end=None):
                     rc = _check_fields(base + pos, &h)
             if rc != KL_BATCH_OK:
                 raise _batch_error(rc, base + pos, stop - pos, pos, &h)
+            if h.attributes & KL_CONTROL_FLAG_MASK:  # a transaction marker (CRC checked above): not a record
+                pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+                continue
             if nb == cap:
                 grown = <_BatchRef *>realloc(refs, (cap * 2 + 16) * sizeof(_BatchRef))
                 if grown == NULL:

@@ -663,8 +663,10 @@ class KafkaConsumer:
                 out.setdefault(tp, []).extend(recs)
                 left -= len(recs)
                 budget -= used
-                if update_offsets:
-                    p.position = nxt
+            if update_offsets and (recs or nxt > pos):
+                # also past batches without a record for us (a Kafka log dir's transaction markers): else a poll
+                # would read them again forever
+                p.position = nxt
         if n:
             self._next = (self._next + 1) % n
         total = sum(len(v) for v in out.values())

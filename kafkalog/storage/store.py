@@ -58,6 +58,8 @@ _TOPICS_FILE = ".kafkalog-topics.json"
 _PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
 NULL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID in its base64 form
 _PARTITION_METADATA = "partition.metadata"
+# directories of a Kafka log dir that hold no topic: KRaft's metadata log
+_NOT_TOPICS = frozenset({"__cluster_metadata"})
 
 
 def new_topic_id() -> str:
@@ -297,6 +299,8 @@ class LogStore:
             return out
         for name in names:
             m = _PARTITION_DIR_RE.match(name)
+            if m and m.group(1) in _NOT_TOPICS:
+                continue
             if m and (self.path / name).is_dir() and _TOPIC_RE.match(m.group(1)):
                 out.append((m.group(1), int(m.group(2))))
         return sorted(out)

@@ -795,3 +795,30 @@ def test_round_trip_property(recs, base_offset):
         assert builder.size_in_bytes == plain_size
         batches.append(batch)
     assert _columns_records(R.decode_columns(b"".join(batches))) == expected * len(CODECS)
+
+
+def _control_batch(base_offset: int, commit: bool = True) -> bytes:
+    """A transaction marker as a Kafka broker writes it (attributes: transactional | control), CRC recomputed."""
+    key = struct.pack(">hh", 0, 1 if commit else 0)        # ControlRecordType: version 0, COMMIT 1 / ABORT 0
+    value = struct.pack(">hi", 0, 7)                        # EndTransactionMarker: version 0, coordinator epoch
+    raw = bytearray(R.build_batch([value], keys=[key], base_offset=base_offset, producer_id=9, producer_epoch=0,
+                                is_transactional=True))
+    attributes = struct.unpack_from(">h", raw, 21)[0] | 0x20  # the control bit
+    struct.pack_into(">h", raw, 21, attributes)
+    struct.pack_into(">I", raw, 17, R.crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+def test_control_batches_are_skipped_by_record_readers_as_kafka_consumers_skip_them():
+    """A Kafka log dir holds transaction markers between data batches: readers give records, never a marker."""
+    buf = (R.build_batch([b"a", b"b"], base_offset=0) + _control_batch(2) + R.build_batch([b"c"], base_offset=3)
+           + _control_batch(4, commit=False))
+    kinds = [b.is_control for b in R.iter_batches(buf)]
+    assert kinds == [False, True, False, True]  # the markers are there (and CRC-valid)
+    for b in R.iter_batches(buf):
+        b.validate()
+    assert [(r.offset, r.value) for r in R.iter_records(buf)] == [(0, b"a"), (1, b"b"), (3, b"c")]
+    assert [(r.offset, r.value) for r in R.iter_records(buf, min_offset=2)] == [(3, b"c")]
+    cols = R.decode_columns(buf)
+    assert list(cols["offset"]) == [0, 1, 3] and list(cols["values"][:3]) == list(b"abc")
+    assert R.next_offset_after(buf) == 5  # a reader moves on past the last marker

@@ -263,3 +263,38 @@ def test_records_without_headers_share_a_read_only_empty_list(store):
     b.headers.append(("y", b"2"))  # a record's own headers list stays an ordinary list
     assert b.headers == [("x", b"1"), ("y", b"2")] and b.serialized_header_size == 2
     c.close()
+
+
+def test_a_consumer_moves_past_transaction_markers_of_a_kafka_log(tmp_path):
+    """A Kafka log dir (read-only) holds transaction markers: polls return the records around them and the
+    position moves past a trailing marker instead of reading it again forever."""
+    import struct
+
+    from kafkalog import LogStore
+    from kafkalog._engine import records as R
+    with LogStore(tmp_path, exclusive=True) as store:
+        store.create_topic("tx", 1)
+        store.log("tx", 0).append_records(R.build_batch([b"a", b"b"]))
+    key, value = struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 3)  # COMMIT marker
+    raw = bytearray(R.build_batch([value], keys=[key], base_offset=2, producer_id=5, producer_epoch=0,
+                                  is_transactional=True))
+    struct.pack_into(">h", raw, 21, struct.unpack_from(">h", raw, 21)[0] | 0x20)  # the control bit
+    struct.pack_into(">I", raw, 17, R.crc32c(bytes(raw[21:])))
+    (segment,) = (tmp_path / "tx-0").glob("*.log")
+    c = KafkaConsumer(store=str(tmp_path), auto_offset_reset="earliest")
+    try:
+        c.assign([TopicPartition("tx", 0)])
+        got = []
+        for recs in c.poll(timeout_ms=50).values():
+            got += [(r.offset, r.value) for r in recs]
+        assert got == [(0, b"a"), (1, b"b")] and c.position(TopicPartition("tx", 0)) == 2
+        with open(segment, "r+b") as f:  # the marker arrives after the records were read, alone in its poll
+            f.seek(0, 2)
+            f.write(raw)
+        for _ in range(5):
+            for recs in c.poll(timeout_ms=50).values():
+                got += [(r.offset, r.value) for r in recs]
+        assert got == [(0, b"a"), (1, b"b")]
+        assert c.position(TopicPartition("tx", 0)) == 3
+    finally:
+        c.close()
