@@ -149,8 +149,8 @@ def describe_groups(s, ctx, header, frame, offset):
     req = _body(ctx, header, frame, offset)
     out = []
     for gid in req["groups"]:
-        r = {"error_code": 0, "group_id": gid, "group_state": "", "protocol_type": "", "protocol_data": "",
-             "members": [], "authorized_operations": NO_OPERATIONS}
+        r = {"error_code": 0, "error_message": None, "group_id": gid, "group_state": "", "protocol_type": "",
+             "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
         if _denied(s, ctx, "DESCRIBE", "GROUP", gid):
             r["error_code"] = GROUP_DENIED
             out.append(r)
@@ -159,6 +159,12 @@ def describe_groups(s, ctx, header, frame, offset):
             view = yield s.loop.run_in_executor(None, _group_view, s, gid, True)
         except KafkaError as e:
             r["error_code"] = _code(e)
+            out.append(r)
+            continue
+        if view["state"] == "Dead" and header.api_version >= 6:
+            # Kafka 4 (KIP-1043): v6 names an unknown group with GROUP_ID_NOT_FOUND; older versions answer "Dead"
+            r.update(error_code=GroupIdNotFoundError.code, error_message=f"Group {gid} not found.",
+                     group_state="Dead")
             out.append(r)
             continue
         r.update(group_state=view["state"], protocol_type=view["protocol_type"], protocol_data=view["protocol"],
@@ -797,7 +803,7 @@ HANDLERS = {
 
 # versions served (and advertised): the ranges Kafka 4's clients and tools use, flexible versions included
 VERSIONS = {
-    15: (0, 5), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 4), 37: (0, 3),
+    15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 4), 37: (0, 3),
     42: (0, 2), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 1), 75: (0, 0),
 }
 

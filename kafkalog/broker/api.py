@@ -34,6 +34,7 @@ from ..errors import (
     TransactionalIdAuthorizationFailedError,
     UnknownServerError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from ..storage.store import validate_topic_name
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -50,7 +51,7 @@ log = logging.getLogger("kafkalog.broker")
 ADVERTISED: dict[int, tuple[int, int]] = {
     0: (0, 7),    # Produce (3-7 accepted)
     1: (4, 11),   # Fetch
-    2: (1, 3),    # ListOffsets
+    2: (1, 7),    # ListOffsets (7: max timestamp, KIP-734)
     3: (0, 4),    # Metadata
     8: (2, 3),    # OffsetCommit
     9: (1, 3),    # OffsetFetch
@@ -705,9 +706,10 @@ def list_offsets(s: Services, ctx, header, frame, offset):
 
     def lookup(lg, _topic, p, r):
         ts = p["timestamp"]
-        if ts < -2:
-            raise InvalidRequestError(f"ListOffsets timestamp {ts} is not supported at this version")
-        found = lg.offset_for_time(ts)  # the engine's time index: -1 latest, -2 earliest
+        if ts < -3 or (ts == -3 and header.api_version < 7):
+            # -3 (the record of the largest timestamp, KIP-734) from v7; -4/-5 (tiered storage) are not served
+            raise UnsupportedVersionError(f"ListOffsets timestamp {ts} is not supported at v{header.api_version}")
+        found = lg.offset_for_time(ts)  # the engine's time index: -1 latest, -2 earliest, -3 max timestamp
         if found is not None:
             r["offset"] = found.offset
             r["timestamp"] = found.timestamp
@@ -814,6 +816,9 @@ def create_topics(s: Services, ctx, header, frame, offset):
                 # the registry write and its fsyncs: off the loop
                 yield s.loop.run_in_executor(None, s.store.create_topic, name, n, configs)
                 log.info("created topic %s (%d partitions) for %s", name, n, ctx.peer)
+        except TopicAlreadyExistsError as e:
+            r["error_code"] = _code(e)
+            r["error_message"] = f"Topic '{name}' already exists."  # Kafka's words (the store's name the data dir)
         except KafkaError as e:
             r["error_code"] = _code(e)
             r["error_message"] = str(e)

@@ -92,7 +92,7 @@ FETCH = {
 }
 
 LIST_OFFSETS = {
-    "key": 2, "name": "ListOffsets", "versions": (1, 3), "flexible": 6,
+    "key": 2, "name": "ListOffsets", "versions": (1, 7), "flexible": 6,
     "request": (
         ("replica_id", "int32", "0+", {}),
         ("isolation_level", "int8", "2+", {}),
@@ -100,6 +100,7 @@ LIST_OFFSETS = {
             ("name", "string", "0+", {}),
             ("partitions", "[]ListOffsetsPartition", "0+", {}, (
                 ("partition_index", "int32", "0+", {}),
+                ("current_leader_epoch", "int32", "4+", {"default": -1}),
                 ("timestamp", "int64", "0+", {}),
             )),
         )),
@@ -113,6 +114,7 @@ LIST_OFFSETS = {
                 ("error_code", "int16", "0+", {}),
                 ("timestamp", "int64", "1+", {"default": -1}),
                 ("offset", "int64", "1+", {"default": -1}),
+                ("leader_epoch", "int32", "4+", {"default": -1}),
             )),
         )),
     ),
@@ -506,7 +508,7 @@ LIST_GROUPS = {
 }
 
 DESCRIBE_GROUPS = {
-    "key": 15, "name": "DescribeGroups", "versions": (0, 5), "flexible": 5,
+    "key": 15, "name": "DescribeGroups", "versions": (0, 6), "flexible": 5,
     "request": (
         ("groups", "[]string", "0+", {}),
         ("include_authorized_operations", "bool", "3+", {}),
@@ -515,6 +517,7 @@ DESCRIBE_GROUPS = {
         ("throttle_time_ms", "int32", "1+", {}),
         ("groups", "[]DescribedGroup", "0+", {}, (
             ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "6+", {'nullable': '6+', 'default': None}),
             ("group_id", "string", "0+", {}),
             ("group_state", "string", "0+", {}),
             ("protocol_type", "string", "0+", {}),

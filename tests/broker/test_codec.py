@@ -294,11 +294,11 @@ def test_every_supported_version_is_tested_and_kio_knows_it():
         assert load_request_schema(key, version).__api_key__ == key
         assert load_response_schema(key, version).__api_key__ == key
     assert protocol.SUPPORTED == {
-        0: (3, 7), 1: (4, 11), 2: (1, 3), 3: (0, 4), 8: (2, 3), 9: (1, 3), 10: (0, 2), 11: (0, 5), 12: (0, 3),
+        0: (3, 7), 1: (4, 11), 2: (1, 7), 3: (0, 4), 8: (2, 3), 9: (1, 3), 10: (0, 2), 11: (0, 5), 12: (0, 3),
         13: (0, 1), 14: (0, 3), 17: (0, 1), 18: (0, 4), 19: (2, 4), 20: (1, 3), 21: (0, 1), 22: (0, 1), 36: (0, 1),
         48: (0, 0), 49: (0, 0),
         # the admin APIs (flexible versions included)
-        15: (0, 5), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 4), 37: (0, 3),
+        15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 4), 37: (0, 3),
         42: (0, 2), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 1), 75: (0, 0)}
     assert protocol.API_NAMES[0] == "Produce" and protocol.API_NAMES[49] == "AlterClientQuotas"
 
