@@ -8,10 +8,6 @@
 """
 
 from . import _engine  # noqa: F401  (fails loudly when the compiled engine is missing)
-from .client.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
-from .client.consumer import ConsumerRebalanceListener, KafkaConsumer
-from .client.producer import FutureRecordMetadata, KafkaProducer
-from .client.queue import DurableQueue
 from .config import Config
 from .errors import KafkaError
 from .storage import Log, LogStore, OffsetStore
@@ -19,13 +15,27 @@ from .structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, Reco
 
 __version__ = "0.1.0"
 
+# loaded when first asked for, so `kafkalog serve` and scripts that only use the store start faster
+_LAZY = {
+    "ConfigResource": "client.admin", "ConfigResourceType": "client.admin", "KafkaAdminClient": "client.admin",
+    "NewTopic": "client.admin", "ConsumerRebalanceListener": "client.consumer", "KafkaConsumer": "client.consumer",
+    "FutureRecordMetadata": "client.producer", "KafkaProducer": "client.producer", "DurableQueue": "client.queue",
+    "Broker": "broker",
+}
+
 
 def __getattr__(name):
-    # the broker (asyncio, the wire codec) loads only when asked for
-    if name == "Broker":
-        from .broker import Broker
-        return Broker
-    raise AttributeError(f"module 'kafkalog' has no attribute {name!r}")
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'kafkalog' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{where}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = ["Broker", "Config", "ConfigResource", "ConfigResourceType", "ConsumerRebalanceListener", "ConsumerRecord",

@@ -102,21 +102,30 @@ def _group_view(s, gid: str, with_members: bool = True) -> dict:
                             "client_host": s.groups.hosts.get(m.member_id, ""), "member_metadata": meta,
                             "member_assignment": m.assignment if state == "Stable" else b""})
         return {"state": state, "protocol_type": "consumer", "protocol": cg.protocol or "", "members": members}
-    d = describe_group(s.store, gid)
+    if gid == "":  # Kafka allows the empty group id for commits (and so to describe and delete): never joined
+        d = {"state": "Empty", "members": [], "protocol": None}
+    else:
+        d = describe_group(s.store, gid)
     joined = gid in set(known_groups(s.store.path)) or bool(d["members"])
     if not joined and gid not in s.store.offsets.groups():
         return {"state": "Dead", "protocol_type": "", "protocol": "", "members": []}
     stable = d["state"] == "Stable"
     members = []
+    wire = s.groups.groups.get(gid)
     for m in d["members"] if with_members else ():
-        by_topic: dict[str, list[int]] = {}
-        for tp in m["assignment"]:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        wm = wire.members.get(m["member_id"]) if wire is not None else None
+        if wm is not None:  # a wire member: the bytes it sent and the bytes it was given, as Kafka keeps them
+            metadata, assignment = wm.metadata(d["protocol"]), wm.assignment
+        else:  # an embedded member (another process): its subscription and assignment in the consumer protocol
+            by_topic: dict[str, list[int]] = {}
+            for tp in m["assignment"]:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            metadata = protocol.encode_subscription(m["topics"])
+            assignment = protocol.encode_assignment(by_topic)
         members.append({
             "member_id": m["member_id"], "group_instance_id": None, "client_id": m["client_id"] or "",
             "client_host": s.groups.hosts.get(m["member_id"], f"pid:{m['pid']}"),
-            "member_metadata": protocol.encode_subscription(m["topics"]) if stable else b"",
-            "member_assignment": protocol.encode_assignment(by_topic) if stable else b""})
+            "member_metadata": metadata if stable else b"", "member_assignment": assignment if stable else b""})
     return {"state": d["state"], "protocol_type": "consumer" if joined else "",
             "protocol": (d["protocol"] or "") if d["state"] != "Empty" else "", "members": members}
 
@@ -136,7 +145,11 @@ def list_groups(s, ctx, header, frame, offset):
             yield
         if not cluster and not allowed(s, ctx, "DESCRIBE", "GROUP", gid):
             continue  # Kafka lists only the groups the caller may describe
-        view = yield s.loop.run_in_executor(None, _group_view, s, gid, False)
+        try:
+            view = yield s.loop.run_in_executor(None, _group_view, s, gid, False)
+        except KafkaError as e:  # a group whose files cannot be read now: left out, the listing goes on
+            log.warning("ListGroups: group %r: %s", gid, e)
+            continue
         if view["state"] == "Dead" or (states and view["state"].lower() not in states):
             continue
         out.append({"group_id": gid, "protocol_type": view["protocol_type"], "group_state": view["state"],
@@ -183,8 +196,8 @@ def _delete_group_files(s, gid: str) -> int:
     if view["members"] or view["state"] not in ("Empty", "Dead"):
         return NonEmptyGroupError.code
     s.store.offsets.delete_group(gid)
-    path = group_dir(s.store.path, gid)
-    if path.exists():
+    path = group_dir(s.store.path, gid) if gid else None
+    if path is not None and path.exists():
         gone = path.with_name(path.name + ".deleted")
         try:
             os.replace(path, gone)
@@ -226,7 +239,10 @@ def offset_delete(s, ctx, header, frame, offset):
         return _resp(header, {"error_code": code, "throttle_time_ms": ctx.throttle_time_ms, "topics": list(topics)})
     if _denied(s, ctx, "DELETE", "GROUP", gid):
         return answer(GROUP_DENIED)
-    view = yield s.loop.run_in_executor(None, _group_view, s, gid, True)
+    try:
+        view = yield s.loop.run_in_executor(None, _group_view, s, gid, True)
+    except KafkaError as e:
+        return answer(_code(e))
     if view["state"] == "Dead":
         return answer(GroupIdNotFoundError.code)
     subscribed = set()
@@ -241,7 +257,7 @@ def offset_delete(s, ctx, header, frame, offset):
     if cg is not None:
         for m in cg.members.values():
             subscribed |= set(m.topics)
-    if view["state"] != "Empty" and not subscribed:
+    if view["state"] != "Empty" and not subscribed and gid:
         d = yield s.loop.run_in_executor(None, describe_group, s.store, gid)
         for m in d["members"]:
             subscribed |= set(m["topics"])
@@ -317,7 +333,8 @@ def describe_configs(s, ctx, header, frame, offset):
     out = []
     for res in req["resources"]:
         rtype, name = res["resource_type"], res["resource_name"]
-        r = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": name, "configs": []}
+        # Kafka answers an empty error message (not null) for a resource described without error
+        r = {"error_code": 0, "error_message": "", "resource_type": rtype, "resource_name": name, "configs": []}
         try:
             if rtype == CONFIG_TOPIC:
                 if _denied(s, ctx, "DESCRIBE_CONFIGS", "TOPIC", name):
@@ -741,10 +758,9 @@ def alter_user_scram_credentials(s, ctx, header, frame, offset):
             {"user": u, "error_code": CLUSTER_DENIED, "error_message": f"{ctx.principal} may not alter credentials"}
             for u in dict.fromkeys(users)]})
     store = _credentials(s)
-    # Kafka refuses a user named twice with the same mechanism in one request (deletions and upsertions together)
-    pairs = [(d["name"], d["mechanism"]) for d in req["deletions"]] + [(u["name"], u["mechanism"])
-                                                                        for u in req["upsertions"]]
-    dup_users = {u for u, m in pairs if pairs.count((u, m)) > 1}
+    # Kafka refuses a user named more than once in one request (deletions and upsertions together, whatever the
+    # mechanisms): every alteration of that user fails with DUPLICATE_RESOURCE
+    dup_users = {u for u in users if users.count(u) > 1}
     errors: dict[str, tuple[int, str]] = {u: (DuplicateResourceError.code, "A user credential cannot be altered "
                                               "twice in the same request") for u in dup_users}
     work = []

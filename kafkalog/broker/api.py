@@ -13,11 +13,13 @@ no flexible version is advertised except ApiVersions 3-4, and no tagged field is
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import logging
 import struct
 import threading
 import time
+import uuid
 
 from .._engine.records import RecordBatch
 from ..errors import (
@@ -33,6 +35,7 @@ from ..errors import (
     TopicAlreadyExistsError,
     TransactionalIdAuthorizationFailedError,
     UnknownServerError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
@@ -52,7 +55,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     0: (0, 7),    # Produce (3-7 accepted)
     1: (4, 11),   # Fetch
     2: (1, 7),    # ListOffsets (7: max timestamp, KIP-734)
-    3: (0, 4),    # Metadata
+    3: (0, 12),   # Metadata (10+: topic ids)
     8: (2, 3),    # OffsetCommit
     9: (1, 3),    # OffsetFetch
     10: (0, 2),   # FindCoordinator
@@ -62,7 +65,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     14: (0, 3),   # SyncGroup
     17: (0, 1),   # SaslHandshake
     18: (0, 4),   # ApiVersions
-    19: (2, 4),   # CreateTopics
+    19: (2, 7),   # CreateTopics (5+: what was made; 7: topic id)
     20: (1, 3),   # DeleteTopics
     21: (0, 1),   # DeleteRecords
     22: (0, 1),   # InitProducerId
@@ -91,10 +94,11 @@ class RequestContext:
     """Per-connection request context: who is asking, and what the answer should carry. Issue-5 hooks: quotas
     set ``throttle_time_ms``, authentication sets ``principal``."""
 
-    __slots__ = ("connection", "client_id", "principal", "throttle_time_ms", "body")
+    __slots__ = ("connection", "client_id", "principal", "throttle_time_ms", "body", "client_software")
 
     def __init__(self, connection):
         self.connection = connection
+        self.client_software = ""  # ApiVersions v3+'s client_software_name (KIP-511)
         self.body = None  # the request body when it was decoded off the loop
         self.client_id: str | None = None
         self.principal = "User:ANONYMOUS"
@@ -394,8 +398,9 @@ async def _drive(gen, step):
 # ---------------------------------------------------------------------------------------------------- ApiVersions
 
 def api_versions(s: Services, ctx, header, frame, offset):
-    # the body (client software name/version in v3+) is not needed; parse it to reject garbage all the same
-    _body(ctx, header, frame, offset)
+    # the body (client software name/version in v3+) is parsed to reject garbage all the same
+    body = _body(ctx, header, frame, offset)
+    ctx.client_software = body.get("client_software_name") or ctx.client_software
     return _resp(header, {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
                           "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                                        for k, (lo, hi) in sorted(ADVERTISED.items())]})
@@ -408,17 +413,30 @@ def metadata(s: Services, ctx, header, frame, offset):
     v = header.api_version
     wanted = req.get("topics")
     all_topics = wanted is None or (v == 0 and not wanted)
+    by_id = None
     if all_topics:
         names = sorted(t for t in s.store.topics() if allowed(s, ctx, "DESCRIBE", "TOPIC", t))
     else:
-        names = [t["name"] for t in wanted]
+        names = []
+        for t in wanted:
+            if t["name"] is None:  # asked for by topic id (KIP-516; a null name from v10)
+                if by_id is None:
+                    by_id = yield s.loop.run_in_executor(None, _topics_by_id, s)
+                names.append(by_id.get(t["topic_id"], t["topic_id"]))
+            else:
+                names.append(t["name"])
     allow_create = req.get("allow_auto_topic_creation", True) if v >= 4 else True
+    want_ops = bool(req.get("include_topic_authorized_operations"))
     topics = []
     created = 0
     sl = Slice()
     for name in names:
         if sl.due():
             yield
+        if isinstance(name, uuid.UUID):  # an id no topic has (a null name is written from v12 only)
+            topics.append({"error_code": UnknownTopicIdError.code, "name": None if v >= 12 else "",
+                           "topic_id": name, "is_internal": False, "partitions": []})
+            continue
         if not all_topics and _denied(s, ctx, "DESCRIBE", "TOPIC", name):
             topics.append({"error_code": TOPIC_DENIED, "name": name, "is_internal": False, "partitions": []})
             continue
@@ -454,14 +472,42 @@ def metadata(s: Services, ctx, header, frame, offset):
                 n = s.partitions(name)
             if n == 0 and not err:
                 err = UnknownTopicOrPartitionError.code
-        topics.append({"error_code": err, "name": name, "is_internal": name in INTERNAL_TOPICS,
-                       "partitions": [{"error_code": 0, "partition_index": p, "leader_id": s.node_id,
-                                       "replica_nodes": [s.node_id], "isr_nodes": [s.node_id]}
-                                      for p in range(n)]})
+        t = {"error_code": err, "name": name, "is_internal": name in INTERNAL_TOPICS,
+             "partitions": [{"error_code": 0, "partition_index": p, "leader_id": s.node_id, "leader_epoch": 0,
+                             "replica_nodes": [s.node_id], "isr_nodes": [s.node_id], "offline_replicas": []}
+                            for p in range(n)]}
+        if v >= 10 and n:
+            t["topic_id"] = _topic_uuid((yield s.loop.run_in_executor(None, s.store.topic_id, name)))
+        if want_ops and n:
+            t["topic_authorized_operations"] = _authorized_bits(s, ctx, "TOPIC", name)
+        topics.append(t)
     return (yield from _answer(s, sl, header, {
         "throttle_time_ms": ctx.throttle_time_ms,
         "brokers": [{"node_id": s.node_id, "host": s.host, "port": s.port, "rack": None}],
         "cluster_id": CLUSTER_ID, "controller_id": s.node_id, "topics": topics}))
+
+
+def _topic_uuid(topic_id: str) -> uuid.UUID:
+    """A topic id in Kafka's base64 text form as the wire's UUID."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
+
+
+def _topics_by_id(s: Services) -> dict:
+    """{topic id: name} of every topic (a worker thread: a topic of an older kafkalog gets its id here)."""
+    return {_topic_uuid(s.store.topic_id(name)): name for name in s.store.topics()}
+
+
+# what a topic allows, in Kafka's AclOperation codes (authorized_operations bit n = operation code n)
+_TOPIC_OPERATIONS = {"READ": 3, "WRITE": 4, "CREATE": 5, "DELETE": 6, "ALTER": 7, "DESCRIBE": 8,
+                     "DESCRIBE_CONFIGS": 10, "ALTER_CONFIGS": 11}
+
+
+def _authorized_bits(s: Services, ctx, resource_type: str, name: str) -> int:
+    bits = 0
+    for op, code in _TOPIC_OPERATIONS.items():
+        if allowed(s, ctx, op, resource_type, name):
+            bits |= 1 << code
+    return bits
 
 
 # ---------------------------------------------------------------------------------------------------- Produce
@@ -811,11 +857,16 @@ def create_topics(s: Services, ctx, header, frame, offset):
                 if s.partitions(name):
                     raise TopicAlreadyExistsError(f"topic {name!r} already exists")
                 from ..config import TOPIC, Config
-                Config(configs, scope=TOPIC)
+                overrides = Config(configs, scope=TOPIC).overrides
             else:
                 # the registry write and its fsyncs: off the loop
                 yield s.loop.run_in_executor(None, s.store.create_topic, name, n, configs)
                 log.info("created topic %s (%d partitions) for %s", name, n, ctx.peer)
+                overrides = s.store.topic_config(name).overrides
+            if header.api_version >= 5:  # what was made: partitions, replication, every config with its source
+                r.update(num_partitions=n, replication_factor=1, configs=_created_configs(s, overrides))
+                if header.api_version >= 7 and not req.get("validate_only"):
+                    r["topic_id"] = _topic_uuid((yield s.loop.run_in_executor(None, s.store.topic_id, name)))
         except TopicAlreadyExistsError as e:
             r["error_code"] = _code(e)
             r["error_message"] = f"Topic '{name}' already exists."  # Kafka's words (the store's name the data dir)
@@ -824,6 +875,17 @@ def create_topics(s: Services, ctx, header, frame, offset):
             r["error_message"] = str(e)
         out.append(r)
     return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": out})
+
+
+_CONFIG_SOURCE = {"DYNAMIC_TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+
+
+def _created_configs(s: Services, overrides: dict) -> list:
+    """CreateTopics v5+'s configs of a new topic: every topic key, its value and where the value comes from."""
+    from ..client.admin import _topic_config_entries
+    return [{"name": k, "value": e["value"], "read_only": False, "config_source": _CONFIG_SOURCE[e["config_source"]],
+             "is_sensitive": False}
+            for k, e in sorted(_topic_config_entries(s.store.config, overrides, False).items())]
 
 
 def delete_topics(s: Services, ctx, header, frame, offset):
@@ -872,12 +934,15 @@ def find_coordinator(s: Services, ctx, header, frame, offset):
     req = _body(ctx, header, frame, offset)
     if req.get("key_type", 0) != 0:
         # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and a transactional producer would hunt for a coordinator
-        # until its timeout (60 s). TRANSACTIONAL_ID_AUTHORIZATION_FAILED is the one code that both the Java client and
-        # librdkafka treat as fatal here: initTransactions() fails at once (librdkafka quotes this message).
+        # until its timeout (60 s). A non-retriable code ends initTransactions() at once, with this message.
+        # librdkafka (confluent-kafka, kcat, ...) retries every code here but TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        # and prints this message after it; the Java client (ApiVersions v3+ names it "apache-kafka-java", KIP-511)
+        # prints only a fixed text for that code but this message for INVALID_REQUEST, so it gets that one
         log.warning("%s: a transactional producer (transactional.id %r) was refused: transactions are not "
                     "implemented", ctx.peer, req["key"])
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
-                              "error_code": TransactionalIdAuthorizationFailedError.code,
+        code = InvalidRequestError.code if ctx.client_software == "apache-kafka-java" else \
+            TransactionalIdAuthorizationFailedError.code
+        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code,
                               "error_message": TRANSACTIONS_UNSUPPORTED, "node_id": -1, "host": "", "port": -1})
     if _denied(s, ctx, "DESCRIBE", "GROUP", req["key"]):
         return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,

@@ -59,7 +59,8 @@ PENDING_MEMBER_S = 300.0
 
 class WireMember:
     __slots__ = ("gm", "protocols", "session_timeout_ms", "rebalance_timeout_ms", "last_seen", "join_waiter",
-                 "join_header", "joined_generation", "synced_generation", "topics", "strategies", "joined_at")
+                 "join_header", "joined_generation", "synced_generation", "topics", "strategies", "joined_at",
+                 "assignment")
 
     def __init__(self, gm: GroupMember):
         self.gm = gm
@@ -74,6 +75,14 @@ class WireMember:
         self.topics: list[str] = []
         self.strategies: list[str] = []
         self.joined_at = time.monotonic()
+        self.assignment = b""  # the assignment bytes this member got in its last SyncGroup (DescribeGroups)
+
+    def metadata(self, protocol_name: str | None) -> bytes:
+        """The subscription bytes this member sent for ``protocol_name`` (else its first), as Kafka keeps them."""
+        for name, data in self.protocols:
+            if name == protocol_name:
+                return data
+        return self.protocols[0][1] if self.protocols else b""
 
 
 class WireGroup:
@@ -355,7 +364,15 @@ class GroupCoordinator:
                 assigned: dict[str, list[int]] = {}
                 for t, p in state["assignment"].get(gm.member_id, []):
                     assigned.setdefault(t, []).append(p)
-                return self._sync_answer(header, 0, protocol.encode_assignment(assigned))
+                # user_data written the way this member writes it in its subscription (an empty value, as
+                # kafka-python and aiokafka send, or null, as the Java client does): what a client-side leader of
+                # its own kind would have sent
+                try:
+                    empty = protocol.decode_subscription(m.metadata(state.get("protocol")))["user_data"] == b""
+                except Exception:  # noqa: BLE001  (a subscription we cannot read: null user data)
+                    empty = False
+                m.assignment = protocol.encode_assignment(assigned, b"" if empty else None)
+                return self._sync_answer(header, 0, m.assignment)
             if time.monotonic() > deadline:
                 return self._sync_answer(header, RebalanceInProgressError.code, b"")
             gm.heartbeat()
@@ -400,7 +417,12 @@ class GroupCoordinator:
 
     def check_commit(self, group_id: str, member_id: str, generation: int) -> int:
         if generation < 0 and not member_id:
-            return 0  # a commit from outside the group (admin, a consumer without group management): Kafka's too
+            # a commit from outside the group (admin, a consumer without group management): Kafka takes it while the
+            # group is empty and answers UNKNOWN_MEMBER_ID while it has members (their positions are theirs)
+            cg = self.classic.groups.get(group_id)
+            if (cg is not None and cg.members) or (group_id and self._has_members(group_id)):
+                return UnknownMemberIdError.code
+            return 0
         if not group_id:
             return InvalidGroupIdError.code
         cg = self.classic.groups.get(group_id)

@@ -608,19 +608,14 @@ def _field_codec(name, typ, sub, version, flexible, nullable):
     return _scalar_reader(typ, flexible, nullable), _scalar_writer(typ, flexible, nullable)
 
 
-def _compile_all():
-    out = {}
-    for key, api in schemas.APIS.items():
-        lo, hi = api["versions"]
-        for version in range(lo, hi + 1):
-            flexible = is_flexible(key, version)
-            for response, rows in ((False, api["request"]), (True, api["response"])):
-                kind = "Response" if response else "Request"
-                out[key, version, response] = _Struct(api["name"] + kind, rows, version, flexible)
-    return out
+def _compile(key: int, version: int, response: bool) -> _Struct:
+    api = schemas.APIS[key]
+    kind = "Response" if response else "Request"
+    return _Struct(api["name"] + kind, api["response" if response else "request"], version, is_flexible(key, version))
 
 
-_MESSAGES: dict[tuple[int, int, bool], _Struct] = _compile_all()
+# (key, version, response) -> its codec, compiled on first use (compiling every table costs ~50 ms at start-up)
+_MESSAGES: dict[tuple[int, int, bool], _Struct] = {}
 _SUBSCRIPTION = {v: _Struct("ConsumerProtocolSubscription", schemas.CONSUMER_PROTOCOL_SUBSCRIPTION, v, False)
                  for v in range(4)}
 _ASSIGNMENT = {v: _Struct("ConsumerProtocolAssignment", schemas.CONSUMER_PROTOCOL_ASSIGNMENT, v, False)
@@ -631,10 +626,13 @@ def _message(api_key: int, api_version: int, response: bool) -> _Struct:
     try:
         return _MESSAGES[api_key, api_version, response]
     except KeyError:
-        name = API_NAMES.get(api_key, f"API key {api_key}")
         have = SUPPORTED.get(api_key)
-        detail = f"supported {have[0]}-{have[1]}" if have else "unknown API key"
-        raise UnsupportedVersionError(f"{name} v{api_version} is not supported ({detail})") from None
+        if have is None or not have[0] <= api_version <= have[1]:
+            name = API_NAMES.get(api_key, f"API key {api_key}")
+            detail = f"supported {have[0]}-{have[1]}" if have else "unknown API key"
+            raise UnsupportedVersionError(f"{name} v{api_version} is not supported ({detail})") from None
+    # two threads compiling the same message at once both get a correct codec; the dict keeps one
+    return _MESSAGES.setdefault((api_key, api_version, response), _compile(api_key, api_version, response))
 
 
 def _view(frame) -> memoryview:
@@ -687,22 +685,25 @@ def decode_request(api_key: int, api_version: int, frame, offset: int) -> dict:
 
     Truncation, bad lengths or trailing bytes → InvalidRequestError; unknown (key, version) →
     UnsupportedVersionError. Bytes and records fields are memoryview slices of ``frame``.
+
+    Trailing bytes after a flexible version's last tagged-field section are ignored, as Kafka's parser ignores them:
+    librdkafka 2.16 ends its all-topics Metadata v9+ request with bytes past the body, and Kafka serves it.
     """
     msg = _message(api_key, api_version, False)
     mv = _view(frame)
     if not 0 <= offset <= len(mv):
         raise InvalidRequestError(f"{_what(api_key, api_version, 'request')}: body offset {offset} outside the frame")
-    return _decode(msg, mv, offset, _what(api_key, api_version, "request"))
+    return _decode(msg, mv, offset, _what(api_key, api_version, "request"), trailing_ok=msg.flexible)
 
 
-def _decode(msg: _Struct, mv: memoryview, offset: int, what: str) -> dict:
+def _decode(msg: _Struct, mv: memoryview, offset: int, what: str, trailing_ok: bool = False) -> dict:
     try:
         body, pos = msg.read(mv, offset)
     except _Bad as bad:
         raise _invalid(what, bad) from None
     except (struct.error, UnicodeDecodeError) as exc:
         raise _invalid(what, _bad_from(exc, "")) from None
-    if pos != len(mv):
+    if pos != len(mv) and not trailing_ok:
         raise InvalidRequestError(f"{what}: {len(mv) - pos} trailing bytes after the last field")
     return body
 

@@ -121,12 +121,15 @@ LIST_OFFSETS = {
 }
 
 METADATA = {
-    "key": 3, "name": "Metadata", "versions": (0, 4), "flexible": 9,
+    "key": 3, "name": "Metadata", "versions": (0, 12), "flexible": 9,
     "request": (
-        ("topics", "[]MetadataRequestTopic", "0+", {"nullable": "1+"}, (
-            ("name", "string", "0+", {}),
+        ("topics", "[]MetadataRequestTopic", "0+", {'nullable': '1+'}, (
+            ("topic_id", "uuid", "10+", {}),
+            ("name", "string", "0+", {'nullable': '10+'}),
         )),
-        ("allow_auto_topic_creation", "bool", "4+", {"default": True}),
+        ("allow_auto_topic_creation", "bool", "4+", {'default': True}),
+        ("include_cluster_authorized_operations", "bool", "8-10", {}),
+        ("include_topic_authorized_operations", "bool", "8+", {}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "3+", {}),
@@ -134,22 +137,27 @@ METADATA = {
             ("node_id", "int32", "0+", {}),
             ("host", "string", "0+", {}),
             ("port", "int32", "0+", {}),
-            ("rack", "string", "1+", {"nullable": "1+", "default": None}),
+            ("rack", "string", "1+", {'nullable': '1+', 'default': None}),
         )),
-        ("cluster_id", "string", "2+", {"nullable": "2+", "default": None}),
-        ("controller_id", "int32", "1+", {"default": -1}),
+        ("cluster_id", "string", "2+", {'nullable': '2+', 'default': None}),
+        ("controller_id", "int32", "1+", {'default': -1}),
         ("topics", "[]MetadataResponseTopic", "0+", {}, (
             ("error_code", "int16", "0+", {}),
-            ("name", "string", "0+", {}),
-            ("is_internal", "bool", "1+", {"default": False}),
+            ("name", "string", "0+", {'nullable': '12+'}),
+            ("topic_id", "uuid", "10+", {}),
+            ("is_internal", "bool", "1+", {'default': False}),
             ("partitions", "[]MetadataResponsePartition", "0+", {}, (
                 ("error_code", "int16", "0+", {}),
                 ("partition_index", "int32", "0+", {}),
                 ("leader_id", "int32", "0+", {}),
+                ("leader_epoch", "int32", "7+", {'default': -1}),
                 ("replica_nodes", "[]int32", "0+", {}),
                 ("isr_nodes", "[]int32", "0+", {}),
+                ("offline_replicas", "[]int32", "5+", {}),
             )),
+            ("topic_authorized_operations", "int32", "8+", {'default': -2147483648}),
         )),
+        ("cluster_authorized_operations", "int32", "8-10", {'default': -2147483648}),
     ),
 }
 
@@ -336,7 +344,7 @@ API_VERSIONS = {
 }
 
 CREATE_TOPICS = {
-    "key": 19, "name": "CreateTopics", "versions": (2, 4), "flexible": 5,
+    "key": 19, "name": "CreateTopics", "versions": (2, 7), "flexible": 5,
     "request": (
         ("topics", "[]CreatableTopic", "0+", {}, (
             ("name", "string", "0+", {}),
@@ -348,21 +356,33 @@ CREATE_TOPICS = {
             )),
             ("configs", "[]CreatableTopicConfig", "0+", {}, (
                 ("name", "string", "0+", {}),
-                ("value", "string", "0+", {"nullable": "0+"}),
+                ("value", "string", "0+", {'nullable': '0+'}),
             )),
         )),
-        ("timeout_ms", "int32", "0+", {"default": 60000}),
-        ("validate_only", "bool", "1+", {"default": False}),
+        ("timeout_ms", "int32", "0+", {'default': 60000}),
+        ("validate_only", "bool", "1+", {'default': False}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "2+", {}),
         ("topics", "[]CreatableTopicResult", "0+", {}, (
             ("name", "string", "0+", {}),
+            ("topic_id", "uuid", "7+", {}),
             ("error_code", "int16", "0+", {}),
-            ("error_message", "string", "1+", {"nullable": "0+"}),
+            ("error_message", "string", "1+", {'nullable': '0+'}),
+            ("topic_config_error_code", "int16", "5+", {'tag': 0, 'tagged': '5+'}),
+            ("num_partitions", "int32", "5+", {'default': -1}),
+            ("replication_factor", "int16", "5+", {'default': -1}),
+            ("configs", "[]CreatableTopicConfigs", "5+", {'nullable': '5+'}, (
+                ("name", "string", "5+", {}),
+                ("value", "string", "5+", {'nullable': '5+'}),
+                ("read_only", "bool", "5+", {}),
+                ("config_source", "int8", "5+", {'default': -1}),
+                ("is_sensitive", "bool", "5+", {}),
+            )),
         )),
     ),
 }
+
 
 DELETE_TOPICS = {
     "key": 20, "name": "DeleteTopics", "versions": (1, 3), "flexible": 4,

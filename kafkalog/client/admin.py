@@ -198,6 +198,9 @@ def _broker_key(key: str) -> str:
 
 
 TOPIC_KEYS = tuple(k for k, spec in CONFIG_KEYS.items() if spec.scope == TOPIC)
+# topic keys whose broker synonym (log.retention.ms, log.roll.ms, log.roll.jitter.ms, log.flush.interval.ms) has no
+# default in Kafka (the default lives in an hours/scheduler key): Kafka lists no DEFAULT_CONFIG synonym for them
+_NO_DEFAULT_SYNONYM = frozenset({"retention.ms", "segment.ms", "segment.jitter.ms", "flush.ms"})
 
 
 def _topic_config_entries(store_config: Config, topic_overrides: dict, include_synonyms: bool) -> dict:
@@ -218,7 +221,8 @@ def _topic_config_entries(store_config: Config, topic_overrides: dict, include_s
                              "source": "STATIC_BROKER_CONFIG"})
         if key not in topic_overrides and key not in store_overrides:
             source, value = "DEFAULT_CONFIG", spec.default
-        synonyms.append({"name": _broker_key(key), "value": _render(spec.default), "source": "DEFAULT_CONFIG"})
+        if key not in _NO_DEFAULT_SYNONYM:
+            synonyms.append({"name": _broker_key(key), "value": _render(spec.default), "source": "DEFAULT_CONFIG"})
         out[key] = {
             "value": _render(value),
             "read_only": False,

@@ -153,7 +153,9 @@ def test_configs_are_described_altered_and_applied_to_the_log(own_broker, topic_
         assert c["retention.ms"]["value"] == "604800000" and c["retention.ms"]["config_source"] == 5  # DEFAULT_CONFIG
         assert c["retention.ms"]["config_type"] == 5 and c["retention.ms"]["documentation"]  # LONG
         assert c["cleanup.policy"]["config_source"] == 1  # DYNAMIC_TOPIC_CONFIG
-        assert [s["name"] for s in c["retention.ms"]["synonyms"]] == ["log.retention.ms"]
+        assert c["retention.ms"]["synonyms"] == []  # as Kafka: log.retention.ms has no default of its own
+        assert [(s["name"], s["source"]) for s in c["max.message.bytes"]["synonyms"]] == [
+            ("message.max.bytes", 5)]
         assert set(_configs(w, t, keys=["segment.bytes"])) == {"segment.bytes"}
 
         def incremental(*ops, validate_only=False):

@@ -116,6 +116,8 @@ def _prim_to_kio(kt, value):
 def to_kio(cls, d):
     kwargs = {}
     for f in dataclasses.fields(cls):
+        if _our_name(f) not in d and f.metadata.get("tag") is not None:
+            continue  # a tagged field (kafkalog never writes one): kio's default, which it does not write either
         value = d[_our_name(f)]
         fc = classify_field(f)
         kt = f.metadata.get("kafka_type")
@@ -294,8 +296,8 @@ def test_every_supported_version_is_tested_and_kio_knows_it():
         assert load_request_schema(key, version).__api_key__ == key
         assert load_response_schema(key, version).__api_key__ == key
     assert protocol.SUPPORTED == {
-        0: (3, 7), 1: (4, 11), 2: (1, 7), 3: (0, 4), 8: (2, 3), 9: (1, 3), 10: (0, 2), 11: (0, 5), 12: (0, 3),
-        13: (0, 1), 14: (0, 3), 17: (0, 1), 18: (0, 4), 19: (2, 4), 20: (1, 3), 21: (0, 1), 22: (0, 1), 36: (0, 1),
+        0: (3, 7), 1: (4, 11), 2: (1, 7), 3: (0, 12), 8: (2, 3), 9: (1, 3), 10: (0, 2), 11: (0, 5), 12: (0, 3),
+        13: (0, 1), 14: (0, 3), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 3), 21: (0, 1), 22: (0, 1), 36: (0, 1),
         48: (0, 0), 49: (0, 0),
         # the admin APIs (flexible versions included)
         15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 4), 37: (0, 3),
@@ -375,9 +377,12 @@ def test_missing_keys_take_schema_defaults():
     frame = protocol.encode_request(3, 4, 1, None, {})
     h, off = protocol.read_request_header(frame[4:])
     assert h.client_id is None
-    assert protocol.decode_request(3, 4, frame[4:], off) == {"topics": None, "allow_auto_topic_creation": True}
+    absent = {"include_cluster_authorized_operations": False, "include_topic_authorized_operations": False}
+    assert protocol.decode_request(3, 4, frame[4:], off) == {"topics": None, "allow_auto_topic_creation": True,
+                                                              **absent}
     frame = protocol.encode_request(3, 0, 1, "x", {})
-    assert protocol.decode_request(3, 0, frame[4:], 11) == {"topics": [], "allow_auto_topic_creation": True}
+    assert protocol.decode_request(3, 0, frame[4:], 11) == {"topics": [], "allow_auto_topic_creation": True,
+                                                             **absent}
 
 
 def test_decoded_dicts_carry_defaults_of_fields_the_version_lacks():
@@ -532,8 +537,12 @@ def test_truncated_at_every_byte_raises_invalid_request(index):
             protocol.decode_request(h.api_key, h.api_version, frame[:cut], off)
         if cut >= offset:
             assert f"{protocol.API_NAMES[header.api_key]} v{header.api_version} request" in str(info.value)
-    with pytest.raises(InvalidRequestError, match="2 trailing bytes"):
-        protocol.decode_request(header.api_key, header.api_version, frame + b"\x00\x00", offset)
+    if protocol.is_flexible(header.api_key, header.api_version):  # ignored after the tagged fields, as Kafka
+        assert protocol.decode_request(header.api_key, header.api_version, frame + b"\x00\x00", offset) == \
+            protocol.decode_request(header.api_key, header.api_version, frame, offset)
+    else:
+        with pytest.raises(InvalidRequestError, match="2 trailing bytes"):
+            protocol.decode_request(header.api_key, header.api_version, frame + b"\x00\x00", offset)
 
 
 def _produce_frame(records_len=None, records=b"R" * 10, name_len=None, count=None):
@@ -591,10 +600,19 @@ def test_flexible_bad_varints():
                         (b"\x80", "truncated varint"), (b"\x00\x021\x00", "null string in a non-nullable"),
                         (b"\x09kl", "string length 8 past the end"), (b"\x01\x01", "truncated varint"),
                         (b"\x01\x01\x10", "tagged field count 16 past the end"),
-                        (b"\x01\x01\x01\x00\x05ab", "tagged field of 5 bytes past the end"),
-                        (b"\x01\x01\x00\x00", "1 trailing bytes")]:
+                        (b"\x01\x01\x01\x00\x05ab", "tagged field of 5 bytes past the end")]:
         with pytest.raises(InvalidRequestError, match=match):
             protocol.decode_request(18, 3, base + body, len(base))
+    # bytes after a flexible request's tagged fields are ignored, as Kafka's parser ignores them (librdkafka 2.16
+    # sends such Metadata requests); a non-flexible request with trailing bytes is still refused
+    assert protocol.decode_request(18, 3, base + b"\x01\x01\x00\x00", len(base)) == {
+        "client_software_name": "", "client_software_version": ""}
+    all_topics = protocol.encode_request(3, 12, 1, "rdkafka", {"topics": None, "allow_auto_topic_creation": False})
+    h, off = protocol.read_request_header(all_topics[4:])
+    assert protocol.decode_request(3, 12, all_topics[4:] + b"\x01\x00\x00", off)["topics"] is None
+    v4 = protocol.encode_request(3, 4, 1, "x", {"topics": None})
+    with pytest.raises(InvalidRequestError, match="1 trailing bytes"):
+        protocol.decode_request(3, 4, v4[4:] + b"\x00", protocol.read_request_header(v4[4:])[1])
     with pytest.raises(InvalidRequestError, match="header: tagged fields"):
         protocol.read_request_header(base[:-1] + b"\x01\x00\x09")
 

@@ -71,14 +71,14 @@ def test_api_versions_lists_exactly_the_matrix(broker):
             assert resp["error_code"] == 0
             got = {k["api_key"]: (k["min_version"], k["max_version"]) for k in resp["api_keys"]}
             assert got == ADVERTISED
-    # the matrix of the issue: Produce 0-7 (3-7 accepted), Fetch 4-11, ...; produce, fetch, metadata, offsets, groups,
-    # topics, SASL and quotas stay non-flexible; flexible: ApiVersions 3-4, ListOffsets 6-7 (v7: the max-timestamp
-    # lookup Kafka 4's kafka-get-offsets --time -3 needs) and the admin APIs (issue 12), at the versions Kafka 4's
-    # clients and tools pick
+    # the matrix of the issue: Produce 0-7 (3-7 accepted), Fetch 4-11, ...; produce, fetch, offsets, groups and
+    # SASL stay non-flexible; flexible: ApiVersions 3-4, ListOffsets 6-7 (v7: the max-timestamp lookup of
+    # kafka-get-offsets --time -3), Metadata 9-12 (10+: topic ids), CreateTopics 5-7 (what was made) and the admin
+    # APIs (issue 12), at the versions Kafka 4's clients and tools pick; Fetch stays below 13 (no topic ids there)
     assert ADVERTISED[0] == (0, 7) and ADVERTISED[1] == (4, 11) and ADVERTISED[18] == (0, 4)
-    assert ADVERTISED[2] == (1, 7)
+    assert ADVERTISED[2] == (1, 7) and ADVERTISED[3] == (0, 12)
     assert {k for k in ADVERTISED if protocol.is_flexible(k, ADVERTISED[k][1])} == {
-        2, 18, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75}
+        2, 3, 18, 19, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75}
 
 
 def test_api_versions_unknown_version_answers_v0_with_error_35(broker):
@@ -99,7 +99,7 @@ def _frame(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-@pytest.mark.parametrize("key,version", [(0, 2), (0, 0), (1, 3), (1, 12), (3, 9), (11, 6), (77, 0)])
+@pytest.mark.parametrize("key,version", [(0, 2), (0, 0), (1, 3), (1, 12), (3, 13), (11, 6), (77, 0)])
 def test_unsupported_version_or_unknown_api_closes_the_connection(broker, topic, key, version):
     with Wire(broker.port) as other:
         assert other.produce(topic, 0, batch([b"kept"]))["error_code"] == 0

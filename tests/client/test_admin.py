@@ -431,10 +431,11 @@ def test_describe_configs_key_selection_synonyms_and_kafka_python_resources(open
         assert sorted(entries) == ["retention.ms", "segment.ms"]
         assert entries["retention.ms"]["synonyms"] == [
             {"name": "retention.ms", "value": "7000", "source": "DYNAMIC_TOPIC_CONFIG"},
-            {"name": "log.retention.ms", "value": "5000", "source": "STATIC_BROKER_CONFIG"},
-            {"name": "log.retention.ms", "value": "604800000", "source": "DEFAULT_CONFIG"}]
-        assert entries["segment.ms"]["synonyms"] == [
-            {"name": "log.roll.ms", "value": "604800000", "source": "DEFAULT_CONFIG"}]
+            {"name": "log.retention.ms", "value": "5000", "source": "STATIC_BROKER_CONFIG"}]
+        # no DEFAULT_CONFIG synonym: Kafka's log.retention.ms has no default of its own (log.retention.hours has)
+        assert entries["segment.ms"]["synonyms"] == []  # the same for log.roll.ms (log.roll.hours has the default)
+        assert entries["segment.ms"]["value"] == "604800000" and entries["segment.ms"]["config_source"] == \
+            "DEFAULT_CONFIG"
 
 
 def test_describe_configs_errors(admin):

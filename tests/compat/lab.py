@@ -537,7 +537,14 @@ def _fmt(v) -> str:
 
 def diff_answers(kafka_answer, kafkalog_answer, ignore=(), path: str = "") -> list[str]:
     """Field-by-field differences between two answers (dicts, lists, tuples, sets, scalars), one line each:
-    ``path: kafka=X kafkalog=Y``. ``ignore``: field paths (fnmatch patterns: ``"*.timestamp"``, ``"brokers[*]"``)."""
+    ``path: kafka=X kafkalog=Y``. ``ignore``: field paths (fnmatch patterns: ``"*.timestamp"``, ``"brokers[*]"``;
+    a ``[`` is literal, so ``[*]`` matches any index)."""
+    ignore = tuple(pat.replace("[", "[[]") for pat in ignore if "[[]" not in pat) + tuple(
+        pat for pat in ignore if "[[]" in pat)
+    return _diff(kafka_answer, kafkalog_answer, ignore, path)
+
+
+def _diff(kafka_answer, kafkalog_answer, ignore, path: str) -> list[str]:
     import fnmatch
     if path and any(fnmatch.fnmatchcase(path, pat) for pat in ignore):
         return []
@@ -554,7 +561,7 @@ def diff_answers(kafka_answer, kafkalog_answer, ignore=(), path: str = "") -> li
                 if not any(fnmatch.fnmatchcase(sub, pat) for pat in ignore):
                     out.append(f"{sub}: kafka=<missing> kafkalog={_fmt(b[k])}")
             else:
-                out += diff_answers(a[k], b[k], ignore, sub)
+                out += _diff(a[k], b[k], ignore, sub)
         return out
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         out = []
@@ -565,7 +572,7 @@ def diff_answers(kafka_answer, kafkalog_answer, ignore=(), path: str = "") -> li
             elif i >= len(a):
                 out.append(f"{sub}: kafka=<missing> kafkalog={_fmt(b[i])}")
             else:
-                out += diff_answers(a[i], b[i], ignore, sub)
+                out += _diff(a[i], b[i], ignore, sub)
         if len(a) != len(b):
             out.insert(0, f"{where}: kafka has {len(a)} items, kafkalog {len(b)}")
         return out
