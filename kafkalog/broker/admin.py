@@ -16,9 +16,16 @@ import os
 import shutil
 import uuid
 
-from ..client.admin import INTERNAL_TOPICS, _broker_key, _config_type, _render, _topic_config_entries
+from ..client.admin import (
+    _NO_DEFAULT_SYNONYM,
+    INTERNAL_TOPICS,
+    _broker_key,
+    _config_type,
+    _render,
+    _topic_config_entries,
+)
 from ..client.group import describe_group, group_dir, known_groups
-from ..config import BROKER, CONFIG_KEYS, STORE, TOPIC, Config
+from ..config import BROKER, CONFIG_KEYS, STORE, SYNONYMS, TOPIC, Config
 from ..errors import (
     DuplicateResourceError,
     GroupIdNotFoundError,
@@ -308,14 +315,29 @@ def _broker_entries(s) -> dict:
             name, value, static = _broker_key(key), s.store.config[key], key in store_overrides
         else:
             continue
-        sensitive = "password" in name or name.endswith(".jaas.config")
-        source = "STATIC_BROKER_CONFIG" if static else "DEFAULT_CONFIG"
-        out[name] = {"value": None if sensitive else _render(value), "read_only": True,
-                     "config_source": source, "is_default": not static, "is_sensitive": sensitive,
-                     "synonyms": [{"name": name, "value": None if sensitive else _render(value), "source": source}],
-                     "config_type": "PASSWORD" if sensitive else _config_type_any(key),
-                     "documentation": spec.doc}
+        if spec.scope == TOPIC and not static and key in _NO_DEFAULT_SYNONYM:
+            value = None  # Kafka's log.retention.ms & co. have no default of their own (the hours key has it)
+        _put_broker_entry(out, name, key, value, static, spec.doc)
+    # the coarser broker keys Kafka also lists (log.retention.hours=168, log.roll.hours=168, ...): the same setting
+    for name, (key, mult) in SYNONYMS.items():
+        if mult == 1 or name in out:
+            continue
+        static = key in store_overrides
+        ms = s.store.config[key]
+        # set (any of the synonyms, in the store's config): shown in each unit it divides; else Kafka's defaults
+        # (log.retention.hours=168 beside a null log.retention.minutes)
+        value = ms // mult if ms % mult == 0 and (static or name.endswith(".hours")) else None
+        _put_broker_entry(out, name, key, value, static and value is not None, CONFIG_KEYS[key].doc)
     return out
+
+
+def _put_broker_entry(out: dict, name: str, key: str, value, static: bool, doc: str) -> None:
+    sensitive = "password" in name or name.endswith(".jaas.config")
+    source = "STATIC_BROKER_CONFIG" if static else "DEFAULT_CONFIG"
+    shown = None if sensitive or value is None else _render(value)
+    out[name] = {"value": shown, "read_only": True, "config_source": source, "is_default": not static,
+                 "is_sensitive": sensitive, "synonyms": [{"name": name, "value": shown, "source": source}],
+                 "config_type": "PASSWORD" if sensitive else _config_type_any(key), "documentation": doc}
 
 
 def _config_type_any(key: str) -> str:

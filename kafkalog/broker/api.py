@@ -75,7 +75,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
 }
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
-TRANSACTIONS_UNSUPPORTED = ("kafkalog does not implement Kafka transactions (transactional.id): use the idempotent "
+TRANSACTIONS_UNSUPPORTED = ("kafkalog does not support Kafka transactions (transactional.id): use the idempotent "
                             "producer (enable.idempotence=true, no transactional.id), which kafkalog serves")
 AUTO_CREATE_PER_REQUEST = 32  # topics one Metadata request may auto-create
 LEADER_NOT_AVAILABLE = 5
