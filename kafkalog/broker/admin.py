@@ -538,7 +538,9 @@ def describe_topic_partitions(s, ctx, header, frame, offset):
             t["error_code"] = UnknownTopicOrPartitionError.code
             topics.append(t)
             continue
-        tid = yield s.loop.run_in_executor(None, s.store.topic_id, name)
+        tid = s.store.cached_topic_id(name)
+        if tid is None:
+            tid = yield s.loop.run_in_executor(None, s.store.topic_id, name)
         t["topic_id"] = _uuid(tid)
         first = cursor["partition_index"] if cursor is not None and name == cursor["topic_name"] else 0
         if left <= 0:

@@ -477,7 +477,10 @@ def metadata(s: Services, ctx, header, frame, offset):
                              "replica_nodes": [s.node_id], "isr_nodes": [s.node_id], "offline_replicas": []}
                             for p in range(n)]}
         if v >= 10 and n:
-            t["topic_id"] = _topic_uuid((yield s.loop.run_in_executor(None, s.store.topic_id, name)))
+            tid = s.store.cached_topic_id(name)  # no file touched: a Metadata of every topic stays on the loop
+            if tid is None:  # a topic of an older kafkalog gets its id (a registry write): off the loop
+                tid = yield s.loop.run_in_executor(None, s.store.topic_id, name)
+            t["topic_id"] = _topic_uuid(tid)
         if want_ops and n:
             t["topic_authorized_operations"] = _authorized_bits(s, ctx, "TOPIC", name)
         topics.append(t)

@@ -416,6 +416,13 @@ class LogStore:
                 return tid
         return None
 
+    def cached_topic_id(self, name: str) -> str | None:
+        """The topic's id as the registry last read holds it, without touching a file (None when it has none: ask
+        ``topic_id``)."""
+        with self._lock:
+            entry = self._topics.get(name)
+            return entry.get("topic_id") if entry is not None else None
+
     def topic_id(self, name: str) -> str:
         """The topic's id (KIP-516; Kafka's base64 form of a random UUID), made when the topic was created. A topic of
         an older kafkalog gets one on first ask (kept in the registry and in each partition's ``partition.metadata``);
