@@ -53,7 +53,9 @@ def test_a_kill_while_growing_leaves_a_whole_topic(tmp_path, failpoint):
         print("grown")
     """)
     env = dict(os.environ, KAFKALOG_FAILPOINTS=f"{failpoint}=kill")
-    r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=60)
+    # cwd: the data dir, so `-c` imports the installed kafkalog, never a source tree's unbuilt one
+    r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
     assert r.returncode == -9, (failpoint, r.returncode, r.stdout, r.stderr)  # killed at the registry write
     with LogStore(tmp_path) as s:
         n = s.partitions_for("t")
@@ -68,5 +70,5 @@ def test_a_kill_while_growing_leaves_a_whole_topic(tmp_path, failpoint):
             s.create_partitions("t", 4)  # the interrupted grow can be done again
             assert s.partitions_for("t") == 4
     r = subprocess.run([sys.executable, "-m", "kafkalog", "check", str(tmp_path)], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=60, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
