@@ -540,7 +540,12 @@ def describe_topic_partitions(s, ctx, header, frame, offset):
             continue
         tid = s.store.cached_topic_id(name)
         if tid is None:
-            tid = yield s.loop.run_in_executor(None, s.store.topic_id, name)
+            try:
+                tid = yield s.loop.run_in_executor(None, s.store.topic_id, name)
+            except UnknownTopicOrPartitionError:  # deleted meanwhile
+                t["error_code"] = UnknownTopicOrPartitionError.code
+                topics.append(t)
+                continue
         t["topic_id"] = _uuid(tid)
         first = cursor["partition_index"] if cursor is not None and name == cursor["topic_name"] else 0
         if left <= 0:

@@ -479,8 +479,12 @@ def metadata(s: Services, ctx, header, frame, offset):
         if v >= 10 and n:
             tid = s.store.cached_topic_id(name)  # no file touched: a Metadata of every topic stays on the loop
             if tid is None:  # a topic of an older kafkalog gets its id (a registry write): off the loop
-                tid = yield s.loop.run_in_executor(None, s.store.topic_id, name)
-            t["topic_id"] = _topic_uuid(tid)
+                try:
+                    tid = yield s.loop.run_in_executor(None, s.store.topic_id, name)
+                except UnknownTopicOrPartitionError:  # deleted meanwhile
+                    t.update(error_code=UnknownTopicOrPartitionError.code, partitions=[])
+            if tid is not None:
+                t["topic_id"] = _topic_uuid(tid)
         if want_ops and n:
             t["topic_authorized_operations"] = _authorized_bits(s, ctx, "TOPIC", name)
         topics.append(t)
@@ -497,7 +501,13 @@ def _topic_uuid(topic_id: str) -> uuid.UUID:
 
 def _topics_by_id(s: Services) -> dict:
     """{topic id: name} of every topic (a worker thread: a topic of an older kafkalog gets its id here)."""
-    return {_topic_uuid(s.store.topic_id(name)): name for name in s.store.topics()}
+    out = {}
+    for name in s.store.topics():
+        try:
+            out[_topic_uuid(s.store.topic_id(name))] = name
+        except UnknownTopicOrPartitionError:
+            continue  # deleted meanwhile (by another connection or process): no id to find
+    return out
 
 
 # what a topic allows, in Kafka's AclOperation codes (authorized_operations bit n = operation code n)
@@ -869,7 +879,9 @@ def create_topics(s: Services, ctx, header, frame, offset):
             if header.api_version >= 5:  # what was made: partitions, replication, every config with its source
                 r.update(num_partitions=n, replication_factor=1, configs=_created_configs(s, overrides))
                 if header.api_version >= 7 and not req.get("validate_only"):
-                    r["topic_id"] = _topic_uuid((yield s.loop.run_in_executor(None, s.store.topic_id, name)))
+                    tid = s.store.cached_topic_id(name) or (yield s.loop.run_in_executor(None, s.store.topic_id,
+                                                                                          name))
+                    r["topic_id"] = _topic_uuid(tid)
         except TopicAlreadyExistsError as e:
             r["error_code"] = _code(e)
             r["error_message"] = f"Topic '{name}' already exists."  # Kafka's words (the store's name the data dir)
