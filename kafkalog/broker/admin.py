@@ -137,32 +137,38 @@ def _group_view(s, gid: str, with_members: bool = True) -> dict:
             "protocol": (d["protocol"] or "") if d["state"] != "Empty" else "", "members": members}
 
 
+def _listed_groups(s, ids, states) -> list:
+    """ListGroups' entries (a worker thread, one call for the whole listing): a group with only committed offsets
+    is Empty without a file read; a joined group's state comes from its group files or the live coordinator."""
+    joined = set(known_groups(s.store.path))
+    out = []
+    for gid in ids:
+        if gid not in joined and gid not in s.groups.groups and gid not in s.groups.classic.groups:
+            view = {"state": "Empty", "protocol_type": ""}
+        else:
+            try:
+                view = _group_view(s, gid, False)
+            except KafkaError as e:  # a group whose files cannot be read now: left out, the listing goes on
+                log.warning("ListGroups: group %r: %s", gid, e)
+                continue
+        if view["state"] == "Dead" or (states and view["state"].lower() not in states):
+            continue
+        out.append({"group_id": gid, "protocol_type": view["protocol_type"], "group_state": view["state"],
+                    "group_type": CLASSIC})
+    return out
+
+
 def list_groups(s, ctx, header, frame, offset):
     req = _body(ctx, header, frame, offset)
     states = {x.lower() for x in req.get("states_filter") or []}
     types = {x.lower() for x in req.get("types_filter") or []}
     ids = yield s.loop.run_in_executor(None, _group_ids, s)
-    cluster = allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME)
-    out = []
     if types and CLASSIC not in types:
         ids = []  # every group here is a classic group (KIP-848 consumer groups are not served)
-    sl = Slice()
-    for gid in ids:
-        if sl.due():
-            yield
-        if not cluster and not allowed(s, ctx, "DESCRIBE", "GROUP", gid):
-            continue  # Kafka lists only the groups the caller may describe
-        try:
-            view = yield s.loop.run_in_executor(None, _group_view, s, gid, False)
-        except KafkaError as e:  # a group whose files cannot be read now: left out, the listing goes on
-            log.warning("ListGroups: group %r: %s", gid, e)
-            continue
-        if view["state"] == "Dead" or (states and view["state"].lower() not in states):
-            continue
-        out.append({"group_id": gid, "protocol_type": view["protocol_type"], "group_state": view["state"],
-                    "group_type": CLASSIC})
-    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0,
-                                                "groups": out}))
+    if not allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
+        ids = [g for g in ids if allowed(s, ctx, "DESCRIBE", "GROUP", g)]  # only the groups the caller may describe
+    out = yield s.loop.run_in_executor(None, _listed_groups, s, ids, states)
+    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "groups": out})
 
 
 def describe_groups(s, ctx, header, frame, offset):
