@@ -63,6 +63,7 @@ from ..errors import (
 )
 from ..storage import LogStore
 from ..storage.files import FileLock, atomic_write, fsync_dir
+from .source import require_data_dir
 
 _log = logging.getLogger("kafkalog.spark")
 
@@ -282,6 +283,7 @@ def stage_task(path: str, layout: Layout, topic_option: str | None, sink: str, b
     """Executor side of a write: partition each record as the embedded producer would, encode record batches
     (stamped with the sink's producer id and sequence) and stage them. Nothing is visible until the driver
     publishes; on any error this task's staging files are deleted before the error goes on."""
+    require_data_dir(path, "write to it")
     stager = _Stager(path, sink, batch_id, stamp)
     topics = _TopicInfo(path)
     pid, epoch, seq = stamp

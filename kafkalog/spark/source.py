@@ -9,14 +9,19 @@ Where each piece runs (pyspark 4.2+ Python data source API)::
 
 Readers and writers are pickled between those processes, so they hold only plain data (options, resolved offsets)
 and open the data directory inside each call. Executors read the log by path: Spark local mode, or a data
-directory on storage every executor mounts.
+directory on storage every executor mounts; an executor without it fails its task at once, saying to use Spark's
+Kafka source through the broker (``require_data_dir``).
 
 Thread safety: Spark uses each object from one thread; nothing here is shared between threads.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+import socket
 import time
+from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -32,7 +37,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..errors import InvalidConfigError, UnknownTopicOrPartitionError
+from ..errors import InvalidConfigError, KafkaStorageError, UnknownTopicOrPartitionError
 from ..storage import LogStore
 from . import offsets as ofs
 from .arrow import read_range
@@ -69,11 +74,41 @@ class OffsetRange(InputPartition):
         return f"OffsetRange({self.topic}-{self.partition} [{self.start}, {self.end}))"
 
 
+CLUSTER_HINT = ("format(\"kafkalog\") opens the data dir by path, so every executor must see it: Spark local mode, "
+                "or a data dir mounted at the same path on every worker. On a cluster whose executors cannot see "
+                "it, read and write through kafkalog's broker (kafkalog serve) with Spark's own Kafka source and "
+                "sink: format(\"kafka\").option(\"kafka.bootstrap.servers\", \"<broker host>:9092\") with the "
+                "same options (README: From one machine to a cluster).")
+
+
+def require_data_dir(path: str, what: str) -> None:
+    """Executor side, before touching the data dir: it must be here (its meta.properties or topic registry), or the
+    task fails with one message saying what to use instead. Never creates anything at ``path``: on a worker without
+    the mount, that would be a second, empty data dir."""
+    p = Path(path)
+    if (p / "meta.properties").is_file() or (p / ".kafkalog-topics.json").is_file():
+        return
+    where = socket.gethostname()
+    if os.environ.get("SPARK_LOCAL_IP"):
+        where += f" {os.environ['SPARK_LOCAL_IP']}"
+    raise KafkaStorageError(errno.ENOENT, f"this Spark executor ({where}) cannot {what}: the kafkalog data dir "
+                                          f"{path} is not on this host. {CLUSTER_HINT}")
+
+
+def _make_data_dir(path: str) -> None:
+    """Driver side, when a write is planned: a new data dir is made here, where the driver is, so that an executor
+    never makes one of its own (``require_data_dir``)."""
+    p = Path(path)
+    if not ((p / "meta.properties").is_file() or (p / ".kafkalog-topics.json").is_file()):
+        LogStore(path, maintenance=False).close()
+
+
 def _read(o, schema: StructType, part):
     """Executor side: yield the range's Arrow record batches (an empty plan hands in a plain InputPartition)."""
     if not isinstance(part, OffsetRange) or part.end <= part.start:
         return
     pa_schema = to_arrow_schema(schema, timezone="UTC")
+    require_data_dir(o.path, f"read {part.topic}-{part.partition}")
     store = LogStore(o.path, read_only=True)
     try:
         try:
@@ -115,12 +150,16 @@ class KafkaLogDataSource(DataSource):
             raise InvalidConfigError("Save mode Overwrite is not allowed for kafkalog: records are appended to the "
                                      "log. Use .mode(\"append\").")
         o = parse_write_options(self.options)
-        return KafkaLogWriter(o, check_write_schema(schema, o.topic))
+        layout = check_write_schema(schema, o.topic)
+        _make_data_dir(o.path)
+        return KafkaLogWriter(o, layout)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .sink import KafkaLogStreamWriter, check_write_schema
         o = parse_write_options(self.options)
-        return KafkaLogStreamWriter(o, check_write_schema(schema, o.topic))
+        layout = check_write_schema(schema, o.topic)
+        _make_data_dir(o.path)
+        return KafkaLogStreamWriter(o, layout)
 
 
 class KafkaLogBatchReader(DataSourceReader):
