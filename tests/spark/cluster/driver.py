@@ -95,7 +95,7 @@ def kafka_stream_to_files(spark, bootstrap, topic, checkpoint, out_dir, options=
 
 def kafka_write(spark, bootstrap, topic, rows, security=None):
     """A batch write with Spark's Kafka sink: rows of [key, value, partition, headers]."""
-    from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, StringType, StructField, StructType)
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
     schema = StructType([StructField("key", StringType()), StructField("value", StringType()),
                          StructField("partition", IntegerType()),
                          StructField("headers", ArrayType(StructType([StructField("key", StringType()),

@@ -20,7 +20,6 @@ import pytest
 
 import kafkalog
 
-
 from .conftest import PKG_ROOT, SCRAM_PASSWORD, SCRAM_USER, ClusterError
 
 T0 = 1_700_000_000_000
@@ -226,8 +225,10 @@ def test_reads_and_writes_over_sasl_scram(cluster, sasl_broker):
 
 
 def quotas(bootstrap, *args):
+    """`kafkalog quotas` (AlterClientQuotas on the wire), run from outside the repository."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PKG_ROOT), "PYTHONSAFEPATH": "1"}
     r = subprocess.run([sys.executable, "-m", "kafkalog", "quotas", "--bootstrap-server", bootstrap, *args],
-                       capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PKG_ROOT), "PYTHONSAFEPATH": "1"}, cwd="/")
+                       capture_output=True, text=True, timeout=60, env=env, cwd="/")
     assert r.returncode == 0, r.stderr
     return r.stdout
 
