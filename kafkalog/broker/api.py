@@ -360,7 +360,16 @@ def run_sliced(gen):
         step = next(gen)
     except StopIteration as e:
         return e.value
+    if isinstance(step, asyncio.Future):
+        # made before the coroutine runs: when its connection closes first, the coroutine never awaits it, and a
+        # worker's error would be logged as "Future exception was never retrieved" (the awaiting code still gets it)
+        step.add_done_callback(_retrieve)
     return _drive(gen, step)
+
+
+def _retrieve(fut) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def finish(gen):
