@@ -213,6 +213,14 @@ def test_reads_and_writes_over_sasl_scram(cluster, sasl_broker):
     cluster.job("kafka_write", bootstrap=b, topic="secure", rows=data, security=SASL)
     got = engine_rows(sasl_broker.data, "secure")
     assert sorted((r[3], r[0], r[1]) for r in got if r[4] >= 100) == sorted((d[2], d[0], d[1]) for d in data)
+    # a streaming read and write over SASL: the copy holds every record, partition by partition, in order
+    create(b, "secure-copy", 2, SASL_RDKAFKA)
+    n = cluster.job("kafka_stream_copy", bootstrap=b, src="secure", dst="secure-copy", security=SASL,
+                    checkpoint=str(cluster.hidden / "ckpt-secure"), options={"startingOffsets": "earliest"})
+    assert n == 250
+    dst = engine_rows(sasl_broker.data, "secure-copy")
+    for p in range(2):
+        assert [(r[0], r[1].upper()) for r in got if r[3] == p] == [(r[0], r[1]) for r in dst if r[3] == p]
 
     wrong = dict(SASL, **{"sasl.jaas.config": SASL["sasl.jaas.config"].replace(SCRAM_PASSWORD, "not-it")})
     got = cluster.call("kafka_count", bootstrap=b, topic="secure", security=wrong, timeout=180)
