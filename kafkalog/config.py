@@ -104,8 +104,9 @@ CONFIG_KEYS = _keys(
     ConfigKey("compression.type", str, "producer",
               "Codec of batches built by append/append_batch; 'producer' keeps what append_records receives.",
               choices=("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")),
-    ConfigKey("cleanup.policy", str, "delete", "'delete' enables retention and delete-before; 'compact' is "
-              "accepted for Kafka compatibility (no cleaner yet: segments are kept).",
+    ConfigKey("cleanup.policy", str, "delete", "'delete' enables retention and delete-before; 'compact' refuses "
+              "records without a key (INVALID_RECORD), as Kafka does; its cleaner is not built yet: segments are "
+              "kept.",
               validator=lambda v: set(v.replace(" ", "").split(",")) <= {"delete", "compact"}),
     # Kafka topic keys that have no effect on a single node without a cleaner; accepted so that apps and tools
     # that set them (kafka-python's NewTopic, kafka-topics.sh habits) work unchanged.

@@ -162,6 +162,7 @@ class Log:
         ctype = c["compression.type"]
         self._topic_codec = None if ctype == "producer" else codec_id(ctype)
         self._delete_policy = "delete" in c["cleanup.policy"]
+        self._compact = "compact" in c["cleanup.policy"]
 
     def reconfigure(self, config: Config) -> None:
         """Run with a new topic config from now on (LogStore.alter_topic_config): segment size, retention, flush,
@@ -499,6 +500,8 @@ class Log:
 
     def append(self, value, key=None, timestamp: int | None = None, headers=None) -> int:
         """Append one record; returns its offset. In exclusive mode it is staged (see the module docstring)."""
+        if key is None and self._compact:
+            raise self._keyless()
         # Fast path without the Log's lock: BatchBuilder.stage/take/reserve are atomic under the GIL, and every
         # writer of the segment (the drain included) holds the lock and claims its offsets through the builder.
         staged = self._staged
@@ -529,6 +532,11 @@ class Log:
             if self._waiters:
                 self._wake()
             return off
+
+    def _keyless(self) -> InvalidRecordError:
+        # Kafka's LogValidator, word for word: INVALID_RECORD (87) on the wire, nothing of the call appended
+        return InvalidRecordError(f"Compacted topic cannot accept message without key in topic partition "
+                                  f"{self.topic}-{self.partition}.")
 
     def _refresh_time_bounds(self) -> None:
         """Timestamp bounds the staged fast path checks without reading the clock. They only ever err on the
@@ -576,6 +584,8 @@ class Log:
         # a topic whose compression.type names a codec stores that codec whatever the producer used (Kafka's broker
         # recompresses); 'producer' keeps the caller's choice
         codec = self._topic_codec if self._topic_codec is not None else codec_id(compression)
+        if self._compact and (keys is None or any(k is None for k in keys)):
+            raise self._keyless()
         with self._lock:
             self._check_writable()
             if timestamps is not None and not self._log_append_time and (
@@ -648,6 +658,8 @@ class Log:
             pos += batch.size_in_bytes
         if pos != total or not batches:
             raise InvalidRecordError(f"{total - pos} trailing bytes do not form a complete record batch")
+        if self._compact and not decode_columns(buf)["key_valid"].all():
+            raise self._keyless()
         with self._lock:
             self._check_writable()
             with self._locked_append():
@@ -673,8 +685,9 @@ class Log:
         framing right by construction, base offset 0, CreateTime, the topic's codec), given as a writable buffer
         that is stamped in place (base offset; LogAppendTime). No copy and no re-validation, unlike
         append_records. Returns the base offset. A topic with a lower timestamp bound (message.timestamp.before.max.ms)
-        takes the validating path: only a look at every record finds the smallest timestamp."""
-        if self._ts_before != LONG_MAX:
+        takes the validating path: only a look at every record finds the smallest timestamp; so does a compacted
+        topic (every record must have a key)."""
+        if self._ts_before != LONG_MAX or self._compact:
             return self.append_records(batch)[0]
         if not self._log_append_time and self._ts_after != LONG_MAX:
             self._check_timestamp(max_timestamp)

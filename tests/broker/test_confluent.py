@@ -312,3 +312,20 @@ def test_two_members_split_partitions_then_rebalance_on_leave(broker, topic_name
     finally:
         for c in members.values():
             c.close()
+
+
+def test_a_compacted_topic_answers_a_keyless_produce_with_invalid_record(broker):
+    """Over the wire: the batch with a keyless record is refused (INVALID_RECORD, 87) and nothing of it is
+    appended; keyed records before and after it are."""
+    a = admin(broker)
+    a.create_topics([NewTopic("compacted-keys", num_partitions=1, replication_factor=1,
+                              config={"cleanup.policy": "compact"})])["compacted-keys"].result(timeout=15)
+    p = Producer(conf(broker, **{"linger.ms": 0, "message.timeout.ms": 15000, "retries": 0}))
+    results = []
+    for key in (b"k1", None, b"k2"):
+        p.produce("compacted-keys", value=b"v", key=key, partition=0,
+                  on_delivery=lambda err, msg: results.append(err))
+        p.flush(15)
+    assert results[0] is None and results[2] is None, results
+    assert results[1] is not None and results[1].code() == KafkaError.INVALID_RECORD, results
+    assert [(m.offset(), m.key()) for m in read_all(broker, "compacted-keys", 2)] == [(0, b"k1"), (1, b"k2")]

@@ -76,8 +76,9 @@ def admin(store):
 
 
 def fill(store, topic, partitions=1, n=10):
-    for p in range(partitions):
-        store.log(topic, p).append_batch([b"v%d" % i for i in range(n)], timestamps=[T0 + i for i in range(n)])
+    for p in range(partitions):  # keyed: a compacted topic refuses records without a key
+        store.log(topic, p).append_batch([b"v%d" % i for i in range(n)], keys=[b"k%d" % i for i in range(n)],
+                                         timestamps=[T0 + i for i in range(n)])
 
 
 # ---------------------------------------------------------------------------------------------------- oracles

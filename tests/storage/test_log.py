@@ -394,7 +394,7 @@ def test_delete_records_removes_segments_via_deleted_rename(open_store, data_dir
 
 def test_delete_records_needs_delete_policy(open_store):
     store, log = fresh(open_store, topic_config={"cleanup.policy": "compact"})
-    log.append_batch(values(3))
+    log.append_batch(values(3), keys=[b"a", b"b", b"c"])
     with pytest.raises(PolicyViolationError) as e:
         log.delete_records_before(1)
     assert e.value.code == 44
@@ -915,3 +915,36 @@ def test_a_view_takes_in_every_batch_past_a_read_chunk(open_store, last):
     assert la.append_batch([b"z"]) == 14
     assert [len(r.value) for r in la.records()] == [299_900] * 13 + [last, 1]
     assert reader.log_end_offset == 15
+
+
+# ---------------------------------------------------------------------------------------------------- compaction
+
+@pytest.mark.parametrize("mode", ["exclusive", "shared"])
+@pytest.mark.parametrize("policy", ["compact", "compact,delete"])
+def test_a_compacted_topic_refuses_records_without_a_key_on_every_append_path(open_store, mode, policy):
+    """Kafka's LogValidator: a record without a key cannot be compacted, so the whole append is refused with
+    INVALID_RECORD and nothing of it is written; keyed records (tombstones included) go in as usual."""
+    store, log = fresh(open_store, topic_config={"cleanup.policy": policy}, exclusive=mode == "exclusive")
+    assert log.append(b"v", key=b"k") == 0
+    assert log.append(None, key=b"k") == 1  # a tombstone has a key
+    keyless = [
+        lambda: log.append(b"v"),
+        lambda: log.append_batch([b"a", b"b"]),
+        lambda: log.append_batch([b"a", b"b"], keys=[b"k", None]),
+        lambda: log.append_records(build_batch([b"a", b"b"], [b"k", None], [T0, T0])),
+        lambda: log.append_records(build_batch([b"a"], [b"k"], [T0]) + build_batch([b"b"], None, [T0],
+                                                                                     compression=3)),
+        lambda: log.append_built(bytearray(build_batch([b"a"], None, [T0])), 1, T0),
+    ]
+    for i, call in enumerate(keyless):
+        with pytest.raises(InvalidRecordError, match="without key") as e:
+            call()
+        assert e.value.code == 87, i
+    assert log.append_batch([b"x", b"y"], keys=[b"k1", b"k2"]) == 2
+    assert log.append_records(build_batch([b"z"], [b"k3"], [T0], compression=3)) == (4, 4)
+    log.flush()
+    assert [(r.offset, r.key, r.value) for r in log.records()] == [
+        (0, b"k", b"v"), (1, b"k", None), (2, b"k1", b"x"), (3, b"k2", b"y"), (4, b"k3", b"z")]
+    # a topic that stops being compacted takes keyless records again
+    store.alter_topic_config("t", {"cleanup.policy": "delete"})
+    assert store.log("t", 0).append_batch([b"free"]) == 5

@@ -400,7 +400,7 @@ def test_bad_records_are_skipped_not_fatal(open_store):
     store = open_store()
     offsets = OffsetStore(store)
     offsets.commit("g", {TP("t", 0): 1})
-    store.log(OFFSETS_TOPIC).append_batch([b"junk", b"v"], [b"\x00\x01\xff", None])
+    store.log(OFFSETS_TOPIC).append_batch([b"junk", b"v"], [b"\x00\x01\xff", b"\x00"])  # keyed: it is compacted
     offsets.commit("g", {TP("t", 1): 2})
     store.close()
     assert OffsetStore(open_store()).committed_all("g") == {TP("t", 0): OffsetAndMetadata(1, "", None),
