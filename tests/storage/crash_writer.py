@@ -237,8 +237,11 @@ def op_shared_writer(ctx, wid, seed, stop_file, max_batch=6, burst_bytes=0, paus
             time.sleep(rng.random() * pause_s)
             continue
         if deletes and r < 0.13:
+            # anywhere up to the last 100 records, but never keeping more than the newest 300,000 (about 600 MB of
+            # bursts): the soak's disk stays bounded however long it runs (it filled 60 GB in 5 minutes before)
             lso, leo = log.log_start_offset, log.log_end_offset
-            j.note("D", log.delete_records_before(rng.randint(lso, max(lso, leo - 100))), sync=True)
+            low = max(lso, leo - 300_000)
+            j.note("D", log.delete_records_before(rng.randint(low, max(low, leo - 100))), sync=True)
             continue
         if r < 0.6:
             n = rng.randint(1, max_batch)
