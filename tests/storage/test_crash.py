@@ -1077,7 +1077,9 @@ def test_readers_and_tools_see_every_batch_after_a_writer_is_killed(tmp_path, zy
 def _torture(zygote, tmp_path, kills):
     rng = random.Random(SEED)
     data = tmp_path / "data"
-    make_store(data, 0, {"segment.bytes": 6 << 20, "index.interval.bytes": 4096})
+    # deleted segments wait file.delete.delay.ms before their files go: at the default 60 s the writers' churn kept
+    # 40 GB of .deleted files on disk; 5 s keeps the delay (and the readers' open views across it) in play
+    make_store(data, 0, {"segment.bytes": 6 << 20, "index.interval.bytes": 4096, "file.delete.delay.ms": 5000})
     mp = MultiProcess(zygote, tmp_path, data)
     stop = str(mp.stop)
 
