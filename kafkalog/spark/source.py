@@ -85,8 +85,7 @@ def require_data_dir(path: str, what: str) -> None:
     """Executor side, before touching the data dir: it must be here (its meta.properties or topic registry), or the
     task fails with one message saying what to use instead. Never creates anything at ``path``: on a worker without
     the mount, that would be a second, empty data dir."""
-    p = Path(path)
-    if (p / "meta.properties").is_file() or (p / ".kafkalog-topics.json").is_file():
+    if _is_data_dir(path):
         return
     where = socket.gethostname()
     if os.environ.get("SPARK_LOCAL_IP"):
@@ -98,9 +97,14 @@ def require_data_dir(path: str, what: str) -> None:
 def _make_data_dir(path: str) -> None:
     """Driver side, when a write is planned: a new data dir is made here, where the driver is, so that an executor
     never makes one of its own (``require_data_dir``)."""
-    p = Path(path)
-    if not ((p / "meta.properties").is_file() or (p / ".kafkalog-topics.json").is_file()):
+    if not _is_data_dir(path):
         LogStore(path, maintenance=False).close()
+
+
+def _is_data_dir(path: str) -> bool:
+    """A kafkalog data dir (its topic registry) or a Kafka log dir (its meta.properties) is at ``path``."""
+    p = Path(path)
+    return (p / "meta.properties").is_file() or (p / ".kafkalog-topics.json").is_file()
 
 
 def _read(o, schema: StructType, part):
