@@ -51,7 +51,6 @@ information (what the read by path gains). ``--no-apache-kafka`` keeps the kafka
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -246,27 +245,9 @@ def stream_run(spark, data: Path, ckpt: Path, sink: str, max_offsets: int | None
 TOPIC = "t"
 
 
-class Unavailable(Exception):
-    """A part of the Kafka-source section cannot run here (no connector jars, no java, no lab): its cells say n/a."""
-
-
-_LAB = None
-
-
-def compat_lab():
-    """tests/compat/lab.py (Kafka's jars, lab.KafkaBroker, lab.KafkalogServer), imported by path as bench/broker.py
-    imports it."""
-    global _LAB
-    if _LAB is None:
-        path = ROOT / "tests" / "compat" / "lab.py"
-        if not path.is_file():
-            raise Unavailable(f"{path} is missing (the compatibility lab starts Kafka and kafkalog serve)")
-        spec = importlib.util.spec_from_file_location("kafkalog_bench_compat_lab", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-        _LAB = mod
-    return _LAB
+# the lab's import by path and its "not here" error are bench/broker.py's, shared
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from broker import Unavailable, compat_lab  # noqa: E402
 
 
 def spark_kafka_jars(version: str) -> list[Path]:
