@@ -104,23 +104,25 @@ CONFIG_KEYS = _keys(
     ConfigKey("compression.type", str, "producer",
               "Codec of batches built by append/append_batch; 'producer' keeps what append_records receives.",
               choices=("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")),
-    ConfigKey("cleanup.policy", str, "delete", "'delete' enables retention and delete-before; 'compact' refuses "
-              "records without a key (INVALID_RECORD), as Kafka does; its cleaner is not built yet: segments are "
-              "kept.",
+    ConfigKey("cleanup.policy", str, "delete", "'delete' enables retention and delete-before; 'compact' runs the log "
+              "cleaner (the latest record per key is kept below the active segment) and refuses records without a "
+              "key (INVALID_RECORD), as Kafka does; 'compact,delete' does both.",
               validator=lambda v: set(v.replace(" ", "").split(",")) <= {"delete", "compact"}),
-    # Kafka topic keys that have no effect on a single node without a cleaner; accepted so that apps and tools
-    # that set them (kafka-python's NewTopic, kafka-topics.sh habits) work unchanged.
+    # Kafka topic keys that have no effect on a single node; accepted so that apps and tools that set them
+    # (kafka-python's NewTopic, kafka-topics.sh habits) work unchanged.
     ConfigKey("min.insync.replicas", int, 1, "Accepted for compatibility; one node is always in sync.", low=1,
               high=INT_MAX),
     ConfigKey("unclean.leader.election.enable", bool, False, "Accepted for compatibility; no replicas."),
     ConfigKey("preallocate", bool, False, "Accepted for compatibility; .log files are not preallocated."),
-    ConfigKey("delete.retention.ms", int, 86400000, "Accepted for compatibility (compaction tombstones).", low=0,
-              high=LONG_MAX),
-    ConfigKey("min.compaction.lag.ms", int, 0, "Accepted for compatibility (no cleaner yet).", low=0,
-              high=LONG_MAX),
-    ConfigKey("max.compaction.lag.ms", int, LONG_MAX, "Accepted for compatibility (no cleaner yet).", low=1,
-              high=LONG_MAX),
-    ConfigKey("min.cleanable.dirty.ratio", str, "0.5", "Accepted for compatibility (no cleaner yet).",
+    ConfigKey("delete.retention.ms", int, 86400000, "Compaction: a tombstone (null value) is removed by the first "
+              "cleaning after its segment's largest timestamp is older than this.", low=0, high=LONG_MAX),
+    ConfigKey("min.compaction.lag.ms", int, 0, "Compaction: a segment holding a record newer than this is not "
+              "cleaned yet.", low=0, high=LONG_MAX),
+    ConfigKey("max.compaction.lag.ms", int, LONG_MAX, "Compaction: clean whatever the dirty ratio once the first "
+              "dirty record is older than this (segment.ms rolls make the active segment's records cleanable).",
+              low=1, high=LONG_MAX),
+    ConfigKey("min.cleanable.dirty.ratio", str, "0.5", "Compaction: clean when the bytes not cleaned yet are at "
+              "least this share of the log below the active segment.",
               validator=lambda v: v.replace(".", "", 1).isdigit() and 0 <= float(v) <= 1),
     ConfigKey("offsets.topic.num.partitions", int, 1, "Partitions of __consumer_offsets when kafkalog creates it "
               "(Kafka: 50, one coordinator per partition leader; a data dir is one node).", scope=STORE, low=1,
@@ -133,6 +135,17 @@ CONFIG_KEYS = _keys(
               scope=STORE, low=1, high=LONG_MAX),
     ConfigKey("log.retention.check.interval.ms", int, 300000, "How often the store runs retention.", scope=STORE,
               low=1, high=LONG_MAX),
+    ConfigKey("log.cleaner.enable", bool, True, "Run the log cleaner for compacted topics in the maintenance thread.",
+              scope=STORE),
+    ConfigKey("log.cleaner.threads", int, 1, "Accepted with Kafka's meaning; one cleaner runs per process (each "
+              "partition is cleaned by one process at a time).", scope=STORE, low=0, high=INT_MAX),
+    ConfigKey("log.cleaner.dedupe.buffer.size", int, 134217728, "Most memory of one cleaning round's key -> offset "
+              "map (24 bytes a slot); the map is sized to the dirty records, up to this.", scope=STORE,
+              low=1024, high=LONG_MAX),
+    ConfigKey("log.cleaner.io.buffer.load.factor", str, "0.9", "Largest fill of the cleaner's offset map.",
+              scope=STORE, validator=lambda v: v.replace(".", "", 1).isdigit() and 0 < float(v) <= 1),
+    ConfigKey("log.cleaner.backoff.ms", int, 15000, "How often the maintenance thread looks for logs to clean.",
+              scope=STORE, low=1, high=LONG_MAX),
     ConfigKey("log.flush.scheduler.interval.ms", int, 1000,
               "How often the store checks flush.ms (Kafka's default is never; ours: every second).", scope=STORE,
               low=1, high=LONG_MAX),
@@ -257,6 +270,10 @@ SYNONYMS: dict[str, tuple[str, int]] = {
     "log.message.timestamp.before.max.ms": ("message.timestamp.before.max.ms", 1),
     "log.message.timestamp.after.max.ms": ("message.timestamp.after.max.ms", 1),
     "log.cleanup.policy": ("cleanup.policy", 1),
+    "log.cleaner.delete.retention.ms": ("delete.retention.ms", 1),
+    "log.cleaner.min.compaction.lag.ms": ("min.compaction.lag.ms", 1),
+    "log.cleaner.max.compaction.lag.ms": ("max.compaction.lag.ms", 1),
+    "log.cleaner.min.cleanable.ratio": ("min.cleanable.dirty.ratio", 1),
 }
 
 

@@ -9,7 +9,7 @@ Big-endian; CRC-32C over [Attributes, end); with a codec only the records sectio
 Codecs: 0 none, 1 gzip, 2 snappy (xerial framing), 3 lz4 (Kafka's frame), 4 zstd.
 """
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from typing import Final, Literal, TypeAlias, TypedDict
 
 import numpy as np
@@ -335,3 +335,21 @@ def chain_records(chunks: Iterable[tuple[BytesLike, int, int]]) -> RecordStream:
 
 def next_offset_after(buffer: BytesLike, default: int = -1) -> int:
     """Offset after the last complete batch in buffer (headers only); default when there is none."""
+
+class OffsetMap:
+    """Key -> latest offset in bounded memory, for the cleaner (Kafka's SkimpyOffsetMap)."""
+    size: int
+    max_entries: int
+    full: bool
+    latest_offset: int
+    capacity: int
+    memory_bytes: int
+    def __init__(self, memory_bytes: int, load_factor: float = 0.9) -> None: ...
+    def clear(self) -> None: ...
+    def put(self, key: BytesLike, offset: int) -> bool: ...
+    def get(self, key: BytesLike) -> int: ...
+    def add_batches(self, buffer: BytesLike, start: int = 0, stop: int = ...) -> int: ...
+
+def filter_batches(buffer: BytesLike, pos: int, offset_map: OffsetMap, drop_tombstones: bool,
+                   keep_empty: Container[int] = (), out_limit: int = 4194304) -> tuple[bytes, int, int, int]:
+    """The cleaner's copy of whole batches from byte ``pos``: (output, next position, kept, removed)."""

@@ -93,7 +93,8 @@ cnp.import_array()
 
 __all__ = [
     "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
-    "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "iter_batches", "set_base_offset",
+    "OffsetMap", "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "filter_batches",
+    "iter_batches", "set_base_offset",
     "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
 ]
 
@@ -3331,3 +3332,336 @@ def decode_columns(buffer, Py_ssize_t start=0, end=None):
         "batches": nb,
         "next_position": pos,
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Compaction: the cleaner's compiled parts (Kafka's SkimpyOffsetMap and MemoryRecords.filterTo)
+#
+# OffsetMap holds key digest -> latest offset in fixed memory: open addressing over 24-byte slots (two 64-bit digest
+# words, offset + 1; 0 = empty), a power-of-two table filled to at most load_factor. The digest is a 128-bit
+# multiply-rotate hash of the key (two lanes over 16-byte blocks, each finished by a 64-bit avalanche); Kafka uses
+# MD5's 128 bits. Two different keys are confused only when all 128 bits agree.
+
+cdef extern from "stdlib.h" nogil:
+    void *calloc(size_t n, size_t size)
+
+cdef uint64_t _H_C1 = 0x87c37b91114253d5ULL
+cdef uint64_t _H_C2 = 0x4cf5ad432745937fULL
+
+
+cdef inline uint64_t _rotl64(uint64_t x, int r) noexcept nogil:
+    return (x << r) | (x >> (64 - r))
+
+
+cdef inline uint64_t _avalanche(uint64_t k) noexcept nogil:
+    k ^= k >> 33
+    k *= 0xff51afd7ed558ccdULL
+    k ^= k >> 33
+    k *= 0xc4ceb9fe1a85ec53ULL
+    k ^= k >> 33
+    return k
+
+
+cdef inline uint64_t _word(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    """Little-endian load of n (<= 8) bytes."""
+    cdef uint64_t w = 0
+    cdef Py_ssize_t i
+    if n == 8:
+        memcpy(&w, p, 8)
+        return w
+    for i in range(n):
+        w |= (<uint64_t>p[i]) << (8 * i)
+    return w
+
+
+cdef void _key_digest(const unsigned char *p, Py_ssize_t n, uint64_t *out) noexcept nogil:
+    cdef uint64_t h1 = 0x9368e53c2f6af274ULL, h2 = 0x586dcd208f7cd3fdULL, k1, k2
+    cdef Py_ssize_t i = 0, rest
+    while i + 16 <= n:
+        k1 = _word(p + i, 8)
+        k2 = _word(p + i + 8, 8)
+        k1 *= _H_C1
+        k1 = _rotl64(k1, 31)
+        k1 *= _H_C2
+        h1 ^= k1
+        h1 = _rotl64(h1, 27) + h2
+        h1 = h1 * 5 + 0x52dce729
+        k2 *= _H_C2
+        k2 = _rotl64(k2, 33)
+        k2 *= _H_C1
+        h2 ^= k2
+        h2 = _rotl64(h2, 31) + h1
+        h2 = h2 * 5 + 0x38495ab5
+        i += 16
+    rest = n - i
+    if rest > 0:
+        k1 = _word(p + i, rest if rest < 8 else 8)
+        k1 *= _H_C1
+        k1 = _rotl64(k1, 31)
+        k1 *= _H_C2
+        h1 ^= k1
+        if rest > 8:
+            k2 = _word(p + i + 8, rest - 8)
+            k2 *= _H_C2
+            k2 = _rotl64(k2, 33)
+            k2 *= _H_C1
+            h2 ^= k2
+    h1 ^= <uint64_t>n
+    h2 ^= <uint64_t>n
+    h1 += h2
+    h2 += h1
+    h1 = _avalanche(h1)
+    h2 = _avalanche(h2)
+    h1 += h2
+    h2 += h1
+    out[0] = h1
+    out[1] = h2
+
+
+cdef class OffsetMap:
+    """Key -> latest offset in bounded memory, for the cleaner (Kafka's SkimpyOffsetMap).
+
+    ``OffsetMap(memory_bytes, load_factor=0.9)``: a table of 24-byte slots, as many as fit ``memory_bytes``
+    (rounded down to a power of two, at least 16), filled to at most ``load_factor``. ``put`` refuses a new key when
+    the map is full (``full`` turns True); a key already present is always updated. Not thread-safe.
+    """
+    cdef uint64_t *_slots
+    cdef Py_ssize_t _cap
+    cdef Py_ssize_t _mask
+    cdef readonly Py_ssize_t size
+    cdef readonly Py_ssize_t max_entries
+    cdef readonly bint full
+    cdef readonly int64_t latest_offset
+
+    def __cinit__(self, Py_ssize_t memory_bytes, double load_factor=0.9):
+        cdef Py_ssize_t cap = 16
+        if not 0.0 < load_factor <= 1.0:
+            raise ValueError(f"load_factor {load_factor} must be in (0, 1]")
+        while cap * 2 * 24 <= memory_bytes:
+            cap *= 2
+        self._slots = <uint64_t *>calloc(cap * 3, sizeof(uint64_t))
+        if self._slots == NULL:
+            raise MemoryError(f"offset map of {cap * 24} bytes")
+        self._cap = cap
+        self._mask = cap - 1
+        self.max_entries = max(1, <Py_ssize_t>(cap * load_factor))
+        self.size = 0
+        self.full = False
+        self.latest_offset = -1
+
+    def __dealloc__(self):
+        free(self._slots)
+
+    @property
+    def capacity(self):
+        """Slots in the table."""
+        return self._cap
+
+    @property
+    def memory_bytes(self):
+        return self._cap * 24
+
+    def clear(self):
+        memset(self._slots, 0, self._cap * 3 * sizeof(uint64_t))
+        self.size = 0
+        self.full = False
+        self.latest_offset = -1
+
+    cdef inline Py_ssize_t _slot(self, const uint64_t *d) noexcept nogil:
+        """Index of d's slot, or of the empty slot where it would go (linear probing)."""
+        cdef Py_ssize_t i = <Py_ssize_t>(d[0] & <uint64_t>self._mask)
+        cdef uint64_t *s
+        while True:
+            s = self._slots + 3 * i
+            if s[2] == 0 or (s[0] == d[0] and s[1] == d[1]):
+                return i
+            i = (i + 1) & self._mask
+
+    cdef inline int _put(self, const unsigned char *key, Py_ssize_t n, int64_t offset) noexcept nogil:
+        """1 = stored, 0 = refused (a new key and the map is full)."""
+        cdef uint64_t d[2]
+        cdef uint64_t *s
+        _key_digest(key, n, d)
+        s = self._slots + 3 * self._slot(d)
+        if s[2] == 0:
+            if self.size >= self.max_entries:
+                self.full = True
+                return 0
+            s[0] = d[0]
+            s[1] = d[1]
+            self.size += 1
+        s[2] = <uint64_t>(offset + 1)
+        if offset > self.latest_offset:
+            self.latest_offset = offset
+        return 1
+
+    cdef inline int64_t _get(self, const unsigned char *key, Py_ssize_t n) noexcept nogil:
+        cdef uint64_t d[2]
+        cdef uint64_t *s
+        _key_digest(key, n, d)
+        s = self._slots + 3 * self._slot(d)
+        return <int64_t>s[2] - 1   # -1 when empty
+
+    def put(self, key, int64_t offset):
+        """Map ``key`` (bytes-like) to ``offset``; False when the map is full and ``key`` is new."""
+        cdef const unsigned char *p
+        cdef Py_ssize_t n
+        mv = _read_view(key, &p, &n)
+        return bool(self._put(p, n, offset))
+
+    def get(self, key):
+        """The offset mapped for ``key``, or -1."""
+        cdef const unsigned char *p
+        cdef Py_ssize_t n
+        mv = _read_view(key, &p, &n)
+        return self._get(p, n)
+
+    def add_batches(self, buffer, int64_t start=0, int64_t stop=0x7fffffffffffffff):
+        """Map every keyed record with offset in [start, stop) of the whole batches in ``buffer`` (a later record
+        replaces an earlier one of the same key). Control batches and records without a key are skipped. Returns
+        the offset where mapping stopped: ``stop`` or the log end of ``buffer`` when everything fit, else the base
+        offset of the first batch whose keys did not all fit (``full`` is then True; some of that batch's keys may
+        be in the map, which only ever names offsets that exist)."""
+        cdef const unsigned char *p
+        cdef Py_ssize_t n, pos = 0, size
+        cdef BatchHeader h
+        cdef RecordView r
+        cdef const unsigned char *rp
+        cdef const unsigned char *rend
+        cdef int32_t i
+        cdef int rc, codec
+        cdef int64_t off, reached = start
+        cdef Py_ssize_t psz
+        mv = _read_view(buffer, &p, &n)
+        while pos < n:
+            rc = parse_batch_header(p + pos, n - pos, &h)
+            if rc != KL_BATCH_OK:
+                raise InvalidRecordError(f"offset map: {batch_error_message(rc)} at byte {pos}")
+            size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+            if h.base_offset >= stop:
+                return stop
+            if h.base_offset + h.last_offset_delta < start or (h.attributes & KL_CONTROL_FLAG_MASK):
+                pos += size
+                reached = max(reached, h.base_offset + h.last_offset_delta + 1)
+                continue
+            codec = h.attributes & KL_COMPRESSION_CODEC_MASK
+            plain = None
+            if codec == KL_CODEC_NONE:
+                rp = p + pos + KL_RECORD_BATCH_OVERHEAD
+                rend = p + pos + size
+            else:
+                plain = _decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD,
+                                    &h, pos)
+                pmv = _read_view(plain, &rp, &psz)
+                rend = rp + psz
+            for i in range(h.records_count):
+                rc = _read_record(rp, rend, &r)
+                if rc != _REC_OK:
+                    raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, i, h.records_count)}")
+                off = h.base_offset + r.offset_delta
+                if r.key_len >= 0 and start <= off < stop:
+                    if not self._put(r.key, r.key_len, off):
+                        return h.base_offset
+                rp = r.end
+            pos += size
+            reached = max(reached, min(stop, h.base_offset + h.last_offset_delta + 1))
+        return reached
+
+
+cdef inline void _patch_header(unsigned char *o, Py_ssize_t size, int32_t count, int64_t max_ts,
+                               int16_t attributes) noexcept nogil:
+    kl_store_i32(o + KL_LENGTH_OFFSET, <int32_t>(size - KL_LOG_OVERHEAD))
+    kl_store_i16(o + KL_ATTRIBUTES_OFFSET, attributes)
+    kl_store_i64(o + KL_MAX_TIMESTAMP_OFFSET, max_ts)
+    kl_store_i32(o + KL_RECORDS_COUNT_OFFSET, count)
+    kl_store_u32(o + KL_CRC_OFFSET, kl_crc32c(0, o + KL_ATTRIBUTES_OFFSET, size - KL_ATTRIBUTES_OFFSET))
+
+
+def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, bint drop_tombstones, keep_empty=(),
+                   Py_ssize_t out_limit=4 << 20):
+    """The cleaner's copy of whole batches from byte ``pos`` of ``buffer``, until ``out_limit`` output bytes or the
+    end: a record stays when it has a key, no later offset is mapped for its key, and it is not a tombstone (null
+    value) while ``drop_tombstones``. Kafka's batch rules: a batch keeps its base offset, LastOffsetDelta, base
+    timestamp, producer id/epoch/base sequence and leader epoch, and its records their offset and timestamp deltas
+    (so offsets keep their holes); a batch whose records all stay is copied byte for byte; one that loses some is
+    rewritten with the same codec (MaxTimestamp from the kept records, CRC recomputed); one that loses all is
+    dropped, unless its last offset is in ``keep_empty`` (a producer's last batch, a segment's last batch): then its
+    header stays alone (RecordsCount 0, uncompressed), as Kafka keeps such batches. Control batches are copied.
+
+    Returns (output bytes, next position, records kept, records removed)."""
+    cdef const unsigned char *p
+    cdef const unsigned char *rp
+    cdef const unsigned char *rend
+    cdef const unsigned char *src
+    cdef Py_ssize_t n, size, m, psz
+    cdef BatchHeader h
+    cdef RecordView r
+    cdef int32_t i, kept_n
+    cdef int rc, codec
+    cdef int64_t off, found, kept_total = 0, removed_total = 0, max_ts
+    cdef bytearray out = bytearray()
+    cdef bytearray recs
+    cdef bytes part
+    cdef unsigned char *o
+    cdef bint log_append
+    mv = _read_view(buffer, &p, &n)
+    while pos < n and len(out) < out_limit:
+        rc = parse_batch_header(p + pos, n - pos, &h)
+        if rc != KL_BATCH_OK:
+            raise InvalidRecordError(f"cleaner: {batch_error_message(rc)} at byte {pos}")
+        size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+        if h.attributes & KL_CONTROL_FLAG_MASK:
+            out += PyMemoryView_FromMemory(<char *>(p + pos), size, PyBUF_READ)
+            pos += size
+            continue
+        codec = h.attributes & KL_COMPRESSION_CODEC_MASK
+        plain = None
+        if codec == KL_CODEC_NONE:
+            rp = p + pos + KL_RECORD_BATCH_OVERHEAD
+            rend = p + pos + size
+        else:
+            plain = _decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, &h, pos)
+            pmv = _read_view(plain, &rp, &psz)
+            rend = rp + psz
+        src = rp
+        recs = bytearray()
+        kept_n = 0
+        log_append = (h.attributes & KL_TIMESTAMP_TYPE_MASK) != 0
+        max_ts = h.max_timestamp if log_append else -1
+        for i in range(h.records_count):
+            rc = _read_record(rp, rend, &r)
+            if rc != _REC_OK:
+                raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, i, h.records_count)}")
+            off = h.base_offset + r.offset_delta
+            if r.key_len < 0:
+                found = 0x7fffffffffffffff   # Kafka's cleaner discards records without a key
+            else:
+                found = offset_map._get(r.key, r.key_len)
+            if found <= off and not (drop_tombstones and r.value_len < 0):
+                recs += PyMemoryView_FromMemory(<char *>rp, r.end - rp, PyBUF_READ)
+                kept_n += 1
+                if not log_append and h.base_timestamp + r.ts_delta > max_ts:
+                    max_ts = h.base_timestamp + r.ts_delta
+            rp = r.end
+        kept_total += kept_n
+        removed_total += h.records_count - kept_n
+        if kept_n == h.records_count and kept_n > 0:
+            out += PyMemoryView_FromMemory(<char *>(p + pos), size, PyBUF_READ)
+        elif kept_n > 0:
+            if codec == KL_CODEC_NONE:
+                part = bytes(recs)
+            else:
+                part = bytes(_compress(codec, None, <const unsigned char *>PyByteArray_AS_STRING(recs), len(recs)))
+            m = len(out)
+            out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
+            out += part
+            o = <unsigned char *>PyByteArray_AS_STRING(out) + m
+            _patch_header(o, KL_RECORD_BATCH_OVERHEAD + len(part), kept_n, max_ts, h.attributes)
+        elif (h.base_offset + h.last_offset_delta) in keep_empty:
+            m = len(out)
+            out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
+            o = <unsigned char *>PyByteArray_AS_STRING(out) + m
+            _patch_header(o, KL_RECORD_BATCH_OVERHEAD, 0, h.max_timestamp,
+                          h.attributes & ~KL_COMPRESSION_CODEC_MASK)
+        pos += size
+    return bytes(out), pos, kept_total, removed_total

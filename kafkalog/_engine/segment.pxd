@@ -13,7 +13,8 @@ cdef class Mapping:
 cdef class LogSegment:
     cdef readonly object dir                    # partition directory (pathlib.Path)
     cdef readonly int64_t base_offset           # first offset this segment may hold (its file name)
-    cdef readonly object log_path               # <dir>/<20-digit base>.log
+    cdef readonly object log_path               # <dir>/<20-digit base>.log (+ file_suffix)
+    cdef readonly str file_suffix               # "" or a state suffix of every file: ".cleaned", ".swap"
     cdef readonly OffsetIndex offset_index      # None for a read-only opener when the file is missing
     cdef readonly TimeIndex time_index          # idem
     cdef readonly bint writable                 # opened for appends (O_RDWR); readers never modify files

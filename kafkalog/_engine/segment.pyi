@@ -17,6 +17,7 @@ class LogSegment:
     dir: Path
     base_offset: int
     log_path: Path
+    file_suffix: str
     offset_index: OffsetIndex | None
     time_index: TimeIndex | None
     writable: bool
@@ -30,7 +31,7 @@ class LogSegment:
     torn_bytes: int
     def __init__(self, dir: str | Path, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = 10485760, writable: bool = True, reserve_bytes: int = 1 << 30,
-                 create: bool = False) -> None: ...
+                 create: bool = False, file_suffix: str = "") -> None: ...
     def append(self, data: bytes | bytearray | memoryview, expected_next_offset: int = -1) -> int: ...
     def translate_offset(self, offset: int, starting_position: int = 0) -> tuple[int, int, int] | None: ...
     def read(self, start_offset: int, max_size: int, min_one_message: bool = True,

@@ -172,7 +172,8 @@ cdef class LogSegment:
     """One segment: ``.log`` + ``OffsetIndex`` + ``TimeIndex``. Not thread-safe (the Log serialises).
 
     ``LogSegment(dir, base_offset, index_interval_bytes=4096, max_index_size=10485760, writable=True,
-    reserve_bytes=1<<30, create=False)`` opens an existing segment (``create=True`` makes missing files). The tail
+    reserve_bytes=1<<30, create=False, file_suffix="")`` opens an existing segment (``create=True`` makes missing
+    files; ``file_suffix`` is added to every file name: a cleaner's ``.cleaned`` or ``.swap`` segment). The tail
     is loaded from the last index entry (no full scan); ``torn_bytes`` tells how many bytes past the last complete
     batch the file holds (a torn write: the Log recovers or ignores them).
     """
@@ -181,14 +182,15 @@ cdef class LogSegment:
 
     def __init__(self, dir, int64_t base_offset, *, int64_t index_interval_bytes=4096,
                  int64_t max_index_size=10485760, bint writable=True, int64_t reserve_bytes=1 << 30,
-                 bint create=False):
+                 bint create=False, str file_suffix=""):
         cdef struct_stat st
         self.dir = pathlib.Path(dir)
+        self.file_suffix = file_suffix
         self.base_offset = base_offset
         self.writable = writable
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
-        self.log_path = self.dir / segment_file_name(base_offset)
+        self.log_path = self.dir / (segment_file_name(base_offset) + file_suffix)
         self.max_timestamp_so_far = -1
         self.offset_of_max_timestamp_so_far = base_offset
         self.rolling_based_timestamp = -1
@@ -207,8 +209,8 @@ cdef class LogSegment:
         self._indexes_behind = True  # the first refresh() reads the indexes (entries written after we opened)
 
     def _open_indexes(self, bint create):
-        index_path = self.dir / segment_file_name(self.base_offset, ".index")
-        time_path = self.dir / segment_file_name(self.base_offset, ".timeindex")
+        index_path = self.dir / (segment_file_name(self.base_offset, ".index") + self.file_suffix)
+        time_path = self.dir / (segment_file_name(self.base_offset, ".timeindex") + self.file_suffix)
         if self.writable:
             self.offset_index = OffsetIndex(index_path, self.base_offset, self.max_index_size, True)
             self.time_index = TimeIndex(time_path, self.base_offset, self.max_index_size, True)
@@ -779,8 +781,10 @@ cdef class LogSegment:
 
     def files(self):
         """Paths of this segment's files that exist."""
-        return [p for p in (self.log_path, self.dir / segment_file_name(self.base_offset, ".index"),
-                            self.dir / segment_file_name(self.base_offset, ".timeindex")) if p.exists()]
+        return [p for p in (self.log_path,
+                            self.dir / (segment_file_name(self.base_offset, ".index") + self.file_suffix),
+                            self.dir / (segment_file_name(self.base_offset, ".timeindex") + self.file_suffix))
+                if p.exists()]
 
     def rename_deleted(self):
         """Close and rename every file to ``<name>.deleted`` (crash-safe delete, step 1); returns the new paths."""

@@ -1,4 +1,5 @@
-"""The data dir's shared checkpoint files (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``),
+"""The data dir's shared checkpoint files (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+``cleaner-offset-checkpoint``: where each compacted partition's dirty section starts),
 read-modify-written under a file lock so that every writer process of the store can update its partitions.
 
 Thread- and process-safe. A log start offset is fsynced before ``set_log_start`` returns (Kafka writes it every
@@ -10,13 +11,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from .files import LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, FileLock, OffsetCheckpointFile
+from .files import (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, FileLock,
+                    OffsetCheckpointFile)
 
 
 class Checkpoints:
     def __init__(self, root: Path, read_only: bool = False):
         self.recovery_points = OffsetCheckpointFile(root / RECOVERY_POINT_CHECKPOINT)
         self.log_starts = OffsetCheckpointFile(root / LOG_START_OFFSET_CHECKPOINT)
+        self.cleaner_offsets = OffsetCheckpointFile(root / CLEANER_OFFSET_CHECKPOINT)
         self._read_only = read_only
         self._file_lock = None if read_only else FileLock(root / ".kafkalog-checkpoint.lock")
         self._lock = threading.Lock()
@@ -37,6 +40,13 @@ class Checkpoints:
 
     def recovery_point(self, topic: str, partition: int) -> int:
         return self.recovery_points.read().get((topic, partition), 0)
+
+    def cleaner_offset(self, topic: str, partition: int) -> int:
+        """Where the partition's dirty section starts (-1 when it was never cleaned)."""
+        return self.cleaner_offsets.read().get((topic, partition), -1)
+
+    def set_cleaner_offset(self, topic: str, partition: int, offset: int) -> None:
+        self._update(self.cleaner_offsets, {(topic, partition): offset}, keep_max=False)
 
     def _update(self, file: OffsetCheckpointFile, changes: dict, keep_max: bool) -> None:
         with self._lock:
@@ -68,6 +78,8 @@ class Checkpoints:
         gone = {(topic, p): None for p in partitions}
         self._update(self.recovery_points, gone, keep_max=False)
         self._update(self.log_starts, gone, keep_max=False)
+        if self.cleaner_offsets.path.exists():
+            self._update(self.cleaner_offsets, gone, keep_max=False)
 
     def close(self) -> None:
         if self._file_lock is not None:

@@ -61,7 +61,7 @@ from ..errors import (
     storage_error,
 )
 from ..structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp
-from . import failpoints
+from . import cleaner, failpoints
 from .checkpoints import Checkpoints
 from .files import FileLock, fsync_dir
 
@@ -118,6 +118,10 @@ class Log:
         self._ts_lo, self._ts_hi = 0, LONG_MAX
         self._deleted_files: list[tuple[float, Path]] = []
         self._waiters: list = []  # threading.Event objects set on every append (consumers blocked in poll)
+        self._swapped: dict[int, str] = {}  # base -> ".swap": a committed cleaner swap the listing stands on
+        self._gen_fd = -1  # the partition's clean generation file (other processes' cleaners), opened lazily
+        self._clean_gen = 0
+        self._cleaning = threading.Lock()
         self._apply_config(config)
         self._plock = None
         try:
@@ -186,9 +190,10 @@ class Log:
     # ------------------------------------------------------------------------------------------------ loading
 
     def _open_segment(self, base: int, writable: bool, create: bool = False) -> LogSegment:
+        suffix = "" if (create or writable) else self._swapped.get(base, "")
         return LogSegment(self.dir, base, index_interval_bytes=self._index_interval,
                           max_index_size=self._index_bytes, writable=writable,
-                          reserve_bytes=self._reserve() if writable else 0, create=create)
+                          reserve_bytes=self._reserve() if writable else 0, create=create, file_suffix=suffix)
 
     def _clean_leftovers(self) -> list[int]:
         """The loader is the one place that cleans: ``.deleted`` and ``.tmp`` files go, interrupted swaps
@@ -197,14 +202,7 @@ class Log:
         for name in names:
             if name.endswith((".deleted", ".tmp", ".cleaned")):
                 _unlink(self.dir / name)
-        names = os.listdir(self.dir)
-        swaps = [n for n in names if n.endswith(".swap")]
-        for name in sorted(swaps):
-            target = self.dir / name[: -len(".swap")]
-            try:
-                os.replace(self.dir / name, target)
-            except OSError as e:
-                raise storage_error(e, "rename", self.dir / name) from None
+        self._complete_swaps()
         names = os.listdir(self.dir)
         logs = sorted(int(n[:20]) for n in names if n.endswith(".log") and n[:20].isdigit() and len(n) == 24)
         have = set(logs)
@@ -219,8 +217,11 @@ class Log:
         ckpt_lso = self._checkpoints.log_start(self.topic, self.partition)
         rp = self._checkpoints.recovery_point(self.topic, self.partition)
         self._lso_stamp = self._checkpoints.log_start_stamp()
+        self._clean_generation_changed()  # before the listing: a swap after it is seen by the next refresh
         if writer:
             self.dir.mkdir(parents=True, exist_ok=True)
+            if not recover:
+                self._complete_swaps()  # a cleaner killed after its commit point (partition lock held)
             bases = self._clean_leftovers() if recover else self._list_bases()
         else:
             bases = self._list_bases()
@@ -309,11 +310,89 @@ class Log:
                 _unlink(p.with_name(p.name + ".deleted"))
 
     def _list_bases(self) -> list[int]:
+        """Base offsets of the segments as the directory holds them now. A cleaner's committed swap (a
+        ``<base>.log.swap``) stands for the old segments in its offset range, whose files may still be there or be
+        gone already; it is opened under its ``.swap`` name (``self._swapped``). A read-only view takes no lock, so
+        it lists until two listings agree: a rename racing with one listing never reads as a missing segment."""
+        prev = None
+        while True:
+            try:
+                names = os.listdir(self.dir)
+            except FileNotFoundError:
+                return []
+            bases = sorted(int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
+            swaps = sorted(int(n[:20]) for n in names if n.endswith(".log.swap") and len(n) == 29
+                           and n[:20].isdigit())
+            swapped: dict[int, str] = {}
+            try:
+                for s in swaps:
+                    nxt = self._swap_end(s)
+                    bases = sorted({b for b in bases if not s <= b < nxt} | {s})
+                    swapped[s] = cleaner.SWAP
+            except FileNotFoundError:
+                prev = None
+                continue  # the swap finished meanwhile: list again
+            if self.mode != READ or (bases, swapped) == prev:
+                self._swapped = swapped
+                return bases
+            prev = (bases, swapped)
+
+    def _swap_end(self, base: int) -> int:
+        """The next offset of the committed ``.swap`` segment at ``base``: the end of the old segments it replaces
+        (a cleaned group always keeps its last batch, at least as an empty one)."""
+        try:
+            seg = LogSegment(self.dir, base, writable=False, reserve_bytes=0, file_suffix=cleaner.SWAP)
+        except KafkaStorageError as e:
+            if e.errno == errno.ENOENT:
+                raise FileNotFoundError(str(e)) from None
+            raise
+        except OSError:
+            raise
+        try:
+            return seg.next_offset
+        finally:
+            seg.close_without_finalizing()
+
+    def _complete_swaps(self) -> None:
+        """Finish or undo what a killed cleaner left (writers: exclusive, or the partition lock held). A
+        ``.log.swap`` is committed: the old segments in its range go and the ``.swap`` files take their final
+        names. Index ``.swap`` files without their ``.log.swap`` were never committed and go."""
         try:
             names = os.listdir(self.dir)
         except FileNotFoundError:
-            return []
-        return sorted(int(n[:20]) for n in names if n.endswith(".log") and len(n) == 24 and n[:20].isdigit())
+            return
+        if not any(n.endswith(cleaner.SWAP) for n in names):
+            return
+        committed = {int(n[:20]) for n in names if n.endswith(".log.swap") and n[:20].isdigit()}
+        for n in names:
+            if n.endswith((".index.swap", ".timeindex.swap")) and n[:20].isdigit() and int(n[:20]) not in committed:
+                _unlink(self.dir / n)
+        for s in sorted(committed):
+            nxt = self._swap_end(s)
+            for n in names:
+                if n.endswith((".log", ".index", ".timeindex")) and n[:20].isdigit() and s < int(n[:20]) < nxt:
+                    _unlink(self.dir / n)
+            cleaner.finish_swap(self.dir, s)
+            _log.info("%s-%d: finished the swap of cleaned segment %d left by a stopped cleaner", self.topic,
+                      self.partition, s)
+        self._swapped = {}
+
+    def _clean_generation_changed(self) -> bool:
+        """True when another process's cleaner swapped segments of this partition since this view last looked
+        (one pread of an 8-byte counter the cleaner bumps in place)."""
+        fd = self._gen_fd
+        if fd < 0:
+            if not self._compact:
+                return False  # only a compacted topic's partitions are ever cleaned
+            try:
+                fd = self._gen_fd = os.open(os.path.join(self._dir_str, cleaner.GENERATION_FILE), os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+        gen = cleaner.read_generation(fd)
+        if gen != self._clean_gen:
+            self._clean_gen = gen
+            return True
+        return False
 
     def _open_loaded(self, base: int, active: bool, recover: bool) -> LogSegment:
         seg = self._open_segment(base, writable=active)
@@ -406,6 +485,8 @@ class Log:
         self._refresh()
 
     def _refresh(self) -> None:
+        if self._clean_generation_changed():
+            self._reload_segments()  # another process's cleaner replaced segments this view has open
         stamp = self._checkpoints.log_start_stamp()
         if stamp != self._lso_stamp:
             self._lso_stamp = stamp
@@ -458,6 +539,8 @@ class Log:
         for seg in self._segments:
             seg.close_without_finalizing()
         self._segments, self._bases = [], []
+        if self.mode != READ:
+            self._complete_swaps()  # shared writers reload under the partition lock
         while True:
             bases = self._list_bases()
             segs = []
@@ -1153,6 +1236,73 @@ class Log:
                 self._remove_files_below(self._segments[0].base_offset)
                 return n
 
+    # ------------------------------------------------------------------------------------------------ compaction
+
+    def run_cleaner(self, now_ms: int | None = None, *, force: bool = False,
+                    dedupe_buffer_bytes: int | None = None):
+        """One round of log compaction when the topic's cleanup.policy includes compact and the dirty section is
+        due (``force``: whenever anything is dirty). Returns the round's CleanerStats, or None when nothing ran.
+        Appends and reads go on during the copy; the swap holds the locks for a few renames and fsyncs."""
+        if self._closed or self.mode == READ or not self._compact:
+            return None
+        if not self._cleaning.acquire(blocking=False):
+            return None
+        try:
+            buf = dedupe_buffer_bytes if dedupe_buffer_bytes is not None else \
+                self.config["log.cleaner.dedupe.buffer.size"]
+            return cleaner.clean_log(self, _now_ms() if now_ms is None else now_ms, force=force,
+                                     dedupe_buffer_bytes=buf,
+                                     load_factor=float(self.config["log.cleaner.io.buffer.load.factor"]))
+        finally:
+            self._cleaning.release()
+
+    def _swap_in_cleaned(self, group, names: dict) -> bool:
+        """The cleaner's swap (cleaner.py, step 4) of the ``.cleaned`` files for the group's segments, when they
+        are still what the copy read. False (nothing changed) when a delete-before or retention removed or moved
+        them meanwhile."""
+        base = group[0].base
+        with self._lock:
+            if self._closed:
+                return False
+            with self._locked_append():  # shared: the partition lock, the view refreshed
+                i = bisect.bisect_left(self._bases, base)
+                cur = self._segments[i:i + len(group)]
+                if len(cur) != len(group) or i + len(group) >= len(self._segments) or any(
+                        c.base_offset != g.base or c.size != g.size for c, g in zip(cur, group)) or \
+                        self._lso >= group[-1].next_offset:
+                    return False
+                cleaner.commit_swap(self.dir, base, names)
+                try:
+                    renamed = []
+                    for seg in cur:
+                        renamed += seg.rename_deleted()
+                    failpoints.hit("clean:after-old-deleted")
+                    fsync_dir(self.dir)
+                    cleaner.finish_swap(self.dir, base)
+                    self._swapped.pop(base, None)
+                    new = self._open_segment(base, False)
+                except BaseException:
+                    # committed on disk: finish it from the files, or take this view out of service
+                    try:
+                        self._complete_swaps()
+                        new = self._open_segment(base, False)
+                    except BaseException:
+                        self._closed = True
+                        raise
+                    self._segments[i:i + len(group)] = [new]
+                    self._bases[i:i + len(group)] = [base]
+                    raise
+                self._segments[i:i + len(group)] = [new]
+                self._bases[i:i + len(group)] = [base]
+                self._clean_gen = cleaner.bump_generation(self.dir)  # this view is current already
+                if self._delete_delay_s > 0:
+                    due = time.monotonic() + self._delete_delay_s
+                    self._deleted_files.extend((due, p) for p in renamed)
+                else:
+                    for p in renamed:
+                        _unlink(p)
+                return True
+
     # ------------------------------------------------------------------------------------------------ close
 
     def close(self, finalize: bool | None = None) -> None:
@@ -1182,6 +1332,9 @@ class Log:
                         seg.close()
                 if self._plock is not None:
                     self._plock.close()
+                if self._gen_fd >= 0:
+                    os.close(self._gen_fd)
+                    self._gen_fd = -1
         self.purge_deleted(force=True)
 
     def __repr__(self):

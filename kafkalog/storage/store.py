@@ -554,30 +554,61 @@ class LogStore:
 
     # ------------------------------------------------------------------------------------------------ maintenance
 
-    def run_maintenance(self, now_ms: int | None = None) -> dict:
-        """One round of what the store runs periodically: retention, flush.ms, recovery-point checkpoint,
-        purge of ``.deleted`` files. Tests call it directly. Returns counts."""
+    def run_maintenance(self, now_ms: int | None = None, *, clean: bool = True) -> dict:
+        """One round of what the store runs periodically: retention, the log cleaner (compacted topics, when
+        log.cleaner.enable), flush.ms, recovery-point checkpoint, purge of ``.deleted`` files. Tests call it
+        directly. Returns counts."""
         with self._lock:
             if self._closed or self.mode == READ:
                 return {}
             logs = list(self._logs.values())
         removed = 0
+        cleaned = 0
         points = {}
         for log in logs:
             removed += log.run_retention(now_ms)
+            if clean:
+                cleaned += self._clean(log, now_ms)
             log.maybe_flush()
             cp = log.checkpoint_recovery_point()
             if cp is not None:
                 points[cp[0]] = cp[1]
             log.purge_deleted()
         self._checkpoints.set_recovery_points(points)
-        return {"segments_deleted": removed, "checkpointed": len(points)}
+        return {"segments_deleted": removed, "segments_cleaned": cleaned, "checkpointed": len(points)}
+
+    def run_cleaner(self, now_ms: int | None = None) -> int:
+        """One round of the log cleaner over this process's open compacted partitions (what the maintenance
+        thread runs every log.cleaner.backoff.ms). Returns the number of segments cleaned."""
+        with self._lock:
+            if self._closed or self.mode == READ:
+                return 0
+            logs = list(self._logs.values())
+        return sum(self._clean(log, now_ms) for log in logs)
+
+    def _clean(self, log, now_ms) -> int:
+        if not self.config["log.cleaner.enable"]:
+            return 0
+        try:
+            stats = log.run_cleaner(now_ms)
+        except LogClosedError:
+            return 0
+        except Exception as e:  # noqa: BLE001  (Kafka marks the partition uncleanable and goes on)
+            _log.warning("log cleaner: %s-%d: %s", log.topic, log.partition, e)
+            return 0
+        if stats is None:
+            return 0
+        _log.info("log cleaner: %s-%d: %d segments in %d groups, %.1f MB read, %.1f MB written, %d records "
+                  "removed, %.1f MB/s", log.topic, log.partition, stats.segments_in, stats.groups,
+                  stats.bytes_read / 1e6, stats.bytes_written / 1e6, stats.records_removed, stats.mb_per_s)
+        return stats.segments_in
 
     def _maintenance_loop(self) -> None:
         c = self.config
         period = min(c["log.retention.check.interval.ms"], c["log.flush.scheduler.interval.ms"],
-                     c["log.flush.offset.checkpoint.interval.ms"]) / 1000.0
+                     c["log.flush.offset.checkpoint.interval.ms"], c["log.cleaner.backoff.ms"]) / 1000.0
         next_retention = time.monotonic() + c["log.retention.check.interval.ms"] / 1000.0
+        next_clean = time.monotonic() + c["log.cleaner.backoff.ms"] / 1000.0
         while not self._stop.wait(period):
             try:
                 now = time.monotonic()
@@ -587,7 +618,11 @@ class LogStore:
                     log.maybe_flush()
                 if now >= next_retention:
                     next_retention = now + c["log.retention.check.interval.ms"] / 1000.0
+                    next_clean = now + c["log.cleaner.backoff.ms"] / 1000.0
                     self.run_maintenance()
+                elif now >= next_clean:
+                    next_clean = now + c["log.cleaner.backoff.ms"] / 1000.0
+                    self.run_cleaner()
             except LogClosedError:
                 return
             except Exception as e:  # a maintenance failure must not kill the app; it is reported once per round

@@ -1,0 +1,313 @@
+"""The log cleaner: Kafka's log compaction for topics whose ``cleanup.policy`` includes ``compact``.
+
+One round over one partition (``clean_log``, called by ``Log.run_cleaner``):
+
+1. **Choose.** The dirty section runs from the partition's entry in ``cleaner-offset-checkpoint`` (Kafka's file;
+   the log start when none) to the first uncleanable offset: the active segment's base, or the base of the first
+   segment holding a record newer than ``min.compaction.lag.ms``. The round runs when dirty bytes / (clean + dirty)
+   bytes >= ``min.cleanable.dirty.ratio``, or when the dirty section's first record is older than
+   ``max.compaction.lag.ms`` (``force`` runs it whenever something is dirty).
+2. **Map.** An ``OffsetMap`` (compiled; bounded by ``log.cleaner.dedupe.buffer.size``, sized to the dirty records)
+   maps each key of the dirty section to its latest offset. When it fills, the round cleans up to the segment
+   where it stopped, as Kafka does.
+3. **Copy.** Segments from the log start up to the mapped end are cleaned in groups (consecutive segments whose
+   sizes add up to at most ``segment.bytes``). Each group is copied into one ``<base>.log.cleaned`` segment (and
+   its ``.index.cleaned``, ``.timeindex.cleaned``) keeping a record when no later offset is mapped for its key;
+   records without a key go (Kafka's cleaner drops them); tombstones (null values) go once their segment's largest
+   timestamp is older than ``delete.retention.ms``. Batches keep their offsets (holes stay), producer
+   id/epoch/sequence and base timestamp (``filter_batches``). A group's last batch and a producer's last batch stay,
+   empty when all their records go, so the cleaned segment ends at the old group's end offset and idempotence
+   state survives. The copy runs without the partition's locks: appends and reads go on.
+4. **Swap** (under the Log's lock and, in shared mode, the partition file lock; a few renames and fsyncs):
+   ``.cleaned`` fsynced → index files renamed ``.swap``, directory fsynced → ``.log.cleaned`` renamed ``.log.swap``,
+   directory fsynced (**the commit point**) → the old group's files renamed ``.deleted``, directory fsynced →
+   ``.swap`` files renamed to their final names (indexes first), directory fsynced. The loader finishes a swap
+   that has its ``.log.swap`` and undoes one that has not (Log._complete_swaps). Other processes' views see a
+   per-partition generation counter (``.kafkalog-clean-gen``) change and list the directory again.
+5. **Checkpoint.** The mapped end is written to ``cleaner-offset-checkpoint``.
+
+Failpoints (storage/failpoints.py): ``clean:during-copy``, ``clean:after-cleaned``, ``clean:before-commit``,
+``clean:after-commit``, ``clean:after-old-deleted``, ``clean:after-index-renamed``, ``clean:after-swap``,
+``clean:before-checkpoint``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from .._engine.records import OffsetMap, count_records, filter_batches, iter_batches
+from .._engine.segment import LogSegment, segment_file_name
+from ..errors import storage_error
+from . import failpoints
+from .files import FileLock, fsync_dir
+
+_log = logging.getLogger("kafkalog")
+
+CLEANED, SWAP = ".cleaned", ".swap"
+SUFFIXES = (".log", ".index", ".timeindex")
+GENERATION_FILE = ".kafkalog-clean-gen"
+CLEANER_LOCK = ".kafkalog-cleaner.lock"
+_COPY_CHUNK = 4 << 20
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class CleanerStats:
+    """What one round did (Kafka's CleanerStats, the parts that are measured here)."""
+    topic: str = ""
+    partition: int = 0
+    first_dirty: int = 0
+    end_offset: int = 0              # the mapped end: the new cleaner checkpoint
+    groups: int = 0
+    segments_in: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_kept: int = 0
+    records_removed: int = 0
+    map_entries: int = 0
+    map_bytes: int = 0
+    seconds: float = 0.0
+    aborted: str = ""                # why a group was not swapped in (the log changed under the copy)
+    swaps: list = field(default_factory=list)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Snap:
+    """A sealed segment as the round saw it: views stay valid whatever happens to the segment afterwards."""
+    __slots__ = ("base", "size", "next_offset", "largest_ts", "first_ts", "view")
+
+    def __init__(self, seg: LogSegment):
+        self.base = seg.base_offset
+        self.size = seg.size
+        self.next_offset = seg.next_offset
+        self.largest_ts = seg.largest_timestamp
+        self.first_ts = seg.rolling_based_timestamp if seg.rolling_based_timestamp >= 0 else self.largest_ts
+        self.view = seg.view()
+
+
+def bump_generation(dir_path) -> int:
+    """Tell other processes' views of this partition that its segments changed (in place: they pread it).
+    Returns the new generation."""
+    path = os.path.join(dir_path, GENERATION_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        raw = os.pread(fd, 8, 0)
+        gen = int.from_bytes(raw, "little") + 1 if len(raw) == 8 else 1
+        os.pwrite(fd, gen.to_bytes(8, "little"), 0)
+    finally:
+        os.close(fd)
+    return gen
+
+
+def read_generation(fd: int) -> int:
+    raw = os.pread(fd, 8, 0)
+    return int.from_bytes(raw, "little") if len(raw) == 8 else 0
+
+
+def _cleaned_name(base: int, suffix: str, state: str) -> str:
+    return segment_file_name(base, suffix) + state
+
+
+def clean_log(log, now_ms: int, *, force: bool = False, dedupe_buffer_bytes: int = 134217728,
+              load_factor: float = 0.9) -> CleanerStats | None:
+    """One cleaning round over ``log`` (a writable Log whose policy includes compact); None when nothing was due
+    or another process is cleaning it. See the module docstring."""
+    t0 = time.monotonic()
+    lock = FileLock(log.dir / CLEANER_LOCK)
+    if not lock.try_acquire():
+        return None  # another process's cleaner has this partition
+    try:
+        return _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0)
+    finally:
+        lock.close()
+
+
+def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0):
+    cfg = log.config
+    with log._lock:
+        log._check_writable()
+        log._sync()
+        segs = log._segments
+        if len(segs) < 2:
+            return None
+        lso = log._lso
+        ckpt = log._checkpoints.cleaner_offset(log.topic, log.partition)
+        first_dirty = ckpt if lso <= ckpt <= segs[-1].base_offset else lso
+        min_lag = cfg["min.compaction.lag.ms"]
+        first_uncleanable = segs[-1].base_offset
+        for seg in segs[:-1]:
+            if seg.next_offset > first_dirty and now_ms - seg.largest_timestamp < min_lag:
+                first_uncleanable = seg.base_offset
+                break
+        sealed = [s for s in segs[:-1] if s.base_offset < first_uncleanable and s.next_offset > lso]
+        dirty = [s for s in sealed if s.next_offset > first_dirty and s.size > 0]
+        if not dirty:
+            return None
+        dirty_bytes = sum(s.size for s in dirty)
+        clean_bytes = sum(s.size for s in sealed if s.next_offset <= first_dirty)
+        ratio = dirty_bytes / max(1, dirty_bytes + clean_bytes)
+        first_ts = dirty[0].rolling_based_timestamp if dirty[0].rolling_based_timestamp >= 0 else \
+            dirty[0].largest_timestamp
+        overdue = first_ts >= 0 and now_ms - first_ts > cfg["max.compaction.lag.ms"]
+        if not (force or overdue or ratio >= float(cfg["min.cleanable.dirty.ratio"])):
+            return None
+        snaps = [_Snap(s) for s in sealed]
+        later = [s.view() for s in segs if s.base_offset >= first_uncleanable]
+        seg_bytes = log._segment_bytes
+    stats = CleanerStats(log.topic, log.partition, first_dirty=first_dirty)
+
+    # 2. the offset map over the dirty section, sized to what it can hold
+    dirty_snaps = [s for s in snaps if s.next_offset > first_dirty]
+    records = sum(count_records(s.view) for s in dirty_snaps)
+    want = max(16, int(records / load_factor) + 1) * 24 * 2
+    omap = OffsetMap(min(dedupe_buffer_bytes, want), load_factor)
+    end = first_uncleanable
+    for s in dirty_snaps:
+        omap.add_batches(s.view, first_dirty, first_uncleanable)
+        if omap.full:
+            end = s.base  # the round cleans up to the first segment whose keys did not all fit
+            break
+    if end <= first_dirty:
+        _log.warning("log cleaner: %s-%d: segment %d has more distinct keys than log.cleaner.dedupe.buffer.size "
+                     "holds (%d entries); not cleaned", log.topic, log.partition, dirty_snaps[0].base,
+                     omap.max_entries)
+        return None
+    stats.end_offset = end
+    stats.map_entries = omap.size
+    stats.map_bytes = omap.memory_bytes
+
+    # a producer's last batch stays (empty if need be): idempotence state is read from the batches
+    last_of_pid: dict[int, int] = {}
+    for view in [s.view for s in snaps] + later:
+        for b in iter_batches(view):
+            if b.producer_id >= 0:
+                last_of_pid[b.producer_id] = b.base_offset + b.last_offset_delta
+    keep_pids = set(last_of_pid.values())
+
+    # 3. groups of whole segments below the mapped end
+    cleanable = [s for s in snaps if s.base < end]
+    groups, cur, size = [], [], 0
+    for s in cleanable:
+        if cur and (size + s.size > seg_bytes or s.next_offset - 1 - cur[0].base > _INT32_MAX):
+            groups.append(cur)
+            cur, size = [], 0
+        cur.append(s)
+        size += s.size
+    if cur:
+        groups.append(cur)
+    drm = cfg["delete.retention.ms"]
+    for group in groups:
+        swapped = _clean_group(log, group, omap, keep_pids, now_ms, drm, stats)
+        if not swapped:
+            break
+    else:
+        failpoints.hit("clean:before-checkpoint")
+        log._checkpoints.set_cleaner_offset(log.topic, log.partition, end)
+    stats.seconds = time.monotonic() - t0
+    return stats
+
+
+def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_ms: int, drm: int,
+                 stats: CleanerStats) -> bool:
+    base = group[0].base
+    d = log.dir
+    names = {sfx: d / _cleaned_name(base, sfx, CLEANED) for sfx in SUFFIXES}
+    for p in names.values():
+        _unlink(p)
+    total = sum(s.size for s in group)
+    keep = keep_pids | {group[-1].next_offset - 1}
+    cleaned = LogSegment(d, base, index_interval_bytes=log._index_interval, max_index_size=log._index_bytes,
+                         writable=True, reserve_bytes=total + 4096, create=True, file_suffix=CLEANED)
+    try:
+        for s in group:
+            drop_tombstones = now_ms - s.largest_ts > drm
+            pos, n = 0, len(s.view)
+            while pos < n:
+                out, pos, kept, removed = filter_batches(s.view, pos, omap, drop_tombstones, keep, _COPY_CHUNK)
+                stats.records_kept += kept
+                stats.records_removed += removed
+                if out:
+                    cleaned.append(out)
+                failpoints.hit("clean:during-copy")
+            stats.bytes_read += s.size
+        stats.bytes_written += cleaned.size
+        cleaned.flush()
+        cleaned.close()  # final time-index entry, indexes trimmed
+        for p in names.values():
+            _fsync_file(p)
+    except BaseException:
+        cleaned.close_without_finalizing()
+        for p in names.values():
+            _unlink(p)
+        raise
+    failpoints.hit("clean:after-cleaned")
+    swapped = log._swap_in_cleaned(group, names)
+    if not swapped:
+        stats.aborted = f"the segments of [{base}, {group[-1].next_offset}) changed during the copy"
+        for p in names.values():
+            _unlink(p)
+        return False
+    stats.groups += 1
+    stats.segments_in += len(group)
+    stats.swaps.append((base, group[-1].next_offset, len(group)))
+    return True
+
+
+def commit_swap(dir_path, base: int, names: dict) -> dict:
+    """Steps 1-2 of the swap: ``.cleaned`` → ``.swap`` (indexes first, then the .log: the commit point), each
+    step made durable. Returns the ``.swap`` paths. Caller holds the partition's locks."""
+    swaps = {sfx: dir_path / _cleaned_name(base, sfx, SWAP) for sfx in SUFFIXES}
+    for sfx in (".index", ".timeindex"):
+        _rename(names[sfx], swaps[sfx])
+    fsync_dir(dir_path)
+    failpoints.hit("clean:before-commit")
+    _rename(names[".log"], swaps[".log"])
+    fsync_dir(dir_path)
+    failpoints.hit("clean:after-commit")
+    return swaps
+
+
+def finish_swap(dir_path, base: int) -> None:
+    """Last step: the ``.swap`` files take their final names (indexes first, the .log last), then made durable.
+    A ``.swap`` already renamed is skipped (the loader may finish what a killed cleaner began)."""
+    for sfx in (".index", ".timeindex"):
+        src = dir_path / _cleaned_name(base, sfx, SWAP)
+        if src.exists():
+            _rename(src, dir_path / segment_file_name(base, sfx))
+    failpoints.hit("clean:after-index-renamed")
+    _rename(dir_path / _cleaned_name(base, ".log", SWAP), dir_path / segment_file_name(base, ".log"))
+    fsync_dir(dir_path)
+    failpoints.hit("clean:after-swap")
+
+
+def _rename(src, dst) -> None:
+    try:
+        os.replace(src, dst)
+    except OSError as e:
+        raise storage_error(e, "rename", src) from None
+
+
+def _unlink(path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise storage_error(e, "delete", path) from None
+
+
+def _fsync_file(path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise storage_error(e, "fsync", path) from None
