@@ -770,6 +770,13 @@ def check_partition_dir(d: Path, notes: list[str] | None = None) -> list[str]:
     writer or recovery cuts it)."""
     problems = []
     notes = [] if notes is None else notes
+    for p in sorted(d.iterdir()):
+        if p.name.endswith(".log.swap"):
+            notes.append(f"{p}: a cleaned segment swapped in by a cleaner that stopped before the rename: the next "
+                         f"writer to open the partition finishes the swap")
+        elif p.name.endswith(".log.cleaned"):
+            notes.append(f"{p}: a cleaned segment not swapped in (a cleaner stopped or is running): ignored, removed "
+                         f"by the next recovery")
     logs = sorted(p for p in d.iterdir() if p.suffix == ".log" and p.name[:20].isdigit())
     prev_next = None
     for i, log in enumerate(logs):

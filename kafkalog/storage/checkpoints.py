@@ -11,8 +11,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from .files import (CLEANER_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT, FileLock,
-                    OffsetCheckpointFile)
+from .files import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    FileLock,
+    OffsetCheckpointFile,
+)
 
 
 class Checkpoints:

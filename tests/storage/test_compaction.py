@@ -1,0 +1,489 @@
+"""Log compaction (cleanup.policy=compact): the compiled offset map and batch filter, and the cleaner against a model.
+
+The model keeps every record ever appended. After each step the log must hold only records that were appended, at
+their offsets, in order; every key's latest record (unless it is a tombstone whose time is up); below the cleaned end
+at most one record per key, its latest there; the active segment untouched; and the same after reopening in each
+mode.
+"""
+
+import random
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kafkalog
+from kafkalog._engine.records import OffsetMap, RecordBatch, build_batch, filter_batches, iter_batches
+from kafkalog.errors import InvalidRecordError
+
+T0 = 1_700_000_000_000
+DRM = 1000  # delete.retention.ms of the model's topic
+
+
+# ------------------------------------------------------------------------------------------------ the offset map
+
+def test_offset_map_keeps_the_latest_offset_per_key_in_bounded_memory():
+    m = OffsetMap(24 * 1024)  # 1024 slots, at most 921 entries
+    assert m.capacity == 1024 and m.memory_bytes == 24 * 1024 and m.max_entries == 921
+    for i in range(921):
+        assert m.put(b"key-%d" % i, i)
+    assert not m.full
+    assert m.put(b"key-5", 5000)  # a key already present is always updated
+    assert not m.put(b"one-more", 1)  # a new key is refused when full
+    assert m.full and m.size == 921
+    assert m.get(b"key-5") == 5000 and m.get(b"key-920") == 920
+    assert m.get(b"one-more") == -1 and m.get(b"") == -1
+    assert m.latest_offset == 5000
+    m.clear()
+    assert m.size == 0 and not m.full and m.get(b"key-5") == -1
+
+
+def test_offset_map_digests_tell_many_similar_keys_apart():
+    m = OffsetMap(24 << 20)
+    keys = [b"user-%07d" % i for i in range(300_000)] + [b"", b"\x00", b"\x00\x00", b"x" * 17, b"x" * 16]
+    for i, k in enumerate(keys):
+        assert m.put(k, i)
+    assert m.size == len(keys)  # no two keys share a digest
+    assert all(m.get(k) == i for i, k in enumerate(keys))
+
+
+def test_offset_map_add_batches_maps_keys_of_every_codec_and_stops_when_full():
+    buf = b"".join(build_batch([b"v"] * 4, [b"a", b"b", b"a", None], base_offset=10 * i, compression=codec)
+                   for i, codec in enumerate(["none", "gzip", "snappy", "lz4", "zstd"]))
+    m = OffsetMap(1 << 16)
+    assert m.add_batches(buf) == 44
+    assert (m.get(b"a"), m.get(b"b"), m.size) == (42, 41, 2)
+    m.clear()
+    assert m.add_batches(buf, 11, 31) == 31  # only offsets in [start, stop)
+    assert (m.get(b"a"), m.get(b"b")) == (30, 21)
+    small = OffsetMap(16 * 24, load_factor=0.125)  # two entries
+    wide = b"".join(build_batch([b"v"] * 2, [b"k%d" % (2 * i), b"k%d" % (2 * i + 1)], base_offset=2 * i)
+                    for i in range(3))
+    assert small.add_batches(wide) == 2  # the second batch's keys did not fit: mapping stops at its base
+    assert small.full
+
+
+# ------------------------------------------------------------------------------------------------ the batch filter
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_filter_batches_keeps_offsets_timestamps_headers_and_producer_facts(codec):
+    keys = [b"a", b"b", b"a", b"c", b"b"]
+    vals = [b"1", b"2", b"3", None, b"5"]
+    ts = [T0 + 5, T0 + 9, T0 + 1, T0 + 7, T0 + 3]
+    hdrs = [[("h", b"%d" % i)] for i in range(5)]
+    buf = build_batch(vals, keys, ts, hdrs, base_offset=100, compression=codec, producer_id=7, producer_epoch=3,
+                      base_sequence=40)
+    m = OffsetMap(1 << 16)
+    m.add_batches(buf)
+    out, pos, kept, removed = filter_batches(buf, 0, m, False)
+    assert (pos, kept, removed) == (len(buf), 3, 2)
+    (b,) = list(iter_batches(out))
+    b.validate()
+    assert (b.base_offset, b.last_offset_delta, b.record_count) == (100, 4, 3)
+    assert (b.producer_id, b.producer_epoch, b.base_sequence, b.compression) == (7, 3, 40,
+                                                                                 RecordBatch(buf).compression)
+    assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in b] == [
+        (102, b"a", b"3", T0 + 1, [("h", b"2")]), (103, b"c", None, T0 + 7, [("h", b"3")]),
+        (104, b"b", b"5", T0 + 3, [("h", b"4")])]
+    assert b.max_timestamp == T0 + 7  # from the kept records
+    # tombstones go when their time is up; a batch losing every record goes, or stays empty when asked to
+    out, _, kept, removed = filter_batches(buf, 0, m, True)
+    assert [(r.offset, r.value) for b in iter_batches(out) for r in b] == [(102, b"3"), (104, b"5")]
+    m.put(b"a", 500), m.put(b"b", 500), m.put(b"c", 500)
+    assert filter_batches(buf, 0, m, False)[0] == b""
+    out, _, kept, removed = filter_batches(buf, 0, m, False, {104})
+    (b,) = list(iter_batches(out))
+    b.validate()
+    assert (b.base_offset, b.last_offset_delta, b.record_count, b.next_offset, b.producer_id,
+            b.base_sequence, b.compression) == (100, 4, 0, 105, 7, 40, 0)
+    assert list(b) == [] and len(out) == 61
+
+
+def test_filter_batches_copies_untouched_batches_byte_for_byte_and_drops_keyless_records():
+    a = build_batch([b"1", b"2"], [b"x", b"y"], base_offset=0, compression="lz4")
+    b = build_batch([b"3", b"4"], [None, b"z"], base_offset=2)
+    m = OffsetMap(1 << 16)
+    m.add_batches(a + b)
+    out, pos, kept, removed = filter_batches(a + b, 0, m, False)
+    assert out[:len(a)] == a  # every record kept: the batch as it was, compressed bytes included
+    assert [(r.offset, r.key) for x in iter_batches(out) for r in x] == [(0, b"x"), (1, b"y"), (3, b"z")]
+    assert (kept, removed) == (3, 1)
+
+
+def test_filter_batches_stops_at_the_output_limit_on_a_batch_boundary():
+    buf = b"".join(build_batch([b"v" * 100] * 10, [b"k%d" % (10 * i + j) for j in range(10)], base_offset=10 * i)
+                   for i in range(20))
+    m = OffsetMap(1 << 16)
+    m.add_batches(buf)
+    pos, parts = 0, []
+    while pos < len(buf):
+        out, pos, _, _ = filter_batches(buf, pos, m, False, (), 3000)
+        assert 0 < len(out) <= 3000 + 1300
+        parts.append(out)
+    assert b"".join(parts) == buf
+
+
+# ------------------------------------------------------------------------------------------------ the cleaner
+
+def _store(path, mode="exclusive", **cfg):
+    base = {"file.delete.delay.ms": 0}
+    base.update(cfg)
+    return kafkalog.LogStore(path, base, exclusive=mode == "exclusive", read_only=mode == "read",
+                             maintenance=False)
+
+
+TOPIC_CFG = {"cleanup.policy": "compact", "segment.bytes": 1200, "index.interval.bytes": 150,
+             "delete.retention.ms": DRM, "min.cleanable.dirty.ratio": "0.5", "retention.ms": -1}
+
+
+class Model:
+    def __init__(self):
+        self.recs = []  # (offset, key, value, ts)
+        self.lso = 0
+        self.cleaned_end = 0
+        self.max_clean_now = None  # the latest now of a cleaning
+
+    def latest(self):
+        out = {}
+        for r in self.recs:
+            out[r[1]] = r
+        return out
+
+
+def _check(log, m: Model, active_base: int):
+    got = [(r.offset, r.key, r.value, r.timestamp) for r in log.records()]
+    by_offset = {r[0]: r for r in m.recs}
+    offs = [g[0] for g in got]
+    assert offs == sorted(set(offs)), "offsets must strictly increase"
+    for g in got:
+        assert by_offset.get(g[0]) == g, f"offset {g[0]} holds {g}, appended {by_offset.get(g[0])}"
+        assert g[0] >= m.lso
+    present = set(offs)
+    for key, r in m.latest().items():
+        if r[0] < m.lso:
+            continue
+        if r[2] is None and r[0] not in present:
+            assert m.max_clean_now is not None and m.max_clean_now - r[3] > DRM, f"tombstone {r} gone too early"
+        else:
+            assert r[0] in present, f"the latest record of {key!r}, {r}, is missing"
+    # the active segment and everything above the cleaned end (but below the active) that was not superseded
+    for r in m.recs:
+        if r[0] >= max(active_base, m.lso):
+            assert r[0] in present, f"{r} in the active segment is gone"
+    # below the cleaned end, at most one record per key: the latest there
+    below = {}
+    for r in m.recs:
+        if m.lso <= r[0] < m.cleaned_end:
+            below[r[1]] = r[0]
+    for o in offs:
+        if o < m.cleaned_end:
+            assert below[by_offset[o][1]] == o, f"superseded record {by_offset[o]} survived the cleaning"
+    assert (log.log_start_offset, log.log_end_offset) == (m.lso, len(m.recs))
+    return got
+
+
+def _seek_checks(log, got, probes):
+    offs = [g[0] for g in got]
+    for p in probes:
+        o = log.log_start_offset + p % max(1, log.log_end_offset - log.log_start_offset + 1)
+        nxt = [x for x in offs if x >= o]
+        first = next(iter(log.records(o)), None)
+        assert (first.offset if first else None) == (nxt[0] if nxt else None), f"read from {o}"
+    for target in (got[len(got) // 2][3],) if got else ():
+        want = next(g for g in got if g[3] >= target)
+        found = log.offset_for_time(target)
+        assert (found.offset, found.timestamp) == (want[0], want[3])
+
+
+op = st.one_of(
+    st.tuples(st.just("batch"), st.integers(1, 12), st.integers(0, 40), st.sampled_from(["none", "lz4", "zstd"]),
+              st.floats(0, 0.3)),
+    st.tuples(st.just("one"), st.integers(0, 40), st.booleans()),
+    st.tuples(st.just("roll")),
+    st.tuples(st.just("clean"), st.integers(0, 3000)),
+    st.tuples(st.just("delete"), st.floats(0, 0.5)),
+    st.tuples(st.just("reopen"), st.sampled_from(["exclusive", "shared"])),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(op, min_size=3, max_size=30), nkeys=st.integers(1, 12), seed=st.integers(0, 2**16),
+       probes=st.lists(st.integers(0, 10_000), min_size=2, max_size=5))
+def test_cleaner_matches_the_model(tmp_path_factory, ops, nkeys, seed, probes):
+    path = tmp_path_factory.mktemp("compact")
+    rng = random.Random(seed)
+    store = _store(path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"cleanup.policy": "compact,delete"}))
+    log = store.log("t", 0)
+    m = Model()
+    clock = 0
+    ops = list(ops) + [("roll",), ("clean", 0)]
+    try:
+        for o in ops:
+            kind = o[0]
+            if kind == "batch":
+                _, n, step, codec, tomb = o
+                keys, vals, tss = [], [], []
+                for _ in range(n):
+                    clock += step
+                    k = b"k%d" % rng.randrange(nkeys)
+                    keys.append(k)
+                    tag = b"v%d-%d" % (len(m.recs) + len(vals), rng.randrange(10**6))
+                    vals.append(None if rng.random() < tomb else tag)
+                    tss.append(T0 + clock)
+                base = log.append_batch(vals, keys, tss, compression=codec)
+                assert base == len(m.recs)
+                m.recs += [(base + i, keys[i], vals[i], tss[i]) for i in range(n)]
+            elif kind == "one":
+                clock += o[1]
+                k = b"k%d" % rng.randrange(nkeys)
+                v = None if o[2] and rng.random() < 0.3 else b"one-%d" % len(m.recs)
+                assert log.append(v, key=k, timestamp=T0 + clock) == len(m.recs)
+                m.recs.append((len(m.recs), k, v, T0 + clock))
+            elif kind == "roll":
+                log.roll()
+            elif kind == "clean":
+                now = T0 + clock + o[1]
+                stats = log.run_cleaner(now_ms=now, force=True)
+                if stats is not None:
+                    assert not stats.aborted
+                    m.cleaned_end = max(m.cleaned_end, stats.end_offset)
+                    m.max_clean_now = now if m.max_clean_now is None else max(m.max_clean_now, now)
+            elif kind == "delete":
+                target = m.lso + int(o[1] * (len(m.recs) - m.lso))
+                log.delete_records_before(target)
+                m.lso = max(m.lso, target)
+            elif kind == "reopen":
+                store.close()
+                store = _store(path, o[1])
+                log = store.log("t", 0)
+            active = log.segments()[-1].base_offset
+            got = _check(log, m, active)
+        _seek_checks(log, got, probes)
+        store.close()
+        for mode in ("read", "shared", "exclusive"):
+            store = _store(path, mode)
+            log = store.log("t", 0)
+            assert _check(log, m, active) == got
+            assert log.read_columns()["offset"].tolist() == [g[0] for g in got]
+            store.close()
+    finally:
+        store.close()
+
+
+def _fill(log, n, nkeys, start_ts=T0, step=1, tomb=0.0, rng=None) -> dict:
+    """Append n keyed records; returns key -> (offset, value) of the latest."""
+    rng = rng or random.Random(1)
+    latest = {}
+    for i in range(n):
+        k = b"k%d" % rng.randrange(nkeys)
+        v = None if rng.random() < tomb else b"value-%d" % i
+        latest[k] = (log.append(v, key=k, timestamp=start_ts + i * step), v)
+    return latest
+
+
+def test_a_dirty_ratio_below_the_minimum_waits_and_max_compaction_lag_forces_it(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"min.cleanable.dirty.ratio": "0.9",
+                                                  "max.compaction.lag.ms": 60_000}))
+    log = store.log("t", 0)
+    _fill(log, 300, 5)
+    log.roll()
+    assert log.run_cleaner(now_ms=T0 + 1000).end_offset == 300  # all dirty: ratio 1.0 >= 0.9
+    _fill(log, 30, 5, start_ts=T0 + 2000)
+    log.roll()
+    # dirty 30 records against 5 clean ones: ratio ~0.85 < 0.9
+    assert log.run_cleaner(now_ms=T0 + 3000) is None
+    assert log.run_cleaner(now_ms=T0 + 2000 + 59_000) is None
+    # the first dirty batch (its largest timestamp, as Kafka's firstBatchTimestamp) is older than max.compaction.lag.ms
+    stats = log.run_cleaner(now_ms=T0 + 2000 + 29 + 60_001)
+    assert stats is not None and stats.end_offset == 330
+    store.close()
+
+
+def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"min.compaction.lag.ms": 10_000}))
+    log = store.log("t", 0)
+    _fill(log, 200, 3, start_ts=T0, step=100)  # timestamps T0 .. T0 + 19.9 s over several segments
+    log.roll()
+    segs = log.segments()
+    stats = log.run_cleaner(now_ms=T0 + 20_000, force=True)
+    # the first segment with a record newer than now - 10 s is the first uncleanable one
+    first_young = next(s for s in segs[:-1] if T0 + 20_000 - s.largest_timestamp < 10_000)
+    assert stats.end_offset == first_young.base_offset
+    assert sum(1 for _ in log.records(first_young.base_offset)) == 200 - first_young.base_offset
+    store.close()
+
+
+def test_the_active_segment_is_never_cleaned(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"segment.bytes": 1 << 20}))
+    log = store.log("t", 0)
+    latest = _fill(log, 100, 2)
+    assert log.run_cleaner(force=True) is None  # one segment: the active one
+    assert sum(1 for _ in log.records()) == 100
+    log.roll()
+    assert log.run_cleaner(force=True).records_removed == 98
+    assert [(r.offset, r.value) for r in log.records()] == sorted(latest.values())
+    store.close()
+
+
+def test_cleaning_twice_merges_small_cleaned_segments_and_changes_nothing_else(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG))
+    log = store.log("t", 0)
+    latest = _fill(log, 2000, 10)
+    log.roll()
+    before = len(log.segments())
+    assert before > 10
+    log.run_cleaner(force=True)
+    first = [(r.offset, r.key, r.value) for r in log.records()]
+    assert sorted((o, k, v) for k, (o, v) in latest.items()) == first
+    assert len(log.segments()) == before  # the first round cleans each full segment alone
+    log.append(b"new", key=b"k0")
+    log.roll()
+    log.run_cleaner(force=True)
+    assert len(log.segments()) <= 3  # the small cleaned segments were grouped into one
+    assert [(r.offset, r.key, r.value) for r in log.records()] == [x for x in first if x[1] != b"k0"] + [
+        (2000, b"k0", b"new")]
+    store.close()
+
+
+def test_tombstones_expire_after_delete_retention_ms(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"delete.retention.ms": 5000}))
+    log = store.log("t", 0)
+    log.append(b"a1", key=b"a", timestamp=T0)
+    log.append(b"b1", key=b"b", timestamp=T0)
+    log.append(None, key=b"a", timestamp=T0 + 10)
+    log.roll()
+    log.run_cleaner(now_ms=T0 + 4000, force=True)
+    assert [(r.offset, r.key, r.value) for r in log.records()] == [(1, b"b", b"b1"), (2, b"a", None)]
+    log.append(b"x", key=b"x", timestamp=T0 + 100)  # something dirty again
+    log.roll()
+    log.run_cleaner(now_ms=T0 + 5011, force=True)
+    assert [(r.offset, r.key, r.value) for r in log.records()] == [(1, b"b", b"b1"), (3, b"x", b"x")]
+    store.close()
+
+
+def test_a_producers_last_batch_stays_as_an_empty_batch(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"segment.bytes": 1 << 20}))
+    log = store.log("t", 0)
+    log.append_records(build_batch([b"1", b"2"], [b"a", b"b"], producer_id=42, producer_epoch=1, base_sequence=0))
+    log.append_records(build_batch([b"3", b"4"], [b"a", b"b"]))
+    log.roll()
+    log.append(b"5", key=b"c")
+    stats = log.run_cleaner(force=True)
+    assert stats.records_removed == 2
+    batches = [b for s in log.segments() for _, b in s.batch_positions()]
+    assert [(b.base_offset, b.next_offset, b.record_count, b.producer_id, b.base_sequence) for b in batches] == [
+        (0, 2, 0, 42, 0), (2, 4, 2, -1, -1), (4, 5, 1, -1, -1)]
+    store.close()
+
+
+def test_keyless_records_written_before_the_topic_became_compacted_are_removed(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, {"segment.bytes": 1 << 20, "file.delete.delay.ms": 0})
+    log = store.log("t", 0)
+    log.append(b"no key")
+    log.append(b"keyed", key=b"k")
+    store.alter_topic_config("t", dict(TOPIC_CFG, **{"segment.bytes": 1 << 20}))
+    log = store.log("t", 0)
+    with pytest.raises(InvalidRecordError):
+        log.append(b"no key again")
+    log.roll()
+    log.append(b"next", key=b"n")
+    log.run_cleaner(force=True)
+    assert [(r.offset, r.value) for r in log.records()] == [(1, b"keyed"), (2, b"next")]
+    store.close()
+
+
+def test_a_delete_before_during_the_copy_aborts_the_swap_and_loses_nothing(tmp_path, monkeypatch):
+    from kafkalog.storage import failpoints
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"cleanup.policy": "compact,delete"}))
+    log = store.log("t", 0)
+    _fill(log, 600, 4)
+    log.roll()
+    first_next = log.segments()[1].base_offset
+    fired = []
+
+    def delete_meanwhile():
+        if not fired:
+            fired.append(1)
+            log.delete_records_before(first_next + 1)  # removes the first segment under the copy
+    failpoints.enable("clean:after-cleaned", delete_meanwhile)
+    try:
+        stats = log.run_cleaner(force=True)
+    finally:
+        failpoints.disable()
+    assert stats.aborted and stats.groups == 0
+    assert not [p for p in tmp_path.joinpath("t-0").iterdir() if p.name.endswith((".cleaned", ".swap"))]
+    assert log.log_start_offset == first_next + 1
+    assert [r.offset for r in log.records()] == list(range(first_next + 1, 600))
+    assert log.run_cleaner(force=True).groups >= 1  # the next round goes on from there
+    store.close()
+
+
+def test_other_processes_views_see_the_cleaned_log(tmp_path):
+    writer = _store(tmp_path, "shared")
+    writer.create_topic("t", 1, dict(TOPIC_CFG))
+    wlog = writer.log("t", 0)
+    _fill(wlog, 500, 3)
+    wlog.roll()
+    reader = _store(tmp_path, "read")
+    rlog = reader.log("t", 0)
+    assert len(list(rlog.records())) == 500
+    other = _store(tmp_path, "shared")
+    olog = other.log("t", 0)
+    wlog.run_cleaner(force=True)
+    assert len(list(rlog.records())) == 3  # the read-only view listed again (the clean generation changed)
+    assert [r.offset for r in olog.records()] == [r.offset for r in rlog.records()]
+    olog.append(b"after", key=b"k0")
+    assert [r.value for r in rlog.records()][-1] == b"after"
+    for s in (reader, other, writer):
+        s.close()
+
+
+def test_kafkalog_check_passes_on_a_cleaned_data_dir(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG))
+    log = store.log("t", 0)
+    _fill(log, 1000, 7, tomb=0.2)
+    log.roll()
+    log.run_cleaner(force=True, now_ms=T0 + 10**9)
+    store.close()
+    out = subprocess.run([sys.executable, "-m", "kafkalog", "check", str(tmp_path)], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_embedded_consumer_reads_across_holes_and_seeks_into_them(tmp_path):
+    from kafkalog import KafkaConsumer, TopicPartition
+    store = _store(tmp_path, "shared")
+    store.create_topic("p", 1, dict(TOPIC_CFG, **{"segment.bytes": 2000}))
+    log = store.log("p", 0)
+    latest = _fill(log, 1000, 7)
+    log.roll()
+    assert log.run_cleaner(force=True).records_removed == 993
+    c = KafkaConsumer("p", store=store, group_id="g", auto_offset_reset="earliest", max_poll_records=3)
+    try:
+        got = []
+        for _ in range(30):
+            for recs in c.poll(timeout_ms=100).values():
+                got += [(r.offset, r.value) for r in recs]
+            if len(got) >= 7:
+                break
+        assert got == sorted(latest.values())
+        tp = TopicPartition("p", 0)
+        hole = next(o for o in range(1000) if o not in {x[0] for x in got})
+        c.seek(tp, hole)
+        first = next(r for _ in range(10) for recs in c.poll(timeout_ms=100).values() for r in recs)
+        assert first.offset == min(o for o, _ in got if o >= hole)
+    finally:
+        c.close()
+        store.close()
