@@ -1243,7 +1243,9 @@ class Log:
         """One round of log compaction when the topic's cleanup.policy includes compact and the dirty section is
         due (``force``: whenever anything is dirty). Returns the round's CleanerStats, or None when nothing ran.
         Appends and reads go on during the copy; the swap holds the locks for a few renames and fsyncs."""
-        if self._closed or self.mode == READ or not self._compact:
+        if self._closed or self.mode == READ or not self._compact or self.topic == "__consumer_offsets":
+            # __consumer_offsets is bounded by the OffsetStore's snapshots and delete-before instead: a tombstone
+            # removed above a snapshot would bring back the offset it deleted (storage/offsets.py)
             return None
         if not self._cleaning.acquire(blocking=False):
             return None

@@ -94,8 +94,10 @@ DEFAULT_SNAPSHOT_RECORDS = 1000
 DEFAULT_SNAPSHOT_BYTES = 1 << 20
 DEFAULT_MAX_METADATA = 4096  # Kafka's offset.metadata.max.bytes (compared, as Kafka does, in UTF-16 units)
 
-# The internal topic, as created by kafkalog. "compact" records the intent (latest value per key, tombstones) for a
-# future cleaner; "delete" is what lets the store truncate below a snapshot. Retention is off: only snapshots remove
+# The internal topic, as created by kafkalog. "compact" records the intent (latest value per key, tombstones, and
+# keyless records refused) as Kafka declares it, but the log cleaner leaves this topic alone (Log.run_cleaner): its
+# snapshots bound it, and an expired tombstone removed above a snapshot would bring back the offset it deleted;
+# "delete" is what lets the store truncate below a snapshot. Retention is off: only snapshots remove
 # commits. Segments are Kafka's offsets.topic.segment.bytes; 1 MiB indexes still cover a full segment (at
 # index.interval.bytes) and are cheap to preallocate at each roll; a commit of many partitions must fit one batch.
 TOPIC_CONFIG = {

@@ -487,3 +487,23 @@ def test_the_embedded_consumer_reads_across_holes_and_seeks_into_them(tmp_path):
     finally:
         c.close()
         store.close()
+
+
+def test_consumer_offsets_is_left_to_its_snapshots(tmp_path):
+    # its cleanup.policy is compact,delete as Kafka's, but a tombstone expired above a snapshot would resurrect
+    # the offset it deleted: the cleaner never runs on it
+    from kafkalog import KafkaConsumer, TopicPartition
+    store = _store(tmp_path, "shared")
+    store.create_topic("t", 1)
+    store.log("t", 0).append(b"x")
+    c = KafkaConsumer(store=store, group_id="g")
+    c.assign([TopicPartition("t", 0)])
+    for i in range(3):
+        c.seek(TopicPartition("t", 0), i)
+        c.commit()
+    c.close()
+    offsets_log = store.log("__consumer_offsets", 0)
+    assert offsets_log.config["cleanup.policy"] == "compact,delete"
+    offsets_log.roll()
+    assert offsets_log.run_cleaner(force=True) is None
+    store.close()
