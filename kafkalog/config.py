@@ -137,8 +137,8 @@ CONFIG_KEYS = _keys(
               low=1, high=LONG_MAX),
     ConfigKey("log.cleaner.enable", bool, True, "Run the log cleaner for compacted topics in the maintenance thread.",
               scope=STORE),
-    ConfigKey("log.cleaner.threads", int, 1, "Accepted with Kafka's meaning; one cleaner runs per process (each "
-              "partition is cleaned by one process at a time).", scope=STORE, low=0, high=INT_MAX),
+    ConfigKey("log.cleaner.threads", int, 1, "0 turns the cleaner off, as in Kafka; any other count runs one cleaner "
+              "per process (each partition is cleaned by one process at a time).", scope=STORE, low=0, high=INT_MAX),
     ConfigKey("log.cleaner.dedupe.buffer.size", int, 134217728, "Most memory of one cleaning round's key -> offset "
               "map (24 bytes a slot); the map is sized to the dirty records, up to this.", scope=STORE,
               low=1024, high=LONG_MAX),

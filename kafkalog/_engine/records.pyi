@@ -350,6 +350,9 @@ class OffsetMap:
     def get(self, key: BytesLike) -> int: ...
     def add_batches(self, buffer: BytesLike, start: int = 0, stop: int = ...) -> int: ...
 
+def producer_last_offsets(buffer: BytesLike, into: dict[int, int] | None = None) -> dict[int, int]:
+    """producer id -> last offset of its last batch in ``buffer`` (headers only)."""
+
 def filter_batches(buffer: BytesLike, pos: int, offset_map: OffsetMap, drop_tombstones: bool,
                    keep_empty: Container[int] = (), out_limit: int = 4194304) -> tuple[bytes, int, int, int]:
     """The cleaner's copy of whole batches from byte ``pos``: (output, next position, kept, removed)."""

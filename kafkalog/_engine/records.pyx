@@ -94,7 +94,7 @@ cnp.import_array()
 __all__ = [
     "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
     "OffsetMap", "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "filter_batches",
-    "iter_batches", "set_base_offset",
+    "iter_batches", "producer_last_offsets", "set_base_offset",
     "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
 ]
 
@@ -3577,6 +3577,25 @@ cdef inline void _patch_header(unsigned char *o, Py_ssize_t size, int32_t count,
     kl_store_u32(o + KL_CRC_OFFSET, kl_crc32c(0, o + KL_ATTRIBUTES_OFFSET, size - KL_ATTRIBUTES_OFFSET))
 
 
+def producer_last_offsets(buffer, dict into=None):
+    """producer id -> last offset of its last batch in ``buffer`` (headers only; batches without a producer id are
+    skipped), merged into ``into`` when given (later batches win)."""
+    cdef const unsigned char *p
+    cdef Py_ssize_t n, pos = 0
+    cdef BatchHeader h
+    cdef int rc
+    out = {} if into is None else into
+    mv = _read_view(buffer, &p, &n)
+    while pos < n:
+        rc = parse_batch_header(p + pos, n - pos, &h)
+        if rc != KL_BATCH_OK:
+            raise InvalidRecordError(f"producer scan: {batch_error_message(rc)} at byte {pos}")
+        if h.producer_id >= 0:
+            out[h.producer_id] = h.base_offset + h.last_offset_delta
+        pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+    return out
+
+
 def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, bint drop_tombstones, keep_empty=(),
                    Py_ssize_t out_limit=4 << 20):
     """The cleaner's copy of whole batches from byte ``pos`` of ``buffer``, until ``out_limit`` output bytes or the
@@ -3624,7 +3643,7 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, bint drop_tombs
             pmv = _read_view(plain, &rp, &psz)
             rend = rp + psz
         src = rp
-        recs = bytearray()
+        recs = None  # the kept records, copied only once one is dropped (an untouched batch is copied whole)
         kept_n = 0
         log_append = (h.attributes & KL_TIMESTAMP_TYPE_MASK) != 0
         max_ts = h.max_timestamp if log_append else -1
@@ -3638,10 +3657,13 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, bint drop_tombs
             else:
                 found = offset_map._get(r.key, r.key_len)
             if found <= off and not (drop_tombstones and r.value_len < 0):
-                recs += PyMemoryView_FromMemory(<char *>rp, r.end - rp, PyBUF_READ)
+                if recs is not None:
+                    recs += PyMemoryView_FromMemory(<char *>rp, r.end - rp, PyBUF_READ)
                 kept_n += 1
                 if not log_append and h.base_timestamp + r.ts_delta > max_ts:
                     max_ts = h.base_timestamp + r.ts_delta
+            elif recs is None:
+                recs = bytearray(PyMemoryView_FromMemory(<char *>src, rp - src, PyBUF_READ))
             rp = r.end
         kept_total += kept_n
         removed_total += h.records_count - kept_n

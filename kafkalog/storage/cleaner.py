@@ -38,7 +38,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .._engine.records import OffsetMap, count_records, filter_batches, iter_batches
+from .._engine.records import OffsetMap, count_records, filter_batches, producer_last_offsets
 from .._engine.segment import LogSegment, segment_file_name
 from ..errors import storage_error
 from . import failpoints
@@ -185,9 +185,7 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0):
     # a producer's last batch stays (empty if need be): idempotence state is read from the batches
     last_of_pid: dict[int, int] = {}
     for view in [s.view for s in snaps] + later:
-        for b in iter_batches(view):
-            if b.producer_id >= 0:
-                last_of_pid[b.producer_id] = b.base_offset + b.last_offset_delta
+        producer_last_offsets(view, last_of_pid)
     keep_pids = set(last_of_pid.values())
 
     # 3. groups of whole segments below the mapped end

@@ -587,8 +587,8 @@ class LogStore:
         return sum(self._clean(log, now_ms) for log in logs)
 
     def _clean(self, log, now_ms) -> int:
-        if not self.config["log.cleaner.enable"]:
-            return 0
+        if not self.config["log.cleaner.enable"] or self.config["log.cleaner.threads"] == 0:
+            return 0  # Kafka: no cleaner threads, no cleaning
         try:
             stats = log.run_cleaner(now_ms)
         except LogClosedError:

@@ -507,3 +507,29 @@ def test_consumer_offsets_is_left_to_its_snapshots(tmp_path):
     offsets_log.roll()
     assert offsets_log.run_cleaner(force=True) is None
     store.close()
+
+
+@pytest.mark.parametrize("override,cleans", [({}, True), ({"log.cleaner.enable": False}, False),
+                                             ({"log.cleaner.threads": 0}, False)])
+def test_the_store_runs_the_cleaner_by_its_keys(tmp_path, override, cleans):
+    store = _store(tmp_path, "exclusive", **override)
+    store.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": 1200})
+    log = store.log("t", 0)
+    _fill(log, 300, 3)
+    log.append(b"x", key=b"k0")  # the active segment: its record supersedes k0's in the dirty section
+    log.roll()
+    log.append(b"y", key=b"k1")  # ... and this one the whole clean section's k1 (dirty ratio stays 1 before)
+    counts = store.run_maintenance()
+    assert (counts["segments_cleaned"] > 0) == cleans
+    assert (sum(1 for _ in log.records()) < 302) == cleans
+    store.close()
+
+
+def test_kafkas_broker_names_of_the_compaction_keys_set_the_topic_defaults():
+    from kafkalog.config import Config
+    c = Config({"log.cleaner.min.cleanable.ratio": "0.25", "log.cleaner.delete.retention.ms": 7,
+                "log.cleaner.min.compaction.lag.ms": 8, "log.cleaner.max.compaction.lag.ms": 9,
+                "log.cleaner.dedupe.buffer.size": 4096, "log.cleaner.backoff.ms": 10})
+    assert (c["min.cleanable.dirty.ratio"], c["delete.retention.ms"], c["min.compaction.lag.ms"],
+            c["max.compaction.lag.ms"], c["log.cleaner.dedupe.buffer.size"], c["log.cleaner.backoff.ms"]) == (
+        "0.25", 7, 8, 9, 4096, 10)
