@@ -115,20 +115,29 @@ def _cleaned_name(base: int, suffix: str, state: str) -> str:
 
 
 def clean_log(log, now_ms: int, *, force: bool = False, dedupe_buffer_bytes: int = 134217728,
-              load_factor: float = 0.9) -> CleanerStats | None:
+              load_factor: float = 0.9, should_stop=None) -> CleanerStats | None:
     """One cleaning round over ``log`` (a writable Log whose policy includes compact); None when nothing was due
-    or another process is cleaning it. See the module docstring."""
+    or another process is cleaning it. ``should_stop()`` is asked between copied chunks: when it says True (the
+    store closes) the round stops, its ``.cleaned`` files go and nothing is swapped. See the module docstring."""
     t0 = time.monotonic()
     lock = FileLock(log.dir / CLEANER_LOCK)
     if not lock.try_acquire():
         return None  # another process's cleaner has this partition
     try:
-        return _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0)
+        return _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0, should_stop or _never)
     finally:
         lock.close()
 
 
-def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0):
+def _never() -> bool:
+    return False
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0, should_stop):
     cfg = log.config
     with log._lock:
         log._check_writable()
@@ -201,7 +210,11 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0):
         groups.append(cur)
     drm = cfg["delete.retention.ms"]
     for group in groups:
-        swapped = _clean_group(log, group, omap, keep_pids, now_ms, drm, stats)
+        try:
+            swapped = _clean_group(log, group, omap, keep_pids, now_ms, drm, stats, should_stop)
+        except _Stopped:
+            stats.aborted = "stopped (the store is closing)"
+            swapped = False
         if not swapped:
             break
     else:
@@ -212,7 +225,7 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0):
 
 
 def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_ms: int, drm: int,
-                 stats: CleanerStats) -> bool:
+                 stats: CleanerStats, should_stop) -> bool:
     base = group[0].base
     d = log.dir
     names = {sfx: d / _cleaned_name(base, sfx, CLEANED) for sfx in SUFFIXES}
@@ -233,6 +246,8 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
                 if out:
                     cleaned.append(out)
                 failpoints.hit("clean:during-copy")
+                if should_stop() or log._closed:
+                    raise _Stopped()
             stats.bytes_read += s.size
         stats.bytes_written += cleaned.size
         cleaned.flush()

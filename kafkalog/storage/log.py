@@ -1239,7 +1239,7 @@ class Log:
     # ------------------------------------------------------------------------------------------------ compaction
 
     def run_cleaner(self, now_ms: int | None = None, *, force: bool = False,
-                    dedupe_buffer_bytes: int | None = None):
+                    dedupe_buffer_bytes: int | None = None, should_stop=None):
         """One round of log compaction when the topic's cleanup.policy includes compact and the dirty section is
         due (``force``: whenever anything is dirty). Returns the round's CleanerStats, or None when nothing ran.
         Appends and reads go on during the copy; the swap holds the locks for a few renames and fsyncs."""
@@ -1254,7 +1254,8 @@ class Log:
                 self.config["log.cleaner.dedupe.buffer.size"]
             return cleaner.clean_log(self, _now_ms() if now_ms is None else now_ms, force=force,
                                      dedupe_buffer_bytes=buf,
-                                     load_factor=float(self.config["log.cleaner.io.buffer.load.factor"]))
+                                     load_factor=float(self.config["log.cleaner.io.buffer.load.factor"]),
+                                     should_stop=should_stop)
         finally:
             self._cleaning.release()
 

@@ -590,7 +590,7 @@ class LogStore:
         if not self.config["log.cleaner.enable"] or self.config["log.cleaner.threads"] == 0:
             return 0  # Kafka: no cleaner threads, no cleaning
         try:
-            stats = log.run_cleaner(now_ms)
+            stats = log.run_cleaner(now_ms, should_stop=self._stop.is_set)
         except LogClosedError:
             return 0
         except Exception as e:  # noqa: BLE001  (Kafka marks the partition uncleanable and goes on)

@@ -533,3 +533,17 @@ def test_kafkas_broker_names_of_the_compaction_keys_set_the_topic_defaults():
     assert (c["min.cleanable.dirty.ratio"], c["delete.retention.ms"], c["min.compaction.lag.ms"],
             c["max.compaction.lag.ms"], c["log.cleaner.dedupe.buffer.size"], c["log.cleaner.backoff.ms"]) == (
         "0.25", 7, 8, 9, 4096, 10)
+
+
+def test_a_round_stopped_by_close_swaps_nothing_and_leaves_no_files(tmp_path):
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG))
+    log = store.log("t", 0)
+    _fill(log, 500, 3)
+    log.roll()
+    stats = log.run_cleaner(force=True, should_stop=lambda: True)
+    assert stats.aborted.startswith("stopped") and stats.groups == 0
+    assert sum(1 for _ in log.records()) == 500
+    assert not [p for p in (tmp_path / "t-0").iterdir() if p.name.endswith((".cleaned", ".swap"))]
+    assert log.run_cleaner(force=True).groups > 0
+    store.close()
