@@ -157,3 +157,25 @@ def test_rejected_at_planning(spark, data, options, schema, message):
 def test_path_is_required(spark):
     with pytest.raises(Exception, match=r"option 'path' must be specified"):
         spark.read.format("kafkalog").option("subscribe", "events").option("kafka.bootstrap.servers", "h:9092").load()
+
+
+def test_a_compacted_topic_reads_its_latest_records_across_holes(spark, tmp_path):
+    path = tmp_path / "data"
+    latest = {}
+    with kafkalog.LogStore(path, maintenance=False) as store:
+        store.create_topic("table", 2, {"cleanup.policy": "compact", "segment.bytes": 2000})
+        for p in range(2):
+            log = store.log("table", p)
+            for i in range(600):
+                key = f"k{i % 9}".encode()
+                latest[(p, key)] = (log.append(f"{p}:{i}".encode(), key=key, timestamp=T0 + i), T0 + i)
+            log.roll()
+            assert log.run_cleaner(force=True).records_removed == 591
+    want = sorted((k, f"{p}:{ts - T0}".encode(), "table", p, off, ts, 0) for (p, k), (off, ts) in latest.items())
+    got = spark_rows(read(spark, path, subscribe="table"))
+    assert sorted(got) == want
+    # a range that starts and ends inside holes, split into more tasks than it has records
+    got = spark_rows(read(spark, path, subscribe="table", minPartitions="8",
+                          startingOffsets='{"table": {"0": 100, "1": 0}}',
+                          endingOffsets='{"table": {"0": 596, "1": 595}}'))
+    assert sorted(got) == [w for w in want if (w[3] == 0 and 100 <= w[4] < 596) or (w[3] == 1 and w[4] < 595)]
