@@ -695,7 +695,9 @@ def _dump_log(path: Path, deep: bool, max_records: int | None) -> int:
               f"{batch.base_sequence + batch.last_offset_delta if batch.base_sequence >= 0 else -1} "
               f"producerId: {batch.producer_id} producerEpoch: {batch.producer_epoch} "
               f"partitionLeaderEpoch: {batch.partition_leader_epoch} isTransactional: {batch.is_transactional} "
-              f"isControl: {batch.is_control} position: {pos} {ttype}: {batch.max_timestamp} "
+              f"isControl: {batch.is_control} deleteHorizonMs: "
+              f"{f'OptionalLong[{batch.base_timestamp}]' if batch.attributes & 0x40 else 'OptionalLong.empty'} "
+              f"position: {pos} {ttype}: {batch.max_timestamp} "
               f"size: {batch.size_in_bytes} magic: {batch.magic} compresscodec: {codec} crc: {batch.crc} "
               f"isvalid: {problem is None}")
         if problem:

@@ -114,8 +114,9 @@ CONFIG_KEYS = _keys(
               high=INT_MAX),
     ConfigKey("unclean.leader.election.enable", bool, False, "Accepted for compatibility; no replicas."),
     ConfigKey("preallocate", bool, False, "Accepted for compatibility; .log files are not preallocated."),
-    ConfigKey("delete.retention.ms", int, 86400000, "Compaction: a tombstone (null value) is removed by the first "
-              "cleaning after its segment's largest timestamp is older than this.", low=0, high=LONG_MAX),
+    ConfigKey("delete.retention.ms", int, 86400000, "Compaction: a tombstone (null value) is kept this long after "
+              "the cleaning that first kept it (KIP-534's delete horizon, stamped into its batch).", low=0,
+              high=LONG_MAX),
     ConfigKey("min.compaction.lag.ms", int, 0, "Compaction: a segment holding a record newer than this is not "
               "cleaned yet.", low=0, high=LONG_MAX),
     ConfigKey("max.compaction.lag.ms", int, LONG_MAX, "Compaction: clean whatever the dirty ratio once the first "

@@ -353,6 +353,6 @@ class OffsetMap:
 def producer_last_offsets(buffer: BytesLike, into: dict[int, int] | None = None) -> dict[int, int]:
     """producer id -> last offset of its last batch in ``buffer`` (headers only)."""
 
-def filter_batches(buffer: BytesLike, pos: int, offset_map: OffsetMap, drop_tombstones: bool,
+def filter_batches(buffer: BytesLike, pos: int, offset_map: OffsetMap, now_ms: int, delete_retention_ms: int,
                    keep_empty: Container[int] = (), out_limit: int = 4194304) -> tuple[bytes, int, int, int]:
     """The cleaner's copy of whole batches from byte ``pos``: (output, next position, kept, removed)."""

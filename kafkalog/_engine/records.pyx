@@ -62,8 +62,8 @@ cdef extern from "Python.h":
 from .clib cimport (
     KL_ATTRIBUTES_OFFSET, KL_BASE_OFFSET_OFFSET, KL_BASE_SEQUENCE_OFFSET, KL_BASE_TIMESTAMP_OFFSET, KL_CHECK,
     KL_CODEC_GZIP, KL_CODEC_LZ4, KL_CODEC_NONE, KL_CODEC_SNAPPY, KL_CODEC_ZSTD, KL_COMPRESSION_CODEC_MASK,
-    KL_CONTROL_FLAG_MASK, KL_CRC_OFFSET, KL_DEBUG_ENABLED, KL_HEADER_SIZE_UP_TO_MAGIC, KL_INT32_MAX,
-    KL_LAST_OFFSET_DELTA_OFFSET, KL_LENGTH_OFFSET, KL_LOG_OVERHEAD, KL_MAGIC_OFFSET, KL_MAGIC_V2,
+    KL_CONTROL_FLAG_MASK, KL_CRC_OFFSET, KL_DEBUG_ENABLED, KL_DELETE_HORIZON_FLAG_MASK, KL_HEADER_SIZE_UP_TO_MAGIC,
+    KL_INT32_MAX, KL_LAST_OFFSET_DELTA_OFFSET, KL_LENGTH_OFFSET, KL_LOG_OVERHEAD, KL_MAGIC_OFFSET, KL_MAGIC_V2,
     KL_MAX_TIMESTAMP_OFFSET, KL_MIN_BATCH_LENGTH, KL_PARTITION_LEADER_EPOCH_OFFSET, KL_PRODUCER_EPOCH_OFFSET,
     KL_PRODUCER_ID_OFFSET, KL_RECORDS_COUNT_OFFSET, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_LOG_APPEND_TIME,
     KL_TIMESTAMP_TYPE_MASK, KL_TRANSACTIONAL_FLAG_MASK, kl_crc32c, kl_load_i16, kl_load_i32, kl_load_i64,
@@ -3596,16 +3596,46 @@ def producer_last_offsets(buffer, dict into=None):
     return out
 
 
-def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, bint drop_tombstones, keep_empty=(),
-                   Py_ssize_t out_limit=4 << 20):
+cdef int _put_record(bytearray out, const unsigned char *rp, const unsigned char *rend, bint retime,
+                     int64_t ts_delta) except -1:
+    """Append the record at rp (ending at rend) to out: as it is, or with a new timestamp delta (its other fields
+    byte for byte)."""
+    cdef int32_t body
+    cdef int k, k2
+    cdef int64_t old
+    cdef unsigned char tmp[30]
+    cdef Py_ssize_t rest, n
+    if not retime:
+        out += PyMemoryView_FromMemory(<char *>rp, rend - rp, PyBUF_READ)
+        return 0
+    k = _varint(rp, rend, &body)
+    k2 = _varlong(rp + k + 1, rend, &old)
+    rest = rend - (rp + k + 1 + k2)  # offset delta, key, value, headers
+    body = <int32_t>(1 + kl_varlong_size(ts_delta) + rest)
+    n = kl_write_varint(tmp, body)
+    tmp[n] = rp[k]  # attributes
+    n += 1
+    n += kl_write_varlong(tmp + n, ts_delta)
+    out += PyMemoryView_FromMemory(<char *>tmp, n, PyBUF_READ)
+    out += PyMemoryView_FromMemory(<char *>(rp + k + 1 + k2), rest, PyBUF_READ)
+    return 0
+
+
+def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms, int64_t delete_retention_ms,
+                   keep_empty=(), Py_ssize_t out_limit=4 << 20):
     """The cleaner's copy of whole batches from byte ``pos`` of ``buffer``, until ``out_limit`` output bytes or the
-    end: a record stays when it has a key, no later offset is mapped for its key, and it is not a tombstone (null
-    value) while ``drop_tombstones``. Kafka's batch rules: a batch keeps its base offset, LastOffsetDelta, base
-    timestamp, producer id/epoch/base sequence and leader epoch, and its records their offset and timestamp deltas
-    (so offsets keep their holes); a batch whose records all stay is copied byte for byte; one that loses some is
-    rewritten with the same codec (MaxTimestamp from the kept records, CRC recomputed); one that loses all is
-    dropped, unless its last offset is in ``keep_empty`` (a producer's last batch, a segment's last batch): then its
-    header stays alone (RecordsCount 0, uncompressed), as Kafka keeps such batches. Control batches are copied.
+    end (Kafka's MemoryRecords.filterTo with the LogCleaner's retention rules).
+
+    A record stays when it has a key and no later offset is mapped for its key; a tombstone (null value) also needs
+    its batch's delete horizon (KIP-534) not passed: a batch without one keeps its tombstones, and when it keeps any,
+    it is rewritten with the horizon ``now_ms + delete_retention_ms`` (attributes bit 6, held in BaseTimestamp, the
+    records' timestamp deltas re-based so their timestamps do not change); a batch with one loses them once
+    ``now_ms`` reaches it. A batch keeps its base offset, LastOffsetDelta, producer id/epoch/base sequence and leader
+    epoch, and its records their offset deltas (offsets keep their holes); a batch whose records all stay and needs
+    no horizon is copied byte for byte; one that changes is rewritten with the same codec (MaxTimestamp from the
+    kept records, CRC recomputed); one that loses all goes, unless its last offset is in ``keep_empty`` (a producer's
+    last batch, a cleaned group's last batch): then its header stays alone (RecordsCount 0, uncompressed), as Kafka
+    keeps such batches. Control batches are copied.
 
     Returns (output bytes, next position, records kept, records removed)."""
     cdef const unsigned char *p
@@ -3617,73 +3647,101 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, bint drop_tombs
     cdef RecordView r
     cdef int32_t i, kept_n
     cdef int rc, codec
-    cdef int64_t off, found, kept_total = 0, removed_total = 0, max_ts
+    cdef int64_t off, found, kept_total = 0, removed_total = 0, max_ts, horizon, new_base
     cdef bytearray out = bytearray()
     cdef bytearray recs
     cdef bytes part
     cdef unsigned char *o
-    cdef bint log_append
+    cdef unsigned char *keep = NULL
+    cdef bint log_append, has_horizon, drop_tombstones, kept_tombstone, retime
+    cdef int16_t attrs
     mv = _read_view(buffer, &p, &n)
-    while pos < n and len(out) < out_limit:
-        rc = parse_batch_header(p + pos, n - pos, &h)
-        if rc != KL_BATCH_OK:
-            raise InvalidRecordError(f"cleaner: {batch_error_message(rc)} at byte {pos}")
-        size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
-        if h.attributes & KL_CONTROL_FLAG_MASK:
-            out += PyMemoryView_FromMemory(<char *>(p + pos), size, PyBUF_READ)
-            pos += size
-            continue
-        codec = h.attributes & KL_COMPRESSION_CODEC_MASK
-        plain = None
-        if codec == KL_CODEC_NONE:
-            rp = p + pos + KL_RECORD_BATCH_OVERHEAD
-            rend = p + pos + size
-        else:
-            plain = _decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, &h, pos)
-            pmv = _read_view(plain, &rp, &psz)
-            rend = rp + psz
-        src = rp
-        recs = None  # the kept records, copied only once one is dropped (an untouched batch is copied whole)
-        kept_n = 0
-        log_append = (h.attributes & KL_TIMESTAMP_TYPE_MASK) != 0
-        max_ts = h.max_timestamp if log_append else -1
-        for i in range(h.records_count):
-            rc = _read_record(rp, rend, &r)
-            if rc != _REC_OK:
-                raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, i, h.records_count)}")
-            off = h.base_offset + r.offset_delta
-            if r.key_len < 0:
-                found = 0x7fffffffffffffff   # Kafka's cleaner discards records without a key
-            else:
-                found = offset_map._get(r.key, r.key_len)
-            if found <= off and not (drop_tombstones and r.value_len < 0):
-                if recs is not None:
-                    recs += PyMemoryView_FromMemory(<char *>rp, r.end - rp, PyBUF_READ)
-                kept_n += 1
-                if not log_append and h.base_timestamp + r.ts_delta > max_ts:
-                    max_ts = h.base_timestamp + r.ts_delta
-            elif recs is None:
-                recs = bytearray(PyMemoryView_FromMemory(<char *>src, rp - src, PyBUF_READ))
-            rp = r.end
-        kept_total += kept_n
-        removed_total += h.records_count - kept_n
-        if kept_n == h.records_count and kept_n > 0:
-            out += PyMemoryView_FromMemory(<char *>(p + pos), size, PyBUF_READ)
-        elif kept_n > 0:
+    horizon = now_ms + delete_retention_ms if delete_retention_ms <= 0x7fffffffffffffff - now_ms else -1
+    try:
+        while pos < n and len(out) < out_limit:
+            rc = parse_batch_header(p + pos, n - pos, &h)
+            if rc != KL_BATCH_OK:
+                raise InvalidRecordError(f"cleaner: {batch_error_message(rc)} at byte {pos}")
+            size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
+            if h.attributes & KL_CONTROL_FLAG_MASK:
+                out += PyMemoryView_FromMemory(<char *>(p + pos), size, PyBUF_READ)
+                pos += size
+                continue
+            codec = h.attributes & KL_COMPRESSION_CODEC_MASK
+            plain = None
             if codec == KL_CODEC_NONE:
-                part = bytes(recs)
+                rp = p + pos + KL_RECORD_BATCH_OVERHEAD
+                rend = p + pos + size
             else:
-                part = bytes(_compress(codec, None, <const unsigned char *>PyByteArray_AS_STRING(recs), len(recs)))
-            m = len(out)
-            out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
-            out += part
-            o = <unsigned char *>PyByteArray_AS_STRING(out) + m
-            _patch_header(o, KL_RECORD_BATCH_OVERHEAD + len(part), kept_n, max_ts, h.attributes)
-        elif (h.base_offset + h.last_offset_delta) in keep_empty:
-            m = len(out)
-            out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
-            o = <unsigned char *>PyByteArray_AS_STRING(out) + m
-            _patch_header(o, KL_RECORD_BATCH_OVERHEAD, 0, h.max_timestamp,
-                          h.attributes & ~KL_COMPRESSION_CODEC_MASK)
-        pos += size
+                plain = _decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, &h,
+                                    pos)
+                pmv = _read_view(plain, &rp, &psz)
+                rend = rp + psz
+            src = rp
+            has_horizon = (h.attributes & KL_DELETE_HORIZON_FLAG_MASK) != 0
+            drop_tombstones = has_horizon and now_ms >= h.base_timestamp
+            log_append = (h.attributes & KL_TIMESTAMP_TYPE_MASK) != 0
+            max_ts = h.max_timestamp if log_append else -1
+            kept_n = 0
+            kept_tombstone = False
+            free(keep)
+            keep = <unsigned char *>malloc(h.records_count + 1)
+            if keep == NULL:
+                raise MemoryError()
+            # pass 1: which records stay
+            for i in range(h.records_count):
+                rc = _read_record(rp, rend, &r)
+                if rc != _REC_OK:
+                    raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, i, h.records_count)}")
+                off = h.base_offset + r.offset_delta
+                if r.key_len < 0:
+                    found = 0x7fffffffffffffff   # Kafka's cleaner discards records without a key
+                else:
+                    found = offset_map._get(r.key, r.key_len)
+                keep[i] = found <= off and not (drop_tombstones and r.value_len < 0)
+                if keep[i]:
+                    kept_n += 1
+                    if r.value_len < 0:
+                        kept_tombstone = True
+                    if not log_append and h.base_timestamp + r.ts_delta > max_ts:
+                        max_ts = h.base_timestamp + r.ts_delta
+                rp = r.end
+            kept_total += kept_n
+            removed_total += h.records_count - kept_n
+            retime = kept_tombstone and not has_horizon and horizon >= 0
+            if kept_n == h.records_count and kept_n > 0 and not retime:
+                out += PyMemoryView_FromMemory(<char *>(p + pos), size, PyBUF_READ)
+            elif kept_n > 0:
+                # pass 2: the kept records, re-based on the new horizon when one is set
+                new_base = horizon if retime else h.base_timestamp
+                recs = bytearray()
+                rp = src
+                for i in range(h.records_count):
+                    _read_record(rp, rend, &r)
+                    if keep[i]:
+                        _put_record(recs, rp, r.end, retime, h.base_timestamp + r.ts_delta - new_base)
+                    rp = r.end
+                if codec == KL_CODEC_NONE:
+                    part = bytes(recs)
+                else:
+                    part = bytes(_compress(codec, None, <const unsigned char *>PyByteArray_AS_STRING(recs),
+                                           len(recs)))
+                m = len(out)
+                out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
+                out += part
+                o = <unsigned char *>PyByteArray_AS_STRING(out) + m
+                attrs = h.attributes
+                if retime:
+                    attrs = attrs | KL_DELETE_HORIZON_FLAG_MASK
+                    kl_store_i64(o + KL_BASE_TIMESTAMP_OFFSET, horizon)
+                _patch_header(o, KL_RECORD_BATCH_OVERHEAD + len(part), kept_n, max_ts, attrs)
+            elif (h.base_offset + h.last_offset_delta) in keep_empty:
+                m = len(out)
+                out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
+                o = <unsigned char *>PyByteArray_AS_STRING(out) + m
+                _patch_header(o, KL_RECORD_BATCH_OVERHEAD, 0, h.max_timestamp,
+                              h.attributes & ~KL_COMPRESSION_CODEC_MASK)
+            pos += size
+    finally:
+        free(keep)
     return bytes(out), pos, kept_total, removed_total

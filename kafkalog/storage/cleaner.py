@@ -13,9 +13,10 @@ One round over one partition (``clean_log``, called by ``Log.run_cleaner``):
 3. **Copy.** Segments from the log start up to the mapped end are cleaned in groups (consecutive segments whose
    sizes add up to at most ``segment.bytes``). Each group is copied into one ``<base>.log.cleaned`` segment (and
    its ``.index.cleaned``, ``.timeindex.cleaned``) keeping a record when no later offset is mapped for its key;
-   records without a key go (Kafka's cleaner drops them); tombstones (null values) go once their segment's largest
-   timestamp is older than ``delete.retention.ms``. Batches keep their offsets (holes stay), producer
-   id/epoch/sequence and base timestamp (``filter_batches``). A group's last batch and a producer's last batch stay,
+   records without a key go (Kafka's cleaner drops them). Tombstones (null values) follow KIP-534: the first
+   cleaning that keeps one stamps its batch with a delete horizon, now + ``delete.retention.ms``; a cleaning after
+   the horizon removes them. Batches keep their offsets (holes stay), producer id/epoch/sequence and record
+   timestamps (``filter_batches``). A group's last batch and a producer's last batch stay,
    empty when all their records go, so the cleaned segment ends at the old group's end offset and idempotence
    state survives. The copy runs without the partition's locks: appends and reads go on.
 4. **Swap** (under the Log's lock and, in shared mode, the partition file lock; a few renames and fsyncs):
@@ -237,10 +238,9 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
                          writable=True, reserve_bytes=total + 4096, create=True, file_suffix=CLEANED)
     try:
         for s in group:
-            drop_tombstones = now_ms - s.largest_ts > drm
             pos, n = 0, len(s.view)
             while pos < n:
-                out, pos, kept, removed = filter_batches(s.view, pos, omap, drop_tombstones, keep, _COPY_CHUNK)
+                out, pos, kept, removed = filter_batches(s.view, pos, omap, now_ms, drm, keep, _COPY_CHUNK)
                 stats.records_kept += kept
                 stats.records_removed += removed
                 if out:

@@ -77,7 +77,7 @@ def test_filter_batches_keeps_offsets_timestamps_headers_and_producer_facts(code
                       base_sequence=40)
     m = OffsetMap(1 << 16)
     m.add_batches(buf)
-    out, pos, kept, removed = filter_batches(buf, 0, m, False)
+    out, pos, kept, removed = filter_batches(buf, 0, m, T0, DRM)
     assert (pos, kept, removed) == (len(buf), 3, 2)
     (b,) = list(iter_batches(out))
     b.validate()
@@ -88,12 +88,19 @@ def test_filter_batches_keeps_offsets_timestamps_headers_and_producer_facts(code
         (102, b"a", b"3", T0 + 1, [("h", b"2")]), (103, b"c", None, T0 + 7, [("h", b"3")]),
         (104, b"b", b"5", T0 + 3, [("h", b"4")])]
     assert b.max_timestamp == T0 + 7  # from the kept records
-    # tombstones go when their time is up; a batch losing every record goes, or stays empty when asked to
-    out, _, kept, removed = filter_batches(buf, 0, m, True)
-    assert [(r.offset, r.value) for b in iter_batches(out) for r in b] == [(102, b"3"), (104, b"5")]
+    # the kept tombstone stamped the batch with a delete horizon (KIP-534): attributes bit 6, BaseTimestamp
+    assert b.attributes & 0x40 and b.base_timestamp == T0 + DRM
+    # a later cleaning before the horizon keeps it, byte for byte; one at the horizon removes it
+    assert filter_batches(out, 0, m, T0 + DRM - 1, DRM)[0] == out
+    again, _, kept, removed = filter_batches(out, 0, m, T0 + DRM, DRM)
+    (b2,) = list(iter_batches(again))
+    b2.validate()
+    assert [(r.offset, r.value, r.timestamp) for r in b2] == [(102, b"3", T0 + 1), (104, b"5", T0 + 3)]
+    assert (kept, removed) == (2, 1) and b2.base_timestamp == T0 + DRM and b2.max_timestamp == T0 + 3
+    # a batch losing every record goes, or stays empty when asked to
     m.put(b"a", 500), m.put(b"b", 500), m.put(b"c", 500)
-    assert filter_batches(buf, 0, m, False)[0] == b""
-    out, _, kept, removed = filter_batches(buf, 0, m, False, {104})
+    assert filter_batches(buf, 0, m, T0, DRM)[0] == b""
+    out, _, kept, removed = filter_batches(buf, 0, m, T0, DRM, {104})
     (b,) = list(iter_batches(out))
     b.validate()
     assert (b.base_offset, b.last_offset_delta, b.record_count, b.next_offset, b.producer_id,
@@ -106,7 +113,7 @@ def test_filter_batches_copies_untouched_batches_byte_for_byte_and_drops_keyless
     b = build_batch([b"3", b"4"], [None, b"z"], base_offset=2)
     m = OffsetMap(1 << 16)
     m.add_batches(a + b)
-    out, pos, kept, removed = filter_batches(a + b, 0, m, False)
+    out, pos, kept, removed = filter_batches(a + b, 0, m, T0, DRM)
     assert out[:len(a)] == a  # every record kept: the batch as it was, compressed bytes included
     assert [(r.offset, r.key) for x in iter_batches(out) for r in x] == [(0, b"x"), (1, b"y"), (3, b"z")]
     assert (kept, removed) == (3, 1)
@@ -119,7 +126,7 @@ def test_filter_batches_stops_at_the_output_limit_on_a_batch_boundary():
     m.add_batches(buf)
     pos, parts = 0, []
     while pos < len(buf):
-        out, pos, _, _ = filter_batches(buf, pos, m, False, (), 3000)
+        out, pos, _, _ = filter_batches(buf, pos, m, T0, DRM, (), 3000)
         assert 0 < len(out) <= 3000 + 1300
         parts.append(out)
     assert b"".join(parts) == buf
@@ -143,7 +150,13 @@ class Model:
         self.recs = []  # (offset, key, value, ts)
         self.lso = 0
         self.cleaned_end = 0
-        self.max_clean_now = None  # the latest now of a cleaning
+        self.cleans = []  # (records appended before it, its now) of every cleaning round that ran
+
+    def may_be_gone(self, tombstone) -> bool:
+        """KIP-534: a cleaning that keeps the tombstone stamps now + delete.retention.ms into its batch; a later
+        cleaning at or past that time removes it."""
+        nows = [now for seen, now in self.cleans if seen > tombstone[0]]
+        return any(b - a >= DRM for i, a in enumerate(nows) for b in nows[i + 1:])
 
     def latest(self):
         out = {}
@@ -165,7 +178,7 @@ def _check(log, m: Model, active_base: int):
         if r[0] < m.lso:
             continue
         if r[2] is None and r[0] not in present:
-            assert m.max_clean_now is not None and m.max_clean_now - r[3] > DRM, f"tombstone {r} gone too early"
+            assert m.may_be_gone(r), f"tombstone {r} gone too early"
         else:
             assert r[0] in present, f"the latest record of {key!r}, {r}, is missing"
     # the active segment and everything above the cleaned end (but below the active) that was not superseded
@@ -250,7 +263,7 @@ def test_cleaner_matches_the_model(tmp_path_factory, ops, nkeys, seed, probes):
                 if stats is not None:
                     assert not stats.aborted
                     m.cleaned_end = max(m.cleaned_end, stats.end_offset)
-                    m.max_clean_now = now if m.max_clean_now is None else max(m.max_clean_now, now)
+                    m.cleans.append((len(m.recs), now))
             elif kind == "delete":
                 target = m.lso + int(o[1] * (len(m.recs) - m.lso))
                 log.delete_records_before(target)
@@ -360,12 +373,16 @@ def test_tombstones_expire_after_delete_retention_ms(tmp_path):
     log.append(b"b1", key=b"b", timestamp=T0)
     log.append(None, key=b"a", timestamp=T0 + 10)
     log.roll()
-    log.run_cleaner(now_ms=T0 + 4000, force=True)
-    assert [(r.offset, r.key, r.value) for r in log.records()] == [(1, b"b", b"b1"), (2, b"a", None)]
-    log.append(b"x", key=b"x", timestamp=T0 + 100)  # something dirty again
-    log.roll()
-    log.run_cleaner(now_ms=T0 + 5011, force=True)
-    assert [(r.offset, r.key, r.value) for r in log.records()] == [(1, b"b", b"b1"), (3, b"x", b"x")]
+    # old record time does not matter: the first cleaning keeps the tombstone and stamps now + 5 s into its batch
+    log.run_cleaner(now_ms=T0 + 10**9, force=True)
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in log.records()] == [
+        (1, b"b", b"b1", T0), (2, b"a", None, T0 + 10)]
+    for now, left in ((T0 + 10**9 + 4999, 2), (T0 + 10**9 + 5000, 1)):
+        log.append(b"x", key=b"x", timestamp=T0 + 100)  # something dirty again
+        log.roll()
+        log.run_cleaner(now_ms=now, force=True)
+        assert [r.key for r in log.records()][:left] == [b"b", b"a"][:left]
+    assert [(r.offset, r.key, r.value) for r in log.records()] == [(1, b"b", b"b1"), (4, b"x", b"x")]
     store.close()
 
 
