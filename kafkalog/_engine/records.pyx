@@ -3421,29 +3421,41 @@ cdef void _key_digest(const unsigned char *p, Py_ssize_t n, uint64_t *out) noexc
 cdef class OffsetMap:
     """Key -> latest offset in bounded memory, for the cleaner (Kafka's SkimpyOffsetMap).
 
-    ``OffsetMap(memory_bytes, load_factor=0.9)``: a table of 24-byte slots, as many as fit ``memory_bytes``
-    (rounded down to a power of two, at least 16), filled to at most ``load_factor``. ``put`` refuses a new key when
-    the map is full (``full`` turns True); a key already present is always updated. Not thread-safe.
+    ``OffsetMap(memory_bytes, load_factor=0.9, initial_bytes=None)``: a table of 24-byte slots (a power of two, at
+    least 16), filled to at most ``load_factor``. It starts at ``initial_bytes`` (default: all of ``memory_bytes``)
+    and doubles while a new key would pass the load factor and the doubled table fits ``memory_bytes`` (the slots
+    hold whole digests, so growing needs no keys); then ``put`` refuses new keys (``full`` turns True). A key already
+    present is always updated. Memory is proportional to the distinct keys, never above ``memory_bytes``. Not
+    thread-safe.
     """
     cdef uint64_t *_slots
     cdef Py_ssize_t _cap
     cdef Py_ssize_t _mask
+    cdef Py_ssize_t _max_cap
+    cdef double _load
     cdef readonly Py_ssize_t size
     cdef readonly Py_ssize_t max_entries
     cdef readonly bint full
     cdef readonly int64_t latest_offset
 
-    def __cinit__(self, Py_ssize_t memory_bytes, double load_factor=0.9):
-        cdef Py_ssize_t cap = 16
+    def __cinit__(self, Py_ssize_t memory_bytes, double load_factor=0.9, initial_bytes=None):
+        cdef Py_ssize_t cap = 16, max_cap = 16
         if not 0.0 < load_factor <= 1.0:
             raise ValueError(f"load_factor {load_factor} must be in (0, 1]")
-        while cap * 2 * 24 <= memory_bytes:
-            cap *= 2
+        while max_cap * 2 * 24 <= memory_bytes:
+            max_cap *= 2
+        if initial_bytes is None:
+            cap = max_cap
+        else:
+            while cap * 2 * 24 <= initial_bytes and cap < max_cap:
+                cap *= 2
         self._slots = <uint64_t *>calloc(cap * 3, sizeof(uint64_t))
         if self._slots == NULL:
             raise MemoryError(f"offset map of {cap * 24} bytes")
         self._cap = cap
         self._mask = cap - 1
+        self._max_cap = max_cap
+        self._load = load_factor
         self.max_entries = max(1, <Py_ssize_t>(cap * load_factor))
         self.size = 0
         self.full = False
@@ -3454,8 +3466,13 @@ cdef class OffsetMap:
 
     @property
     def capacity(self):
-        """Slots in the table."""
+        """Slots in the table now."""
         return self._cap
+
+    @property
+    def max_capacity(self):
+        """Slots the table may grow to."""
+        return self._max_cap
 
     @property
     def memory_bytes(self):
@@ -3477,6 +3494,32 @@ cdef class OffsetMap:
                 return i
             i = (i + 1) & self._mask
 
+    cdef int _grow(self) noexcept nogil:
+        """Double the table (1) when it may; 0 when at its bound or out of memory."""
+        cdef Py_ssize_t old_cap = self._cap, i
+        cdef uint64_t *old = self._slots
+        cdef uint64_t *s
+        cdef uint64_t *t
+        cdef uint64_t *fresh
+        if old_cap >= self._max_cap:
+            return 0
+        fresh = <uint64_t *>calloc(old_cap * 2 * 3, sizeof(uint64_t))
+        if fresh == NULL:
+            return 0
+        self._slots = fresh
+        self._cap = old_cap * 2
+        self._mask = self._cap - 1
+        self.max_entries = max(1, <Py_ssize_t>(self._cap * self._load))
+        for i in range(old_cap):
+            s = old + 3 * i
+            if s[2] != 0:
+                t = self._slots + 3 * self._slot(s)
+                t[0] = s[0]
+                t[1] = s[1]
+                t[2] = s[2]
+        free(old)
+        return 1
+
     cdef inline int _put(self, const unsigned char *key, Py_ssize_t n, int64_t offset) noexcept nogil:
         """1 = stored, 0 = refused (a new key and the map is full)."""
         cdef uint64_t d[2]
@@ -3485,8 +3528,10 @@ cdef class OffsetMap:
         s = self._slots + 3 * self._slot(d)
         if s[2] == 0:
             if self.size >= self.max_entries:
-                self.full = True
-                return 0
+                if not self._grow():
+                    self.full = True
+                    return 0
+                s = self._slots + 3 * self._slot(d)
             s[0] = d[0]
             s[1] = d[1]
             self.size += 1
@@ -3516,33 +3561,35 @@ cdef class OffsetMap:
         mv = _read_view(key, &p, &n)
         return self._get(p, n)
 
-    def add_batches(self, buffer, int64_t start=0, int64_t stop=0x7fffffffffffffff):
-        """Map every keyed record with offset in [start, stop) of the whole batches in ``buffer`` (a later record
-        replaces an earlier one of the same key). Control batches and records without a key are skipped. Returns
-        the offset where mapping stopped: ``stop`` or the log end of ``buffer`` when everything fit, else the base
-        offset of the first batch whose keys did not all fit (``full`` is then True; some of that batch's keys may
-        be in the map, which only ever names offsets that exist)."""
+    def add_batches(self, buffer, int64_t start=0, int64_t stop=0x7fffffffffffffff, Py_ssize_t pos=0,
+                    Py_ssize_t max_bytes=-1):
+        """Map every keyed record with offset in [start, stop) of the whole batches in ``buffer`` from byte ``pos``
+        (a later record replaces an earlier one of the same key), until ``max_bytes`` of input were taken (-1: all;
+        at least one batch). Control batches and records without a key are skipped. Uncompressed records are mapped
+        without the GIL. Returns (next position, offset reached): the offset is ``stop`` once a batch at or past it
+        is seen, else the end of the last batch taken; when a batch's keys did not all fit, it is that batch's base
+        offset (``full`` is then True; some of its keys may be in the map, which only ever names offsets that
+        exist)."""
         cdef const unsigned char *p
-        cdef Py_ssize_t n, pos = 0, size
+        cdef Py_ssize_t n, size, psz, taken = 0
         cdef BatchHeader h
-        cdef RecordView r
+        cdef int rc, codec
+        cdef int64_t reached = start
         cdef const unsigned char *rp
         cdef const unsigned char *rend
-        cdef int32_t i
-        cdef int rc, codec
-        cdef int64_t off, reached = start
-        cdef Py_ssize_t psz
+        cdef int32_t bad = -1
         mv = _read_view(buffer, &p, &n)
-        while pos < n:
+        while pos < n and (max_bytes < 0 or taken == 0 or taken < max_bytes):
             rc = parse_batch_header(p + pos, n - pos, &h)
             if rc != KL_BATCH_OK:
                 raise InvalidRecordError(f"offset map: {batch_error_message(rc)} at byte {pos}")
             size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
             if h.base_offset >= stop:
-                return stop
+                return pos, stop
             if h.base_offset + h.last_offset_delta < start or (h.attributes & KL_CONTROL_FLAG_MASK):
                 pos += size
-                reached = max(reached, h.base_offset + h.last_offset_delta + 1)
+                taken += size
+                reached = max(reached, min(stop, h.base_offset + h.last_offset_delta + 1))
                 continue
             codec = h.attributes & KL_COMPRESSION_CODEC_MASK
             plain = None
@@ -3554,18 +3601,35 @@ cdef class OffsetMap:
                                     &h, pos)
                 pmv = _read_view(plain, &rp, &psz)
                 rend = rp + psz
-            for i in range(h.records_count):
-                rc = _read_record(rp, rend, &r)
-                if rc != _REC_OK:
-                    raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, i, h.records_count)}")
-                off = h.base_offset + r.offset_delta
-                if r.key_len >= 0 and start <= off < stop:
-                    if not self._put(r.key, r.key_len, off):
-                        return h.base_offset
-                rp = r.end
+            with nogil:
+                rc = self._map_records(rp, rend, &h, start, stop, &bad)
+            if rc == 1:
+                return pos, h.base_offset
+            if rc != _REC_OK:
+                raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, bad, h.records_count)}")
             pos += size
+            taken += size
             reached = max(reached, min(stop, h.base_offset + h.last_offset_delta + 1))
-        return reached
+        return pos, reached
+
+    cdef int _map_records(self, const unsigned char *rp, const unsigned char *rend, const BatchHeader *h,
+                          int64_t start, int64_t stop, int32_t *bad) noexcept nogil:
+        """_REC_OK, 1 when the map is full, or a _read_record error (bad = the record's index)."""
+        cdef RecordView r
+        cdef int32_t i
+        cdef int rc
+        cdef int64_t off
+        for i in range(h.records_count):
+            rc = _read_record(rp, rend, &r)
+            if rc != _REC_OK:
+                bad[0] = i
+                return rc
+            off = h.base_offset + r.offset_delta
+            if r.key_len >= 0 and start <= off < stop:
+                if not self._put(r.key, r.key_len, off):
+                    return 1
+            rp = r.end
+        return _REC_OK
 
 
 cdef inline void _patch_header(unsigned char *o, Py_ssize_t size, int32_t count, int64_t max_ts,
@@ -3596,35 +3660,84 @@ def producer_last_offsets(buffer, dict into=None):
     return out
 
 
-cdef int _put_record(bytearray out, const unsigned char *rp, const unsigned char *rend, bint retime,
-                     int64_t ts_delta) except -1:
-    """Append the record at rp (ending at rend) to out: as it is, or with a new timestamp delta (its other fields
-    byte for byte)."""
-    cdef int32_t body
-    cdef int k, k2
-    cdef int64_t old
-    cdef unsigned char tmp[30]
-    cdef Py_ssize_t rest, n
-    if not retime:
-        out += PyMemoryView_FromMemory(<char *>rp, rend - rp, PyBUF_READ)
-        return 0
-    k = _varint(rp, rend, &body)
-    k2 = _varlong(rp + k + 1, rend, &old)
-    rest = rend - (rp + k + 1 + k2)  # offset delta, key, value, headers
-    body = <int32_t>(1 + kl_varlong_size(ts_delta) + rest)
-    n = kl_write_varint(tmp, body)
-    tmp[n] = rp[k]  # attributes
-    n += 1
-    n += kl_write_varlong(tmp + n, ts_delta)
-    out += PyMemoryView_FromMemory(<char *>tmp, n, PyBUF_READ)
-    out += PyMemoryView_FromMemory(<char *>(rp + k + 1 + k2), rest, PyBUF_READ)
-    return 0
+cdef struct _Kept:
+    int32_t n              # records kept
+    bint tombstone         # one of them is a tombstone
+    int64_t max_ts         # their largest timestamp (-1: none)
+    Py_ssize_t bytes       # their encoded size as they are
+
+
+cdef int _choose_records(const unsigned char *rp, const unsigned char *rend, const BatchHeader *h, OffsetMap m,
+                         bint drop_tombstones, unsigned char *keep, _Kept *k, int32_t *bad) noexcept nogil:
+    """Pass 1 of a batch (no GIL): keep[i] for every record, and what is kept. A _read_record code on error."""
+    cdef RecordView r
+    cdef int32_t i
+    cdef int rc
+    cdef int64_t off, found
+    cdef bint log_append = (h.attributes & KL_TIMESTAMP_TYPE_MASK) != 0
+    k.n = 0
+    k.tombstone = False
+    k.max_ts = h.max_timestamp if log_append else -1
+    k.bytes = 0
+    for i in range(h.records_count):
+        rc = _read_record(rp, rend, &r)
+        if rc != _REC_OK:
+            bad[0] = i
+            return rc
+        off = h.base_offset + r.offset_delta
+        if r.key_len < 0:
+            found = 0x7fffffffffffffff   # Kafka's cleaner discards records without a key
+        else:
+            found = m._get(r.key, r.key_len)
+        keep[i] = found <= off and not (drop_tombstones and r.value_len < 0)
+        if keep[i]:
+            k.n += 1
+            k.bytes += r.end - rp
+            if r.value_len < 0:
+                k.tombstone = True
+            if not log_append and h.base_timestamp + r.ts_delta > k.max_ts:
+                k.max_ts = h.base_timestamp + r.ts_delta
+        rp = r.end
+    return _REC_OK
+
+
+cdef Py_ssize_t _copy_records(const unsigned char *rp, const unsigned char *rend, const BatchHeader *h,
+                              const unsigned char *keep, bint retime, int64_t new_base,
+                              unsigned char *w) noexcept nogil:
+    """Pass 2 (no GIL): the kept records into w, as they are or with their timestamp delta re-based on new_base
+    (their other fields byte for byte). Returns the bytes written (w holds at least kept bytes + 16 per record)."""
+    cdef RecordView r
+    cdef int32_t i, body
+    cdef int k1, k2
+    cdef int64_t old_delta
+    cdef Py_ssize_t rest
+    cdef unsigned char *start = w
+    for i in range(h.records_count):
+        _read_record(rp, rend, &r)
+        if keep[i]:
+            if not retime:
+                memcpy(w, rp, r.end - rp)
+                w += r.end - rp
+            else:
+                k1 = _varint(rp, r.end, &body)
+                k2 = _varlong(rp + k1 + 1, r.end, &old_delta)
+                rest = r.end - (rp + k1 + 1 + k2)  # offset delta, key, value, headers
+                w += kl_write_varint(w, <int32_t>(1 + kl_varlong_size(h.base_timestamp + r.ts_delta - new_base)
+                                                  + rest))
+                w[0] = rp[k1]  # attributes
+                w += 1
+                w += kl_write_varlong(w, h.base_timestamp + r.ts_delta - new_base)
+                memcpy(w, rp + k1 + 1 + k2, rest)
+                w += rest
+        rp = r.end
+    return w - start
 
 
 def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms, int64_t delete_retention_ms,
-                   keep_empty=(), Py_ssize_t out_limit=4 << 20):
-    """The cleaner's copy of whole batches from byte ``pos`` of ``buffer``, until ``out_limit`` output bytes or the
-    end (Kafka's MemoryRecords.filterTo with the LogCleaner's retention rules).
+                   keep_empty=(), Py_ssize_t out_limit=4 << 20, Py_ssize_t in_limit=-1):
+    """The cleaner's copy of whole batches from byte ``pos`` of ``buffer``, until ``out_limit`` output bytes, or
+    ``in_limit`` input bytes (-1: no limit; at least one batch), or the end (Kafka's MemoryRecords.filterTo with the
+    LogCleaner's retention rules). Bounded calls let other threads run between them.
 
     A record stays when it has a key and no later offset is mapped for its key; a tombstone (null value) also needs
     its batch's delete horizon (KIP-534) not passed: a batch without one keeps its tombstones, and when it keeps any,
@@ -3645,20 +3758,24 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
     cdef Py_ssize_t n, size, m, psz
     cdef BatchHeader h
     cdef RecordView r
-    cdef int32_t i, kept_n
+    cdef int32_t kept_n
     cdef int rc, codec
-    cdef int64_t off, found, kept_total = 0, removed_total = 0, max_ts, horizon, new_base
+    cdef int64_t kept_total = 0, removed_total = 0, horizon, new_base
     cdef bytearray out = bytearray()
-    cdef bytearray recs
     cdef bytes part
     cdef unsigned char *o
     cdef unsigned char *keep = NULL
-    cdef bint log_append, has_horizon, drop_tombstones, kept_tombstone, retime
+    cdef unsigned char *w = NULL
+    cdef Py_ssize_t wlen
+    cdef _Kept kept
+    cdef int32_t bad = -1
+    cdef bint has_horizon, drop_tombstones, retime
     cdef int16_t attrs
+    cdef Py_ssize_t first = pos
     mv = _read_view(buffer, &p, &n)
     horizon = now_ms + delete_retention_ms if delete_retention_ms <= 0x7fffffffffffffff - now_ms else -1
     try:
-        while pos < n and len(out) < out_limit:
+        while pos < n and len(out) < out_limit and (in_limit < 0 or pos == first or pos - first < in_limit):
             rc = parse_batch_header(p + pos, n - pos, &h)
             if rc != KL_BATCH_OK:
                 raise InvalidRecordError(f"cleaner: {batch_error_message(rc)} at byte {pos}")
@@ -3680,52 +3797,34 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
             src = rp
             has_horizon = (h.attributes & KL_DELETE_HORIZON_FLAG_MASK) != 0
             drop_tombstones = has_horizon and now_ms >= h.base_timestamp
-            log_append = (h.attributes & KL_TIMESTAMP_TYPE_MASK) != 0
-            max_ts = h.max_timestamp if log_append else -1
-            kept_n = 0
-            kept_tombstone = False
             free(keep)
             keep = <unsigned char *>malloc(h.records_count + 1)
             if keep == NULL:
                 raise MemoryError()
             # pass 1: which records stay
-            for i in range(h.records_count):
-                rc = _read_record(rp, rend, &r)
-                if rc != _REC_OK:
-                    raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, i, h.records_count)}")
-                off = h.base_offset + r.offset_delta
-                if r.key_len < 0:
-                    found = 0x7fffffffffffffff   # Kafka's cleaner discards records without a key
-                else:
-                    found = offset_map._get(r.key, r.key_len)
-                keep[i] = found <= off and not (drop_tombstones and r.value_len < 0)
-                if keep[i]:
-                    kept_n += 1
-                    if r.value_len < 0:
-                        kept_tombstone = True
-                    if not log_append and h.base_timestamp + r.ts_delta > max_ts:
-                        max_ts = h.base_timestamp + r.ts_delta
-                rp = r.end
+            with nogil:
+                rc = _choose_records(rp, rend, &h, offset_map, drop_tombstones, keep, &kept, &bad)
+            if rc != _REC_OK:
+                raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, bad, h.records_count)}")
+            kept_n = kept.n
             kept_total += kept_n
             removed_total += h.records_count - kept_n
-            retime = kept_tombstone and not has_horizon and horizon >= 0
+            retime = kept.tombstone and not has_horizon and horizon >= 0
             if kept_n == h.records_count and kept_n > 0 and not retime:
                 out += PyMemoryView_FromMemory(<char *>(p + pos), size, PyBUF_READ)
             elif kept_n > 0:
                 # pass 2: the kept records, re-based on the new horizon when one is set
                 new_base = horizon if retime else h.base_timestamp
-                recs = bytearray()
-                rp = src
-                for i in range(h.records_count):
-                    _read_record(rp, rend, &r)
-                    if keep[i]:
-                        _put_record(recs, rp, r.end, retime, h.base_timestamp + r.ts_delta - new_base)
-                    rp = r.end
+                free(w)
+                w = <unsigned char *>malloc(kept.bytes + 16 * <Py_ssize_t>kept_n + 1)
+                if w == NULL:
+                    raise MemoryError()
+                with nogil:
+                    wlen = _copy_records(src, rend, &h, keep, retime, new_base, w)
                 if codec == KL_CODEC_NONE:
-                    part = bytes(recs)
+                    part = PyBytes_FromStringAndSize(<const char *>w, wlen)
                 else:
-                    part = bytes(_compress(codec, None, <const unsigned char *>PyByteArray_AS_STRING(recs),
-                                           len(recs)))
+                    part = bytes(_compress(codec, None, w, wlen))
                 m = len(out)
                 out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
                 out += part
@@ -3734,7 +3833,7 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
                 if retime:
                     attrs = attrs | KL_DELETE_HORIZON_FLAG_MASK
                     kl_store_i64(o + KL_BASE_TIMESTAMP_OFFSET, horizon)
-                _patch_header(o, KL_RECORD_BATCH_OVERHEAD + len(part), kept_n, max_ts, attrs)
+                _patch_header(o, KL_RECORD_BATCH_OVERHEAD + len(part), kept_n, kept.max_ts, attrs)
             elif (h.base_offset + h.last_offset_delta) in keep_empty:
                 m = len(out)
                 out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
@@ -3744,4 +3843,5 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
             pos += size
     finally:
         free(keep)
+        free(w)
     return bytes(out), pos, kept_total, removed_total

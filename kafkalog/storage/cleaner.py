@@ -34,12 +34,13 @@ Failpoints (storage/failpoints.py): ``clean:during-copy``, ``clean:after-cleaned
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
 from dataclasses import dataclass, field
 
-from .._engine.records import OffsetMap, count_records, filter_batches, producer_last_offsets
+from .._engine.records import OffsetMap, filter_batches, producer_last_offsets
 from .._engine.segment import LogSegment, segment_file_name
 from ..errors import storage_error
 from . import failpoints
@@ -51,7 +52,9 @@ CLEANED, SWAP = ".cleaned", ".swap"
 SUFFIXES = (".log", ".index", ".timeindex")
 GENERATION_FILE = ".kafkalog-clean-gen"
 CLEANER_LOCK = ".kafkalog-cleaner.lock"
-_COPY_CHUNK = 4 << 20
+_COPY_CHUNK = 4 << 20  # output bytes of one filter_batches call
+_IN_CHUNK = 1 << 20    # input bytes of one compiled call: other threads take the GIL between calls
+_MAP_START = 1 << 20   # the offset map starts here and doubles up to log.cleaner.dedupe.buffer.size
 _INT32_MAX = 2**31 - 1
 
 
@@ -79,17 +82,41 @@ class CleanerStats:
         return self.bytes_read / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
+class _Changed(Exception):
+    """A segment the round planned on is gone or shorter (a delete-before, retention): the round stops."""
+
+
 class _Snap:
-    """A sealed segment as the round saw it: views stay valid whatever happens to the segment afterwards."""
-    __slots__ = ("base", "size", "next_offset", "largest_ts", "first_ts", "view")
+    """A segment as the round saw it (under the Log's lock). The round reads it through a mapping of its own, opened
+    for one pass and released after it, so the pages it touches do not stay in this process's memory."""
+    __slots__ = ("dir", "base", "size", "next_offset", "largest_ts", "_seg")
 
     def __init__(self, seg: LogSegment):
+        self.dir = seg.dir
         self.base = seg.base_offset
         self.size = seg.size
         self.next_offset = seg.next_offset
         self.largest_ts = seg.largest_timestamp
-        self.first_ts = seg.rolling_based_timestamp if seg.rolling_based_timestamp >= 0 else self.largest_ts
-        self.view = seg.view()
+        self._seg = None
+
+    def open(self):
+        """A view of the segment's first ``size`` bytes (what the round saw)."""
+        try:
+            seg = LogSegment(self.dir, self.base, writable=False, reserve_bytes=0)
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                raise _Changed(f"segment {self.base} was removed") from None
+            raise
+        if seg.size < self.size:
+            seg.close_without_finalizing()
+            raise _Changed(f"segment {self.base} is shorter than when the round began")
+        self._seg = seg
+        return seg.view(0, self.size)
+
+    def close(self) -> None:
+        if self._seg is not None:
+            self._seg.close_without_finalizing()  # the mapping goes with the last view
+            self._seg = None
 
 
 def bump_generation(dir_path) -> int:
@@ -168,18 +195,36 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0, should_stop
         if not (force or overdue or ratio >= float(cfg["min.cleanable.dirty.ratio"])):
             return None
         snaps = [_Snap(s) for s in sealed]
-        later = [s.view() for s in segs if s.base_offset >= first_uncleanable]
+        later = [_Snap(s) for s in segs if s.base_offset >= first_uncleanable]
         seg_bytes = log._segment_bytes
     stats = CleanerStats(log.topic, log.partition, first_dirty=first_dirty)
+    try:
+        return _clean_snapshot(log, now_ms, dedupe_buffer_bytes, load_factor, t0, should_stop, stats, snaps, later,
+                               first_dirty, first_uncleanable, seg_bytes)
+    except _Changed as e:
+        stats.aborted = str(e)
+        stats.seconds = time.monotonic() - t0
+        return stats
 
-    # 2. the offset map over the dirty section, sized to what it can hold
+
+def _clean_snapshot(log, now_ms, dedupe_buffer_bytes, load_factor, t0, should_stop, stats, snaps, later,
+                    first_dirty, first_uncleanable, seg_bytes):
+    cfg = log.config
+    # 2. the offset map over the dirty section: it grows with the distinct keys, up to the configured bound
     dirty_snaps = [s for s in snaps if s.next_offset > first_dirty]
-    records = sum(count_records(s.view) for s in dirty_snaps)
-    want = max(16, int(records / load_factor) + 1) * 24 * 2
-    omap = OffsetMap(min(dedupe_buffer_bytes, want), load_factor)
+    omap = OffsetMap(dedupe_buffer_bytes, load_factor, initial_bytes=min(_MAP_START, dedupe_buffer_bytes))
     end = first_uncleanable
     for s in dirty_snaps:
-        omap.add_batches(s.view, first_dirty, first_uncleanable)
+        view = s.open()
+        try:
+            pos, n = 0, len(view)
+            while pos < n and not omap.full:
+                pos, reached = omap.add_batches(view, first_dirty, first_uncleanable, pos, _IN_CHUNK)
+                if reached >= first_uncleanable:
+                    break
+        finally:
+            del view
+            s.close()
         if omap.full:
             end = s.base  # the round cleans up to the first segment whose keys did not all fit
             break
@@ -194,8 +239,13 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0, should_stop
 
     # a producer's last batch stays (empty if need be): idempotence state is read from the batches
     last_of_pid: dict[int, int] = {}
-    for view in [s.view for s in snaps] + later:
-        producer_last_offsets(view, last_of_pid)
+    for s in snaps + later:
+        view = s.open()
+        try:
+            producer_last_offsets(view, last_of_pid)
+        finally:
+            del view
+            s.close()
     keep_pids = set(last_of_pid.values())
 
     # 3. groups of whole segments below the mapped end
@@ -234,20 +284,29 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
         _unlink(p)
     total = sum(s.size for s in group)
     keep = keep_pids | {group[-1].next_offset - 1}
+    for s in group:  # a stale .deleted of an earlier round would be freed inside the swap's rename: free it now
+        for sfx in SUFFIXES:
+            _unlink(d / (segment_file_name(s.base, sfx) + ".deleted"))
     cleaned = LogSegment(d, base, index_interval_bytes=log._index_interval, max_index_size=log._index_bytes,
                          writable=True, reserve_bytes=total + 4096, create=True, file_suffix=CLEANED)
     try:
         for s in group:
-            pos, n = 0, len(s.view)
-            while pos < n:
-                out, pos, kept, removed = filter_batches(s.view, pos, omap, now_ms, drm, keep, _COPY_CHUNK)
-                stats.records_kept += kept
-                stats.records_removed += removed
-                if out:
-                    cleaned.append(out)
-                failpoints.hit("clean:during-copy")
-                if should_stop() or log._closed:
-                    raise _Stopped()
+            view = s.open()
+            try:
+                pos, n = 0, len(view)
+                while pos < n:
+                    out, pos, kept, removed = filter_batches(view, pos, omap, now_ms, drm, keep, _COPY_CHUNK,
+                                                             _IN_CHUNK)
+                    stats.records_kept += kept
+                    stats.records_removed += removed
+                    if out:
+                        cleaned.append(out)
+                    failpoints.hit("clean:during-copy")
+                    if should_stop() or log._closed:
+                        raise _Stopped()
+            finally:
+                del view
+                s.close()
             stats.bytes_read += s.size
         stats.bytes_written += cleaned.size
         cleaned.flush()

@@ -40,6 +40,19 @@ def test_offset_map_keeps_the_latest_offset_per_key_in_bounded_memory():
     assert m.size == 0 and not m.full and m.get(b"key-5") == -1
 
 
+def test_offset_map_grows_with_its_keys_up_to_its_bound():
+    m = OffsetMap(24 * 4096, initial_bytes=24 * 16)
+    assert (m.capacity, m.max_capacity) == (16, 4096)
+    for i in range(3000):
+        assert m.put(b"k%d" % i, i)
+    assert m.capacity == 4096 and m.memory_bytes == 4096 * 24
+    assert all(m.get(b"k%d" % i) == i for i in range(3000))  # nothing lost by the doublings
+    n = 3000
+    while m.put(b"k%d" % n, n):
+        n += 1
+    assert n == int(4096 * 0.9) and m.full and m.capacity == 4096
+
+
 def test_offset_map_digests_tell_many_similar_keys_apart():
     m = OffsetMap(24 << 20)
     keys = [b"user-%07d" % i for i in range(300_000)] + [b"", b"\x00", b"\x00\x00", b"x" * 17, b"x" * 16]
@@ -53,15 +66,20 @@ def test_offset_map_add_batches_maps_keys_of_every_codec_and_stops_when_full():
     buf = b"".join(build_batch([b"v"] * 4, [b"a", b"b", b"a", None], base_offset=10 * i, compression=codec)
                    for i, codec in enumerate(["none", "gzip", "snappy", "lz4", "zstd"]))
     m = OffsetMap(1 << 16)
-    assert m.add_batches(buf) == 44
+    assert m.add_batches(buf) == (len(buf), 44)
     assert (m.get(b"a"), m.get(b"b"), m.size) == (42, 41, 2)
     m.clear()
-    assert m.add_batches(buf, 11, 31) == 31  # only offsets in [start, stop)
+    pos, reached = m.add_batches(buf, 11, 31)  # only offsets in [start, stop)
+    assert reached == 31 and pos == sum(b.size_in_bytes for b in iter_batches(buf) if b.base_offset < 40)
     assert (m.get(b"a"), m.get(b"b")) == (30, 21)
+    m.clear()
+    first = next(iter_batches(buf)).size_in_bytes
+    assert m.add_batches(buf, 0, 100, 0, 1) == (first, 4)  # max_bytes: at least one batch, then stop
+    assert m.add_batches(buf, 0, 100, first, 1)[1] == 14
     small = OffsetMap(16 * 24, load_factor=0.125)  # two entries
     wide = b"".join(build_batch([b"v"] * 2, [b"k%d" % (2 * i), b"k%d" % (2 * i + 1)], base_offset=2 * i)
                     for i in range(3))
-    assert small.add_batches(wide) == 2  # the second batch's keys did not fit: mapping stops at its base
+    assert small.add_batches(wide)[1] == 2  # the second batch's keys did not fit: mapping stops at its base
     assert small.full
 
 
