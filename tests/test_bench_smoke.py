@@ -27,3 +27,13 @@ def test_bench_quick_single_case_prints_its_row(tmp_path):
     names = {m["name"] for m in report["measurements"]}
     assert {"kafkalog.append", "file.write_loop"} <= names
     assert not list((tmp_path / "scratch").iterdir())  # the run cleaned up after itself
+
+
+def test_bench_compaction_quick_cleans_and_reports(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "compaction.py"), "--quick", "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("cleaner round 1 ") for line in lines), proc.stdout
+    assert any(line.startswith("check: ") and "-> OK" in line for line in lines), proc.stdout
+    assert not list(tmp_path.iterdir())  # the run cleaned up after itself
