@@ -33,6 +33,7 @@ class ConfigKey:
     high: int | None = None
     choices: tuple | None = None
     validator: Callable[[Any], bool] | None = None
+    expects: str = "invalid value"  # what a value refused by the validator should have been
 
     def parse(self, value):
         if self.type is bool:
@@ -57,7 +58,7 @@ class ConfigKey:
         if self.choices and v not in self.choices:
             raise InvalidConfigError(f"{self.name}={v!r}: must be one of {', '.join(self.choices)}")
         if self.validator and not self.validator(v):
-            raise InvalidConfigError(f"{self.name}={v!r}: invalid value")
+            raise InvalidConfigError(f"{self.name}={v!r}: {self.expects}")
         return v
 
 
@@ -124,7 +125,8 @@ CONFIG_KEYS = _keys(
               low=1, high=LONG_MAX),
     ConfigKey("min.cleanable.dirty.ratio", str, "0.5", "Compaction: clean when the bytes not cleaned yet are at "
               "least this share of the log below the active segment.",
-              validator=lambda v: v.replace(".", "", 1).isdigit() and 0 <= float(v) <= 1),
+              validator=lambda v: v.replace(".", "", 1).isdigit() and 0 <= float(v) <= 1,
+              expects="must be a number in [0, 1]"),
     ConfigKey("offsets.topic.num.partitions", int, 1, "Partitions of __consumer_offsets when kafkalog creates it "
               "(Kafka: 50, one coordinator per partition leader; a data dir is one node).", scope=STORE, low=1,
               high=INT_MAX),
@@ -144,7 +146,8 @@ CONFIG_KEYS = _keys(
               "map (24 bytes a slot); the map is sized to the dirty records, up to this.", scope=STORE,
               low=1024, high=LONG_MAX),
     ConfigKey("log.cleaner.io.buffer.load.factor", str, "0.9", "Largest fill of the cleaner's offset map.",
-              scope=STORE, validator=lambda v: v.replace(".", "", 1).isdigit() and 0 < float(v) <= 1),
+              scope=STORE, validator=lambda v: v.replace(".", "", 1).isdigit() and 0 < float(v) <= 1,
+              expects="must be a number in (0, 1]"),
     ConfigKey("log.cleaner.backoff.ms", int, 15000, "How often the maintenance thread looks for logs to clean.",
               scope=STORE, low=1, high=LONG_MAX),
     ConfigKey("log.flush.scheduler.interval.ms", int, 1000,
@@ -307,7 +310,13 @@ class Config(Mapping):
                 raise InvalidConfigError(f"unknown config key {raw_key!r}")
             if scope == TOPIC and spec.scope != TOPIC:
                 raise InvalidConfigError(f"config key {key!r} is a store setting, not a topic setting")
-            value = spec.parse(raw)
+            try:
+                value = spec.parse(raw)
+            except InvalidConfigError as e:
+                if key == normalize_key(raw_key):
+                    raise
+                # a broker name of a topic key: name the key as given (Kafka does), and what it sets
+                raise InvalidConfigError(f"{raw_key}={raw!r} (sets {key}): {str(e).split(': ', 1)[-1]}") from None
             if mult != 1 and value != -1:
                 value *= mult
             values[key] = value

@@ -283,7 +283,7 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
     for p in names.values():
         _unlink(p)
     total = sum(s.size for s in group)
-    keep = keep_pids | {group[-1].next_offset - 1}
+    last = group[-1].next_offset - 1  # the group's last batch stays, so the cleaned segment ends where it did
     for s in group:  # a stale .deleted of an earlier round would be freed inside the swap's rename: free it now
         for sfx in SUFFIXES:
             _unlink(d / (segment_file_name(s.base, sfx) + ".deleted"))
@@ -295,8 +295,8 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
             try:
                 pos, n = 0, len(view)
                 while pos < n:
-                    out, pos, kept, removed = filter_batches(view, pos, omap, now_ms, drm, keep, _COPY_CHUNK,
-                                                             _IN_CHUNK)
+                    out, pos, kept, removed = filter_batches(view, pos, omap, now_ms, drm, keep_pids, _COPY_CHUNK,
+                                                             _IN_CHUNK, last)
                     stats.records_kept += kept
                     stats.records_removed += removed
                     if out:

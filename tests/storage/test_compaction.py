@@ -119,6 +119,7 @@ def test_filter_batches_keeps_offsets_timestamps_headers_and_producer_facts(code
     m.put(b"a", 500), m.put(b"b", 500), m.put(b"c", 500)
     assert filter_batches(buf, 0, m, T0, DRM)[0] == b""
     out, _, kept, removed = filter_batches(buf, 0, m, T0, DRM, {104})
+    assert filter_batches(buf, 0, m, T0, DRM, (), keep_untimed=104)[0][35:43] == b"\xff" * 8  # MaxTimestamp -1
     (b,) = list(iter_batches(out))
     b.validate()
     assert (b.base_offset, b.last_offset_delta, b.record_count, b.next_offset, b.producer_id,
