@@ -372,9 +372,7 @@ class Log:
             for n in names:
                 if n.endswith((".log", ".index", ".timeindex")) and n[:20].isdigit() and s < int(n[:20]) < nxt:
                     _unlink(self.dir / n)
-            for n in os.listdir(self.dir):
-                if n.endswith(cleaner.SWAP) and n[:20].isdigit() and int(n[:20]) == s:
-                    _unlink(self.dir / n)
+            cleaner.finish_swap(self.dir, s)
             _log.info("%s-%d: finished the swap of cleaned segment %d left by a stopped cleaner", self.topic,
                       self.partition, s)
         self._swapped = {}
