@@ -1052,7 +1052,7 @@ def test_transactional_read_committed_view(kafka_side):
 
 def test_kafkalog_dump_matches_kafka_dump_log(kafka_side):
     """`kafkalog dump DIR --deep` over Kafka's partition dirs: every batch header field kafka-dump-log prints
-    (booleans compared case-insensitively; kafkalog prints no deleteHorizonMs), every data record as kafka-dump-log
+    (booleans compared case-insensitively; deleteHorizonMs, KIP-534's, included), every data record as kafka-dump-log
     prints it, and the data records from the log start on are what Kafka's consumer read (holes included)."""
     problems = []
     for name in B_TOPICS:
@@ -1070,7 +1070,7 @@ def test_kafkalog_dump_matches_kafka_dump_log(kafka_side):
                 continue
             for a, b in zip(ours, theirs):
                 fa = {k: v.lower() for k, v in a.items() if k != "records"}
-                fb = {k: v.lower() for k, v in b.items() if k not in ("records", "deleteHorizonMs")}
+                fb = {k: v.lower() for k, v in b.items() if k != "records"}
                 if fa != fb:
                     diff = {k: (fa.get(k), fb.get(k)) for k in set(fa) | set(fb) if fa.get(k) != fb.get(k)}
                     problems.append(f"{f}: batch {b['baseOffset']}: (kafkalog, kafka) {diff}")
