@@ -99,17 +99,19 @@ class _Snap:
         self.largest_ts = seg.largest_timestamp
         self._seg = None
 
-    def open(self):
-        """A view of the segment's first ``size`` bytes (what the round saw)."""
+    def open(self, sealed: bool = True):
+        """A view of the segment's first ``size`` bytes (what the round saw). A sealed segment must be exactly as
+        long as the round saw it: a different length means another cleaner replaced it (the round's view was
+        stale)."""
         try:
             seg = LogSegment(self.dir, self.base, writable=False, reserve_bytes=0)
         except OSError as e:
             if e.errno == errno.ENOENT:
                 raise _Changed(f"segment {self.base} was removed") from None
             raise
-        if seg.size < self.size:
+        if seg.size < self.size or (sealed and seg.size != self.size):
             seg.close_without_finalizing()
-            raise _Changed(f"segment {self.base} is shorter than when the round began")
+            raise _Changed(f"segment {self.base} is not what the round saw ({seg.size} bytes, not {self.size})")
         self._seg = seg
         return seg.view(0, self.size)
 
@@ -204,6 +206,11 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0, should_stop
     except _Changed as e:
         stats.aborted = str(e)
         stats.seconds = time.monotonic() - t0
+        if log.mode == "shared":
+            with log._lock:  # this view may be stale: take the directory as it is (finishing a swap left behind)
+                if not log._closed:
+                    with log._locked_append():
+                        log._reload_segments()
         return stats
 
 
@@ -240,7 +247,7 @@ def _clean_snapshot(log, now_ms, dedupe_buffer_bytes, load_factor, t0, should_st
     # a producer's last batch stays (empty if need be): idempotence state is read from the batches
     last_of_pid: dict[int, int] = {}
     for s in snaps + later:
-        view = s.open()
+        view = s.open(sealed=s in snaps)
         try:
             producer_last_offsets(view, last_of_pid)
         finally:

@@ -376,6 +376,8 @@ class Log:
             _log.info("%s-%d: finished the swap of cleaned segment %d left by a stopped cleaner", self.topic,
                       self.partition, s)
         self._swapped = {}
+        if committed:
+            cleaner.bump_generation(self.dir)  # read-only views that listed the unfinished swap list again
 
     def _clean_generation_changed(self) -> bool:
         """True when another process's cleaner swapped segments of this partition since this view last looked
@@ -1274,6 +1276,9 @@ class Log:
                         c.base_offset != g.base or c.size != g.size for c, g in zip(cur, group)) or \
                         self._lso >= group[-1].next_offset:
                     return False
+                # other views list again whatever happens next: a cleaner killed past its commit point leaves the
+                # generation changed, so every other view finishes the swap (writers) or lists it (readers)
+                self._clean_gen = cleaner.bump_generation(self.dir)
                 cleaner.commit_swap(self.dir, base, names)
                 try:
                     renamed = []
