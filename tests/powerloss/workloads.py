@@ -9,6 +9,12 @@ that promised durability returned. The lines are what the checker holds the reco
     D <topic> <partition> <offset>                    delete_records_before / retention advanced the log start here
     C <group> <topic> <partition> <offset>            commit() returned with this committed offset
     T <topic> created | deleting | deleted            create_topic returned / delete_topic called, returned
+    K <topic> <partition> <offset> <key> <sha1|->     a keyed record of a compacted topic made durable by flush()
+                                                      ("-": a tombstone); the cleaner may remove it once a later
+                                                      record of its key exists, so it is not an R line
+    G <topic> <partition> <base> <end> <mapped end>   run_cleaner returned, having swapped in the cleaned group of
+                                                      offsets [base, end) under a round whose offset map ended at
+                                                      <mapped end>: no record there has a later one of its key below
 """
 
 from __future__ import annotations
@@ -80,6 +86,41 @@ def w_shared(data, acks, rng, wid):
     with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}) as store:
         # writer 2 never flushes: it rolls segments whose directory entries only the others' flushes make durable
         appender(store, acks, rng, f"s{wid}", deletes=wid == 0, flushes=0.0 if wid == 2 else 0.7)
+
+
+# removed segments go at once: on plfs every directory fsync writes the whole table, and the swaps fsync it often
+COMPACTED = {"cleanup.policy": "compact", "segment.bytes": 4096, "index.interval.bytes": 256,
+             "file.delete.delay.ms": 0}
+
+
+def w_compact(data, acks, rng, wid):
+    """Keyed records (a few hot keys, some tombstones, and cold keys whose latest records sit in old, cleaned
+    segments) on a compacted topic, flushed and cleaned (force) often, from the start, beside the other compact
+    workloads (shared mode: one of them cleans at a time)."""
+    with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}, maintenance=False) as store:
+        ensure_topic(store, "ct", COMPACTED)
+        log = store.log("ct", 0)
+        seq = 0
+        while True:
+            n = rng.randint(1, 12)
+            keys = [b"h%d" % rng.randrange(8) if rng.random() < 0.7 else b"c%02d" % rng.randrange(60)
+                    for _ in range(n)]
+            vals = [None if rng.random() < 0.06 else
+                    f"ct{wid}.{seq}.{i}-".encode() + rng.randbytes(rng.randint(10, 150)) for i in range(n)]
+            seq += 1
+            base = log.append_batch(vals, keys=keys, compression=rng.choice([None, None, "lz4"]))
+            if rng.random() < 0.6:
+                log.flush()
+                acks.write(*(f"K ct 0 {base + i} {k.decode()} {'-' if v is None else digest(v)}"
+                             for i, (k, v) in enumerate(zip(keys, vals))))
+            if seq == 1 or rng.random() < 0.25:
+                if rng.random() < 0.5:
+                    log.roll()
+                stats = log.run_cleaner(force=True)
+                if stats is not None and stats.swaps:
+                    acks.write(*(f"G ct 0 {b} {e} {stats.end_offset}" for b, e, _ in stats.swaps))
+            # at a pace the cleaner keeps up with on plfs (its rounds fsync files and the directory many times)
+            time.sleep(rng.uniform(0, 0.01))
 
 
 def w_retention(data, acks, rng, wid):
