@@ -266,11 +266,12 @@ def op_cleaner_loop(ctx, stop_file, seed, roll=0.3, pause_s=0.02):
         time.sleep(rng.random() * pause_s)
 
 
-def op_writer_loop(ctx, wid, keys, stop_file, seed, tombstones=0.05, max_batch=5, flush=0.05, cold=0, frozen=0):
+def op_writer_loop(ctx, wid, keys, stop_file, seed, tombstones=0.05, max_batch=5, flush=0.05, cold=0, frozen=0,
+                   pace=0.0):
     """A shared writer: first one record for each of ``frozen`` keys of its own (never written again: their records
     stay the latest in the oldest segments), then keyed records over ``keys`` hot keys (single appends and
     batches) and, one record in ten, over ``cold`` cold keys (latest records in old, cleaned segments too) until
-    ``stop_file`` exists."""
+    ``stop_file`` exists; ``pace``: a pause of up to that long after each append."""
     rng = random.Random(seed)
     log, j = ctx.log, ctx.journal
     for i in range(frozen):
@@ -296,6 +297,8 @@ def op_writer_loop(ctx, wid, keys, stop_file, seed, tombstones=0.05, max_batch=5
         j.notes([("K", off, key.decode(), int(value is None), wid, seq) for off, (key, value, seq) in zip(offs, recs)])
         if rng.random() < 0.3:
             time.sleep(rng.random() * 0.002)
+        if pace:
+            time.sleep(rng.random() * pace)
 
 
 def op_reader_loop(ctx, journals, stop_file, seed, reopen_every=5, cleaner_journals=None):

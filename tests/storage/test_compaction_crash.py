@@ -375,10 +375,16 @@ def _assert_kill_point(data, failpoint, rnd, end1, end2):
         raise AssertionError(failpoint)
 
 
-def _verify_open(data, mode, model, expect, where, end):
+def _verify_open(data, mode, model, expect, where, end, groups=()):
+    """Open the data dir in ``mode`` and hold the log to ``expect``; ``groups``: swapped-in groups [base, end)
+    whose cleaned segment must end where the group ended (its last batch kept, empty if need be)."""
     kw = {"read_only": mode == "read", "exclusive": mode == "exclusive"}
     with LogStore(data, PARENT_CONFIG, maintenance=False, **kw) as store:
         log = store.log(TOPIC, 0)
+        ends = {s.base_offset: s.next_offset for s in log.segments()}
+        for b, e in groups:
+            assert ends.get(b) == e, f"{where}: the cleaned group [{b}, {e}) is a segment ending at {ends.get(b)} " \
+                                     f"(seed {SEED})"
         if mode != "read":
             # (e) a writer's open finished or undid the killed swap and removed what it left
             assert not [n for n in leftovers(data) if n.endswith((".swap", ".cleaned"))], \
@@ -454,7 +460,7 @@ def _failpoint_case(zygote, tmp_path, failpoint, mode, group, env_failpoint=Fals
     # reopen: read-only first (nobody finished the swap yet), then writers of both kinds, then read-only again
     other = "shared" if mode == "exclusive" else "exclusive"
     for i, m in enumerate(["read", mode, other, "read"]):
-        clean, seen = _verify_open(data, m, model, expect, f"{where}, reopen {i} ({m})", end2)
+        clean, seen = _verify_open(data, m, model, expect, f"{where}, reopen {i} ({m})", end2, committed)
         if i == 0:
             first_seen = set(seen)
         else:
@@ -586,6 +592,7 @@ class Torture:
         self.stop = tmp / "stop"
         self.writers: dict[int, tuple[int, dict]] = {}
         self.cleaners: list[tuple[int, dict, str]] = []  # (pid, spec, how it is to end)
+        self.ended: set[int] = set()  # cleaners reaped
         self.reader = None
 
     def _wait_open(self, pid, spec):
@@ -601,7 +608,7 @@ class Torture:
         spec = make_spec(self.tmp, f"w{wid}", self.data, [
             ["open", {"mode": "shared"}],
             ["writer_loop", {"wid": wid, "keys": 12, "cold": 200, "frozen": 10, "stop_file": str(self.stop),
-                             "seed": SEED + wid}],
+                             "seed": SEED + wid, "pace": 0.004}],
             ["close", {}]])
         pid = self.z.spawn(spec)
         self.writers[wid] = (pid, spec)
@@ -628,6 +635,9 @@ class Torture:
         self.cleaners.append((pid, spec, failpoint or "sigkill"))
         return pid, spec
 
+    def complete_rounds(self, spec) -> int:
+        return sum(1 for ln in cw.read_journal(spec["journal"]) if ln[0] == "X" and ln[4] == "-")
+
     def count(self, spec, tag) -> int:
         return sum(1 for ln in cw.read_journal(spec["journal"]) if ln[0] == tag)
 
@@ -642,7 +652,20 @@ class Torture:
             if time.monotonic() > deadline:
                 pytest.fail(f"{what} made no progress in {timeout}s (seed {SEED})")
             self.check_errors()
+            self.check_alive()
             time.sleep(0.01)
+
+    def check_alive(self):
+        """Every process that is to run until the stop file (writers, reader, the current cleaner unless armed)
+        still runs."""
+        procs = [*self.writers.values(), self.reader]
+        if self.cleaners and self.cleaners[-1][2] == "sigkill" and self.cleaners[-1][0] not in self.ended:
+            procs.append(self.cleaners[-1][:2])
+        for pid, spec in procs:
+            st = self.z.wait(pid, timeout=0)
+            if st is not None:
+                pytest.fail(f"{Path(spec['journal']).stem} ended ({st}) before the stop file (seed {SEED}):\n"
+                            f"{_text(spec['log'])}")
 
     def kill_cleaner(self):
         """End the running cleaner: SIGKILL now (a random moment), or restart it armed and let it die at its
@@ -653,6 +676,7 @@ class Torture:
             st = self.z.wait(pid, timeout=30)
         else:
             st = self.z.wait(pid, timeout=120)
+        self.ended.add(pid)
         assert_exit(st, spec, -signal.SIGKILL, f"cleaner {len(self.cleaners) - 1} ({how})")
 
     def finish(self):
@@ -704,8 +728,8 @@ def _torture(zygote, tmp_path, kills, seconds_between=(0.3, 1.5)):
     fps = first + fps + last
     for k in range(kills):
         _, cspec, how = t.cleaners[-1]
-        if how == "sigkill":  # once it swapped something in, at a random moment
-            t.wait_progress(lambda s=cspec: t.count(s, "W"), 0, f"cleaner {len(t.cleaners) - 1}")
+        if how == "sigkill":  # once it completed a round (the checkpoint moves on), at a random moment
+            t.wait_progress(lambda s=cspec: t.complete_rounds(s), 0, f"cleaner {len(t.cleaners) - 1}", timeout=120)
             time.sleep(rng.uniform(*seconds_between))
         t.kill_cleaner()  # (an armed one dies at its failpoint by itself)
         # what the killed cleaner left is on disk until the next cleaner's open: the reader reads, and opens its
@@ -727,7 +751,7 @@ def _torture(zygote, tmp_path, kills, seconds_between=(0.3, 1.5)):
         t.kill_cleaner()
         t.start_cleaner()
         cspec = t.cleaners[-1][1]
-    t.wait_progress(lambda: t.count(cspec, "W"), 0, "the last cleaner")
+    t.wait_progress(lambda: t.complete_rounds(cspec), 0, "the last cleaner", timeout=120)
     t.wait_progress(lambda: t.count(reader_spec, "P"), t.count(reader_spec, "P") + 2, "the reader at the end")
     t.finish()
     t.check_errors()
