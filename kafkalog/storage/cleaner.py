@@ -44,7 +44,8 @@ from .._engine.records import OffsetMap, filter_batches, producer_last_offsets
 from .._engine.segment import LogSegment, segment_file_name
 from ..errors import storage_error
 from . import failpoints
-from .files import FileLock, fsync_dir
+from .files import FileLock, fsync_dir, fsync_path
+from .files import unlink_if_exists as _unlink
 
 _log = logging.getLogger("kafkalog")
 
@@ -319,7 +320,7 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
         cleaned.flush()
         cleaned.close()  # final time-index entry, indexes trimmed
         for p in names.values():
-            _fsync_file(p)
+            fsync_path(p)
     except BaseException:
         cleaned.close_without_finalizing()
         for p in names.values():
@@ -370,23 +371,3 @@ def _rename(src, dst) -> None:
         os.replace(src, dst)
     except OSError as e:
         raise storage_error(e, "rename", src) from None
-
-
-def _unlink(path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise storage_error(e, "delete", path) from None
-
-
-def _fsync_file(path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise storage_error(e, "fsync", path) from None

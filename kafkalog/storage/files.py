@@ -37,6 +37,31 @@ def fsync_dir(path: Path) -> None:
         raise storage_error(e, "fsync directory", path) from None
 
 
+def unlink_if_exists(path) -> None:
+    """Delete ``path``; a missing file is fine, any other error names the path."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise storage_error(e, "delete", path) from None
+
+
+def fsync_path(path, data_only: bool = False) -> None:
+    """fsync a file by name (``data_only``: fdatasync, data and size only)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if data_only:
+                os.fdatasync(fd)
+            else:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise storage_error(e, "fsync", path) from None
+
+
 def make_durable_dir(path: Path, mode: int = 0o777) -> None:
     """Create the data dir (and missing parents) so that it survives a power loss: each new directory's entry is
     made durable by an fsync of its parent (without it a power loss takes the whole store away)."""

@@ -64,6 +64,8 @@ from ..structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Offse
 from . import cleaner, failpoints
 from .checkpoints import Checkpoints
 from .files import FileLock, fsync_dir
+from .files import fsync_path as _fsync_path
+from .files import unlink_if_exists as _unlink
 
 EXCLUSIVE, SHARED, READ = "exclusive", "shared", "read"
 CODECS = {None: 0, "none": 0, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -1384,29 +1386,6 @@ class _Noop:
 
 
 _NOOP = _Noop()
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        raise storage_error(e, "delete", path) from None
-
-
-def _fsync_path(path: Path, data_only: bool = False) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            if data_only:
-                os.fdatasync(fd)  # data and size: what a reader needs (the segment's own flush does the same)
-            else:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise storage_error(e, "fsync", path) from None
 
 
 def _index_missing(dir: Path, base: int) -> bool:
