@@ -357,5 +357,5 @@ def producer_last_offsets(buffer: BytesLike, into: dict[int, int] | None = None)
 
 def filter_batches(buffer: BytesLike, pos: int, offset_map: OffsetMap, now_ms: int, delete_retention_ms: int,
                    keep_empty: Container[int] = (), out_limit: int = 4194304,
-                   in_limit: int = -1, keep_untimed: int = -1) -> tuple[bytes, int, int, int]:
+                   in_limit: int = -1) -> tuple[bytes, int, int, int]:
     """The cleaner's copy of whole batches from byte ``pos``: (output, next position, kept, removed)."""

@@ -3734,7 +3734,7 @@ cdef Py_ssize_t _copy_records(const unsigned char *rp, const unsigned char *rend
 
 
 def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms, int64_t delete_retention_ms,
-                   keep_empty=(), Py_ssize_t out_limit=4 << 20, Py_ssize_t in_limit=-1, int64_t keep_untimed=-1):
+                   keep_empty=(), Py_ssize_t out_limit=4 << 20, Py_ssize_t in_limit=-1):
     """The cleaner's copy of whole batches from byte ``pos`` of ``buffer``, until ``out_limit`` output bytes, or
     ``in_limit`` input bytes (-1: no limit; at least one batch), or the end (Kafka's MemoryRecords.filterTo with the
     LogCleaner's retention rules). Bounded calls let other threads run between them.
@@ -3747,10 +3747,10 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
     epoch, and its records their offset deltas (offsets keep their holes); a batch whose records all stay and needs
     no horizon is copied byte for byte; one that changes is rewritten with the same codec (MaxTimestamp from the
     kept records, CRC recomputed); one that loses all goes, unless its last offset is in ``keep_empty`` (a producer's
-    last batch: its header stays alone, RecordsCount 0, uncompressed, its MaxTimestamp kept, as Kafka keeps such
-    batches) or is ``keep_untimed`` (a cleaned group's last batch, kept so the group's end offset stays: the same,
-    with MaxTimestamp -1, so that no time index entry or timestamp search ever lands on it). Control batches are
-    copied.
+    last batch, whose header keeps the producer's idempotence state): its header stays alone as Kafka's
+    writeEmptyHeader leaves it, RecordsCount 0, uncompressed, no delete horizon, BaseTimestamp and MaxTimestamp both
+    the batch's MaxTimestamp. Nothing else is kept empty: a Fetch must not answer with headers and no record.
+    Control batches are copied.
 
     Returns (output bytes, next position, records kept, records removed)."""
     cdef const unsigned char *p
@@ -3836,14 +3836,13 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
                     attrs = attrs | KL_DELETE_HORIZON_FLAG_MASK
                     kl_store_i64(o + KL_BASE_TIMESTAMP_OFFSET, horizon)
                 _patch_header(o, KL_RECORD_BATCH_OVERHEAD + len(part), kept_n, kept.max_ts, attrs)
-            elif (h.base_offset + h.last_offset_delta) in keep_empty or \
-                    h.base_offset + h.last_offset_delta == keep_untimed:
+            elif (h.base_offset + h.last_offset_delta) in keep_empty:
                 m = len(out)
                 out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
                 o = <unsigned char *>PyByteArray_AS_STRING(out) + m
-                _patch_header(o, KL_RECORD_BATCH_OVERHEAD, 0,
-                              h.max_timestamp if (h.base_offset + h.last_offset_delta) in keep_empty else -1,
-                              h.attributes & ~KL_COMPRESSION_CODEC_MASK)
+                kl_store_i64(o + KL_BASE_TIMESTAMP_OFFSET, h.max_timestamp)
+                _patch_header(o, KL_RECORD_BATCH_OVERHEAD, 0, h.max_timestamp,
+                              h.attributes & ~(KL_COMPRESSION_CODEC_MASK | KL_DELETE_HORIZON_FLAG_MASK))
             pos += size
     finally:
         free(keep)

@@ -16,14 +16,19 @@ One round over one partition (``clean_log``, called by ``Log.run_cleaner``):
    records without a key go (Kafka's cleaner drops them). Tombstones (null values) follow KIP-534: the first
    cleaning that keeps one stamps its batch with a delete horizon, now + ``delete.retention.ms``; a cleaning after
    the horizon removes them. Batches keep their offsets (holes stay), producer id/epoch/sequence and record
-   timestamps (``filter_batches``). A group's last batch and a producer's last batch stay,
-   empty when all their records go, so the cleaned segment ends at the old group's end offset and idempotence
-   state survives. The copy runs without the partition's locks: appends and reads go on.
+   timestamps (``filter_batches``). A batch that loses all its records goes, except a producer's last batch, which
+   stays as an empty header (Kafka's writeEmptyHeader) so that idempotence state survives: what Kafka keeps, and
+   nothing more (a segment of empty batches would answer a Fetch with headers and no record). A cleaned segment may
+   therefore end below the next segment's base offset, or be empty. The copy runs without the partition's locks:
+   appends and reads go on.
 4. **Swap** (under the Log's lock and, in shared mode, the partition file lock; a few renames and fsyncs):
-   ``.cleaned`` fsynced → index files renamed ``.swap``, directory fsynced → ``.log.cleaned`` renamed ``.log.swap``,
-   directory fsynced (**the commit point**) → the old group's files renamed ``.deleted``, directory fsynced →
-   ``.swap`` files renamed to their final names (indexes first), directory fsynced. The loader finishes a swap
-   that has its ``.log.swap`` and undoes one that has not (Log._complete_swaps). Other processes' views see a
+   ``.cleaned`` fsynced → ``<base>.swap-end`` written and fsynced (the end of the old segments the swap replaces:
+   the next segment's base offset, which the cleaned segment's own last offset need not reach) → index files renamed
+   ``.swap``, directory fsynced → ``.log.cleaned`` renamed ``.log.swap``, directory fsynced (**the commit point**) → the old group's files renamed ``.deleted``, directory fsynced →
+   ``.swap`` files renamed to their final names (indexes first), directory fsynced, ``.swap-end`` removed. The
+   loader finishes a swap that has its ``.log.swap`` (removing the old segments in [base, swap end)) and undoes one
+   that has not (Log._complete_swaps). A ``.log.swap`` without its ``.swap-end`` (written before the end file existed,
+   when a group always kept its last batch) ends at its own next offset. Other processes' views see a
    per-partition generation counter (``.kafkalog-clean-gen``) change and list the directory again.
 5. **Checkpoint.** The mapped end is written to ``cleaner-offset-checkpoint``.
 
@@ -50,6 +55,7 @@ from .files import unlink_if_exists as _unlink
 _log = logging.getLogger("kafkalog")
 
 CLEANED, SWAP = ".cleaned", ".swap"
+SWAP_END = ".swap-end"  # <base>.swap-end: "<end offset>\n", the end of the old segments a committed swap replaces
 SUFFIXES = (".log", ".index", ".timeindex")
 GENERATION_FILE = ".kafkalog-clean-gen"
 CLEANER_LOCK = ".kafkalog-cleaner.lock"
@@ -90,13 +96,13 @@ class _Changed(Exception):
 class _Snap:
     """A segment as the round saw it (under the Log's lock). The round reads it through a mapping of its own, opened
     for one pass and released after it, so the pages it touches do not stay in this process's memory."""
-    __slots__ = ("dir", "base", "size", "next_offset", "largest_ts", "_seg")
+    __slots__ = ("dir", "base", "size", "end", "largest_ts", "_seg")
 
-    def __init__(self, seg: LogSegment):
+    def __init__(self, seg: LogSegment, end: int):
         self.dir = seg.dir
         self.base = seg.base_offset
         self.size = seg.size
-        self.next_offset = seg.next_offset
+        self.end = end  # the next segment's base (a cleaned segment's own last offset may lie below it)
         self.largest_ts = seg.largest_timestamp
         self._seg = None
 
@@ -181,24 +187,27 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0, should_stop
         first_dirty = ckpt if lso <= ckpt <= segs[-1].base_offset else lso
         min_lag = cfg["min.compaction.lag.ms"]
         first_uncleanable = segs[-1].base_offset
+        # a sealed segment's offsets run to the next segment's base: a cleaned one may end below it, or be empty
+        ends = {s.base_offset: nxt.base_offset for s, nxt in zip(segs, segs[1:])}
+        ends[segs[-1].base_offset] = segs[-1].next_offset
         for seg in segs[:-1]:
-            if seg.next_offset > first_dirty and now_ms - seg.largest_timestamp < min_lag:
+            if ends[seg.base_offset] > first_dirty and now_ms - seg.largest_timestamp < min_lag:
                 first_uncleanable = seg.base_offset
                 break
-        sealed = [s for s in segs[:-1] if s.base_offset < first_uncleanable and s.next_offset > lso]
-        dirty = [s for s in sealed if s.next_offset > first_dirty and s.size > 0]
+        sealed = [s for s in segs[:-1] if s.base_offset < first_uncleanable and ends[s.base_offset] > lso]
+        dirty = [s for s in sealed if ends[s.base_offset] > first_dirty and s.size > 0]
         if not dirty:
             return None
         dirty_bytes = sum(s.size for s in dirty)
-        clean_bytes = sum(s.size for s in sealed if s.next_offset <= first_dirty)
+        clean_bytes = sum(s.size for s in sealed if ends[s.base_offset] <= first_dirty)
         ratio = dirty_bytes / max(1, dirty_bytes + clean_bytes)
         first_ts = dirty[0].rolling_based_timestamp if dirty[0].rolling_based_timestamp >= 0 else \
             dirty[0].largest_timestamp
         overdue = first_ts >= 0 and now_ms - first_ts > cfg["max.compaction.lag.ms"]
         if not (force or overdue or ratio >= float(cfg["min.cleanable.dirty.ratio"])):
             return None
-        snaps = [_Snap(s) for s in sealed]
-        later = [_Snap(s) for s in segs if s.base_offset >= first_uncleanable]
+        snaps = [_Snap(s, ends[s.base_offset]) for s in sealed]
+        later = [_Snap(s, ends[s.base_offset]) for s in segs if s.base_offset >= first_uncleanable]
         seg_bytes = log._segment_bytes
     stats = CleanerStats(log.topic, log.partition, first_dirty=first_dirty)
     try:
@@ -219,7 +228,7 @@ def _clean_snapshot(log, now_ms, dedupe_buffer_bytes, load_factor, t0, should_st
                     first_dirty, first_uncleanable, seg_bytes):
     cfg = log.config
     # 2. the offset map over the dirty section: it grows with the distinct keys, up to the configured bound
-    dirty_snaps = [s for s in snaps if s.next_offset > first_dirty]
+    dirty_snaps = [s for s in snaps if s.end > first_dirty]
     omap = OffsetMap(dedupe_buffer_bytes, load_factor, initial_bytes=min(_MAP_START, dedupe_buffer_bytes))
     end = first_uncleanable
     for s in dirty_snaps:
@@ -260,7 +269,7 @@ def _clean_snapshot(log, now_ms, dedupe_buffer_bytes, load_factor, t0, should_st
     cleanable = [s for s in snaps if s.base < end]
     groups, cur, size = [], [], 0
     for s in cleanable:
-        if cur and (size + s.size > seg_bytes or s.next_offset - 1 - cur[0].base > _INT32_MAX):
+        if cur and (size + s.size > seg_bytes or s.end - 1 - cur[0].base > _INT32_MAX):
             groups.append(cur)
             cur, size = [], 0
         cur.append(s)
@@ -291,7 +300,6 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
     for p in names.values():
         _unlink(p)
     total = sum(s.size for s in group)
-    last = group[-1].next_offset - 1  # the group's last batch stays, so the cleaned segment ends where it did
     for s in group:  # a stale .deleted of an earlier round would be freed inside the swap's rename: free it now
         for sfx in SUFFIXES:
             _unlink(d / (segment_file_name(s.base, sfx) + ".deleted"))
@@ -304,7 +312,7 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
                 pos, n = 0, len(view)
                 while pos < n:
                     out, pos, kept, removed = filter_batches(view, pos, omap, now_ms, drm, keep_pids, _COPY_CHUNK,
-                                                             _IN_CHUNK, last)
+                                                             _IN_CHUNK)
                     stats.records_kept += kept
                     stats.records_removed += removed
                     if out:
@@ -329,20 +337,62 @@ def _clean_group(log, group: list[_Snap], omap: OffsetMap, keep_pids: set, now_m
     failpoints.hit("clean:after-cleaned")
     swapped = log._swap_in_cleaned(group, names)
     if not swapped:
-        stats.aborted = f"the segments of [{base}, {group[-1].next_offset}) changed during the copy"
+        stats.aborted = f"the segments of [{base}, {group[-1].end}) changed during the copy"
         for p in names.values():
             _unlink(p)
         return False
     stats.groups += 1
     stats.segments_in += len(group)
-    stats.swaps.append((base, group[-1].next_offset, len(group)))
+    stats.swaps.append((base, group[-1].end, len(group)))
     return True
 
 
-def commit_swap(dir_path, base: int, names: dict) -> dict:
-    """Steps 1-2 of the swap: ``.cleaned`` → ``.swap`` (indexes first, then the .log: the commit point), each
-    step made durable. Returns the ``.swap`` paths. Caller holds the partition's locks."""
+def swap_end_path(dir_path, base: int):
+    return dir_path / segment_file_name(base, SWAP_END)
+
+
+def write_swap_end(dir_path, base: int, end: int) -> None:
+    """The end offset of the old segments the swap at ``base`` replaces, fsynced (its directory entry is made
+    durable by the directory fsync before the commit point)."""
+    path = swap_end_path(dir_path, base)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"%d\n" % end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise storage_error(e, "write", path) from None
+
+
+def read_swap_end(dir_path, base: int) -> int | None:
+    """The end written by ``write_swap_end``; None when there is no end file. A committed swap's end file is whole
+    (fsynced before the commit point): anything else in it is a storage error naming the file."""
+    path = swap_end_path(dir_path, base)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(64)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise storage_error(e, "read", path) from None
+    try:
+        end = int(raw.decode("ascii").strip())
+    except ValueError:
+        raise storage_error(OSError(errno.EINVAL, f"malformed swap end {raw[:32]!r}"), "read", path) from None
+    if end <= base:
+        raise storage_error(OSError(errno.EINVAL, f"swap end {end} is not above the base offset {base}"), "read",
+                            path)
+    return end
+
+
+def commit_swap(dir_path, base: int, names: dict, end: int) -> dict:
+    """Steps 1-2 of the swap: the swap's end offset (the next segment's base) written, then ``.cleaned`` →
+    ``.swap`` (indexes first, then the .log: the commit point), each step made durable. Returns the ``.swap``
+    paths. Caller holds the partition's locks."""
     swaps = {sfx: dir_path / _cleaned_name(base, sfx, SWAP) for sfx in SUFFIXES}
+    write_swap_end(dir_path, base, end)
     for sfx in (".index", ".timeindex"):
         _rename(names[sfx], swaps[sfx])
     fsync_dir(dir_path)
@@ -364,6 +414,7 @@ def finish_swap(dir_path, base: int) -> None:
     _rename(dir_path / _cleaned_name(base, ".log", SWAP), dir_path / segment_file_name(base, ".log"))
     fsync_dir(dir_path)
     failpoints.hit("clean:after-swap")
+    _unlink(swap_end_path(dir_path, base))  # not needed once the .log.swap is gone; the loader removes a leftover
 
 
 def _rename(src, dst) -> None:

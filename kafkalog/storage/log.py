@@ -39,6 +39,7 @@ from .._engine.records import (
     RecordBatch,
     build_batch,
     chain_records,
+    count_records,
     decode_columns,
     iter_batches,
     next_offset_after,
@@ -340,8 +341,13 @@ class Log:
             prev = (bases, swapped)
 
     def _swap_end(self, base: int) -> int:
-        """The next offset of the committed ``.swap`` segment at ``base``: the end of the old segments it replaces
-        (a cleaned group always keeps its last batch, at least as an empty one)."""
+        """The end of the old segments the committed ``.swap`` segment at ``base`` replaces: its ``.swap-end``
+        (written before the commit point), or, for a swap committed without one by an earlier version (whose
+        cleaned groups always kept their last batch), the swap segment's own next offset. FileNotFoundError when
+        the swap finished meanwhile (the end file goes only after the ``.log.swap`` is renamed)."""
+        end = cleaner.read_swap_end(self.dir, base)
+        if end is not None:
+            return end
         try:
             seg = LogSegment(self.dir, base, writable=False, reserve_bytes=0, file_suffix=cleaner.SWAP)
         except KafkaStorageError as e:
@@ -363,12 +369,13 @@ class Log:
             names = os.listdir(self.dir)
         except FileNotFoundError:
             return
-        if not any(n.endswith(cleaner.SWAP) for n in names):
+        if not any(n.endswith((cleaner.SWAP, cleaner.SWAP_END)) for n in names):
             return
         committed = {int(n[:20]) for n in names if n.endswith(".log.swap") and n[:20].isdigit()}
         for n in names:
-            if n.endswith((".index.swap", ".timeindex.swap")) and n[:20].isdigit() and int(n[:20]) not in committed:
-                _unlink(self.dir / n)
+            if n.endswith((".index.swap", ".timeindex.swap", cleaner.SWAP_END)) and n[:20].isdigit() \
+                    and int(n[:20]) not in committed:
+                _unlink(self.dir / n)  # never committed, or an end file left after its swap finished
         for s in sorted(committed):
             nxt = self._swap_end(s)
             for n in names:
@@ -443,7 +450,7 @@ class Log:
                              seg.next_offset)
             # Later segments stay, whatever happened here: each is validated on its own, and a valid, CRC-clean
             # segment above the log start is never dropped for a gap (Kafka's compacted logs have gaps too)
-            if i + 1 < len(segments) and segments[i + 1].base_offset != seg.next_offset:
+            if i + 1 < len(segments) and segments[i + 1].base_offset != seg.next_offset and not self._compact:
                 _log.warning("%s-%d has no records in offsets [%d, %d) (a gap between segments); the segments "
                              "around it are kept", self.topic, self.partition, seg.next_offset,
                              segments[i + 1].base_offset)
@@ -1027,11 +1034,31 @@ class Log:
         if offset == self._leo:
             return memoryview(b"")
         i = max(0, bisect.bisect_right(self._bases, offset) - 1)
-        for seg in self._segments[i:]:
-            view = seg.read(offset, max_bytes, True)
-            if view is not None:
+        segs = self._segments
+        for j in range(i, len(segs)):
+            view = segs[j].read(offset, max_bytes, True)
+            if view is None:
+                continue  # nothing at or past the offset here (a compacted segment's hole): the next one
+            if j + 1 == len(segs) or count_records(view):
                 return view
+            return self._read_on(view, j + 1, max_bytes)
         return memoryview(b"")
+
+    def _read_on(self, view: memoryview, j: int, max_bytes: int) -> memoryview:
+        """``view`` holds only batches without records (a producer's last batch kept empty by the cleaner) at the
+        end of its segment: go on into the next segments until a batch with records, so that no read answers with
+        headers alone while later records exist (librdkafka takes such an answer for a message too large to fetch
+        and grows its fetch size). The one copy is of these rare answers only."""
+        parts, used = [view], len(view)
+        for seg in self._segments[j:]:
+            more = seg.read(seg.base_offset, max(max_bytes - used, 1), True)
+            if more is None:
+                continue
+            parts.append(more)
+            used += len(more)
+            if count_records(more):
+                break
+        return memoryview(b"".join(parts))
 
     def read(self, offset: int, max_bytes: int = 1048576) -> memoryview:
         """Whole batches from the one containing ``offset``: at most ``max_bytes``, but at least one batch when one
@@ -1276,12 +1303,13 @@ class Log:
                 cur = self._segments[i:i + len(group)]
                 if len(cur) != len(group) or i + len(group) >= len(self._segments) or any(
                         c.base_offset != g.base or c.size != g.size for c, g in zip(cur, group)) or \
-                        self._lso >= group[-1].next_offset:
+                        self._segments[i + len(group)].base_offset != group[-1].end or self._lso >= group[-1].end:
                     return False
                 # other views list again whatever happens next: a cleaner killed past its commit point leaves the
                 # generation changed, so every other view finishes the swap (writers) or lists it (readers)
                 self._clean_gen = cleaner.bump_generation(self.dir)
-                cleaner.commit_swap(self.dir, base, names)
+                # the old group ends where the next segment begins (the cleaned one may end below it)
+                cleaner.commit_swap(self.dir, base, names, group[-1].end)
                 try:
                     renamed = []
                     for seg in cur:

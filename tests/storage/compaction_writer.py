@@ -217,9 +217,10 @@ def op_watch_swaps(ctx):
     def swap(log, group, names):
         ctx.groups_started += 1
         ctx.group_segments = len(group)
-        ctx.journal.note("G", group[0].base, group[-1].next_offset, sync=True)
+        end = group[-1].end  # the next segment's base (a segment cleaned before may end below it)
+        ctx.journal.note("G", group[0].base, end, sync=True)
         ok = orig(log, group, names)
-        ctx.journal.note("W" if ok else "N", group[0].base, group[-1].next_offset, sync=True)
+        ctx.journal.note("W" if ok else "N", group[0].base, end, sync=True)
         return ok
 
     Log._swap_in_cleaned = swap

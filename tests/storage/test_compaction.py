@@ -115,16 +115,21 @@ def test_filter_batches_keeps_offsets_timestamps_headers_and_producer_facts(code
     b2.validate()
     assert [(r.offset, r.value, r.timestamp) for r in b2] == [(102, b"3", T0 + 1), (104, b"5", T0 + 3)]
     assert (kept, removed) == (2, 1) and b2.base_timestamp == T0 + DRM and b2.max_timestamp == T0 + 3
-    # a batch losing every record goes, or stays empty when asked to
+    # a batch losing every record goes, or stays empty when it is its producer's last (Kafka's writeEmptyHeader:
+    # codec none, no delete horizon, BaseTimestamp = MaxTimestamp = the batch's MaxTimestamp)
     m.put(b"a", 500), m.put(b"b", 500), m.put(b"c", 500)
     assert filter_batches(buf, 0, m, T0, DRM)[0] == b""
     out, _, kept, removed = filter_batches(buf, 0, m, T0, DRM, {104})
-    assert filter_batches(buf, 0, m, T0, DRM, (), keep_untimed=104)[0][35:43] == b"\xff" * 8  # MaxTimestamp -1
     (b,) = list(iter_batches(out))
     b.validate()
     assert (b.base_offset, b.last_offset_delta, b.record_count, b.next_offset, b.producer_id,
             b.base_sequence, b.compression) == (100, 4, 0, 105, 7, 40, 0)
+    assert (b.base_timestamp, b.max_timestamp) == (T0 + 9, T0 + 9) and not b.attributes & 0x40  # the batch's max
     assert list(b) == [] and len(out) == 61
+    # the stamped batch (delete horizon in BaseTimestamp) emptied later loses the horizon with its records
+    (e,) = list(iter_batches(filter_batches(again, 0, m, T0, DRM, {104})[0]))
+    e.validate()
+    assert (e.record_count, e.base_timestamp, e.max_timestamp, e.attributes & 0x40) == (0, T0 + 3, T0 + 3, 0)
 
 
 def test_filter_batches_copies_untouched_batches_byte_for_byte_and_drops_keyless_records():
@@ -419,6 +424,43 @@ def test_a_producers_last_batch_stays_as_an_empty_batch(tmp_path):
     assert [(b.base_offset, b.next_offset, b.record_count, b.producer_id, b.base_sequence) for b in batches] == [
         (0, 2, 0, 42, 0), (2, 4, 2, -1, -1), (4, 5, 1, -1, -1)]
     store.close()
+
+
+def test_only_a_producers_last_batch_stays_empty_and_reads_go_past_it(tmp_path):
+    """Kafka keeps an emptied batch only when it is its producer's last (idempotence state), never a cleaned
+    group's last batch: segments whose records all went are empty, not a lone header. A segment left holding only an
+    empty batch is read through: every read at its offsets also returns the next segment's first records (a Fetch
+    answer of headers alone makes librdkafka report MSG_SIZE_TOO_LARGE, issue 21)."""
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"segment.bytes": 100}))  # one batch a segment and a group
+    log = store.log("t", 0)
+    log.append_records(build_batch([b"1", b"2"], [b"a", b"b"], [T0, T0 + 5]))               # 0-1, no producer
+    log.roll()
+    log.append_records(build_batch([b"3", b"4"], [b"a", b"b"], [T0 + 6, T0 + 9], producer_id=42,
+                                   producer_epoch=1, base_sequence=0))                      # 2-3, pid 42's last
+    log.roll()
+    log.append_records(build_batch([b"5", b"6"], [b"a", b"b"], [T0 + 10, T0 + 11]))         # 4-5, supersedes
+    log.roll()
+    log.append(b"7", key=b"c", timestamp=T0 + 20)                                             # 6, the active one
+    stats = log.run_cleaner(force=True)
+    assert stats.records_removed == 4
+    segs = log.segments()
+    assert [(s.base_offset, s.size) for s in segs][:2] == [(0, 0), (2, 61)], [(s.base_offset, s.size) for s in segs]
+    batches = [b for s in segs for _, b in s.batch_positions()]
+    assert [(b.base_offset, b.next_offset, b.record_count, b.producer_id, b.max_timestamp, b.base_timestamp)
+            for b in batches] == [(2, 4, 0, 42, T0 + 9, T0 + 9), (4, 6, 2, -1, T0 + 11, T0 + 10),
+                                  (6, 7, 1, -1, T0 + 20, T0 + 20)]
+    assert [(r.offset, r.value) for r in log.records()] == [(4, b"5"), (5, b"6"), (6, b"7")]
+    for off in (0, 1, 2, 3):
+        got = list(iter_batches(log.read(off, 1)))   # one byte: still the empty header and a batch with records
+        assert [b.base_offset for b in got] == [2, 4] and got[-1].record_count == 2, off
+        assert log.fetch(off, 1 << 20)[2] is not None
+    assert [b.base_offset for b in iter_batches(log.read(4, 1))] == [4]
+    assert log.offset_for_time(T0).offset == 4   # no timestamp search lands on the empty batch
+    store.close()
+    with _store(tmp_path, "read") as st:  # another view, from the files alone
+        assert [r.offset for r in st.log("t", 0).records()] == [4, 5, 6]
+        assert [b.base_offset for b in iter_batches(st.log("t", 0).read(0, 1))] == [2, 4]
 
 
 def test_keyless_records_written_before_the_topic_became_compacted_are_removed(tmp_path):

@@ -47,7 +47,7 @@ SEED = int(os.environ.get("KAFKALOG_COMPACTION_SEED", str(random.SystemRandom().
 PARENT_CONFIG = {"lock.timeout.ms": 30000}
 POST_COMMIT = {"clean:after-commit", "clean:after-old-deleted", "clean:after-index-renamed", "clean:after-swap",
                "clean:before-checkpoint"}
-LEFTOVER_SUFFIXES = (".swap", ".cleaned", ".deleted")
+LEFTOVER_SUFFIXES = (".swap", ".cleaned", ".deleted", ".swap-end")
 
 
 def timeout(seconds: int):
@@ -357,9 +357,11 @@ def _assert_kill_point(data, failpoint, rnd, end1, end2):
         ckpt = (data / "cleaner-offset-checkpoint").read_text().split("\n")
         assert f"{TOPIC} 0 {end1}" in ckpt, f"the checkpoint was to hold the first round's end {end1}: {ckpt}"
         return
-    b, _ = rnd["began"][-1]
+    b, e = rnd["began"][-1]
     assert rnd["began"][-1] not in rnd["swapped"], f"{failpoint}: the group's swap returned: {rnd}"
     f = "%020d" % b
+    # from before the commit point to the last rename, the swap's end (the next segment's base) is on disk
+    assert (partition_dir(data) / (f + ".swap-end")).read_text() == f"{e}\n", (failpoint, sorted(names))
     if failpoint == "clean:before-commit":
         assert {f + ".index.swap", f + ".timeindex.swap", f + ".log.cleaned"} <= names and \
             f + ".log.swap" not in names, sorted(names)
@@ -376,15 +378,19 @@ def _assert_kill_point(data, failpoint, rnd, end1, end2):
 
 
 def _verify_open(data, mode, model, expect, where, end, groups=()):
-    """Open the data dir in ``mode`` and hold the log to ``expect``; ``groups``: swapped-in groups [base, end)
-    whose cleaned segment must end where the group ended (its last batch kept, empty if need be)."""
+    """Open the data dir in ``mode`` and hold the log to ``expect``; ``groups``: swapped-in groups [base, end),
+    each of which must be one cleaned segment at ``base`` ending at or below ``end`` and followed by the segment at
+    ``end``: no old segment of the group left beside it (that would bring removed records back)."""
     kw = {"read_only": mode == "read", "exclusive": mode == "exclusive"}
     with LogStore(data, PARENT_CONFIG, maintenance=False, **kw) as store:
         log = store.log(TOPIC, 0)
         ends = {s.base_offset: s.next_offset for s in log.segments()}
+        bases = sorted(ends)
         for b, e in groups:
-            assert ends.get(b) == e, f"{where}: the cleaned group [{b}, {e}) is a segment ending at {ends.get(b)} " \
-                                     f"(seed {SEED})"
+            after = bases[bases.index(b) + 1] if b in ends and bases.index(b) + 1 < len(bases) else None
+            assert b in ends and ends[b] <= e and after == e, \
+                f"{where}: the cleaned group [{b}, {e}) is a segment ending at {ends.get(b)}, followed by the " \
+                f"segment at {after} (seed {SEED})"
         if mode != "read":
             # (e) a writer's open finished or undid the killed swap and removed what it left
             assert not [n for n in leftovers(data) if n.endswith((".swap", ".cleaned"))], \
