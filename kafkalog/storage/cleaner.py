@@ -24,8 +24,9 @@ One round over one partition (``clean_log``, called by ``Log.run_cleaner``):
 4. **Swap** (under the Log's lock and, in shared mode, the partition file lock; a few renames and fsyncs):
    ``.cleaned`` fsynced → ``<base>.swap-end`` written and fsynced (the end of the old segments the swap replaces:
    the next segment's base offset, which the cleaned segment's own last offset need not reach) → index files renamed
-   ``.swap``, directory fsynced → ``.log.cleaned`` renamed ``.log.swap``, directory fsynced (**the commit point**) → the old group's files renamed ``.deleted``, directory fsynced →
-   ``.swap`` files renamed to their final names (indexes first), directory fsynced, ``.swap-end`` removed. The
+   ``.swap``, directory fsynced → ``.log.cleaned`` renamed ``.log.swap``, directory fsynced (**the commit
+   point**) → the old group's files renamed ``.deleted``, directory fsynced → ``.swap`` files renamed to their
+   final names (indexes first), directory fsynced, ``.swap-end`` removed. The
    loader finishes a swap that has its ``.log.swap`` (removing the old segments in [base, swap end)) and undoes one
    that has not (Log._complete_swaps). A ``.log.swap`` without its ``.swap-end`` (written before the end file existed,
    when a group always kept its last batch) ends at its own next offset. Other processes' views see a
