@@ -6,8 +6,22 @@ import pytest
 import kafkalog
 from kafkalog.storage.files import CLEAN_SHUTDOWN_FILE
 
+from .sysdeps import ensure, needs_of
+
 T0 = 1_700_000_000_000
 REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_finish(session):
+    """Before the first test: the Debian packages the collected tests use are installed when missing (sysdeps.py);
+    what cannot be had stops the session here with one message, not one failure per test."""
+    if session.config.option.collectonly or not session.items:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    say = reporter.write_line if reporter is not None else print
+    msg = ensure(needs_of({item.path for item in session.items}), say=say)
+    if msg:
+        pytest.exit(msg, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 @pytest.fixture

@@ -1,16 +1,22 @@
-"""Project checks that run with the suite: ruff, the layer contract of DESIGN.md, and the loud failure of an
-install without the compiled engine."""
+"""Project checks that run with the suite: ruff, the layer contract of DESIGN.md, the loud failure of an
+install without the compiled engine, and tests/sysdeps.py (what the suite needs beyond pip) against the tests."""
 
+import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 import kafkalog
 
+from . import sysdeps
+
 REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
 
 
 def _tool(name):
@@ -52,3 +58,89 @@ def test_typing_files_shipped():
         assert (eng / f"{mod}.pyi").exists(), mod
         assert (eng / f"{mod}.pxd").exists(), mod
     assert (eng.parent / "py.typed").exists()
+
+
+def _commands_looked_up(text: str) -> set[str]:
+    """Names a test file looks up on PATH: shutil.which of a literal, or of a loop variable over a tuple of them."""
+    found = set(re.findall(r'shutil\.which\("([^"]+)"\)', text))
+    for _var, names in re.findall(r"for (\w+) in \(([^)]*)\)[^\n]*\n?[^\n]*shutil\.which\(\1\)", text):
+        found |= set(re.findall(r'"([^"]+)"', names))
+    return found
+
+
+def test_sysdeps_know_what_the_tests_use():
+    """tests/sysdeps.py and the tests do not drift apart: every command a test looks up on PATH is a need whose
+    used_by covers that test's file, every Debian package a test's message names is known there, every need's used_by
+    exists and uses it, and .ci/run installs through the same file."""
+    by_command = {c: n for n in sysdeps.NEEDS for c in n.commands}
+    packages = {n.package for n in sysdeps.NEEDS}
+    wrong = []
+    for f in sorted(TESTS.rglob("*.py")):
+        if f.name == "sysdeps.py":
+            continue
+        rel, text = f.relative_to(TESTS).as_posix(), f.read_text()
+        for command in sorted(_commands_looked_up(text)):
+            need = by_command.get(command)
+            if need is None:
+                wrong.append(f"{rel} looks up {command}, which sysdeps.NEEDS does not know")
+            elif not sysdeps.needs_of([f], [need]):
+                wrong.append(f"{rel} looks up {command}, but its need is used_by {need.used_by} only")
+        hinted = re.findall(r"apt-get install ((?:[a-z0-9][a-z0-9.+-]*(?: |(?=\W)|$))+)", text)
+        hinted += re.findall(r"Debian's ([a-z0-9][a-z0-9.+-]*)", text)
+        wrong += [f"{rel} names the Debian package {p}, which sysdeps.NEEDS does not know"
+                  for hint in hinted for p in hint.split() if p not in packages]
+    for need in sysdeps.NEEDS:
+        names = [f'"{c}"' for c in need.commands] or [f'"{need.library}"']
+        users = []
+        for u in need.used_by:
+            where = TESTS / u
+            if not where.exists():
+                wrong.append(f"{need.what}: used_by {u}, which does not exist")
+            users += sorted(where.rglob("*.py")) if where.is_dir() else [where] if where.exists() else []
+        if not any(n in f.read_text() for f in users for n in names):
+            wrong.append(f"{need.what}: none of {need.used_by} mentions {' or '.join(names)}")
+    assert not wrong, "\n".join(wrong)
+    assert "\npython3 tests/sysdeps.py\n" in (REPO / ".ci" / "run").read_text()
+
+
+def _path_without(tmp: Path, *left_out: str) -> str:
+    """A PATH of one folder holding apt-get, sudo and every command of sysdeps.NEEDS found on this machine but
+    ``left_out``."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    for c in ["apt-get", "sudo", *(c for need in sysdeps.NEEDS for c in need.commands)]:
+        if c not in left_out and not (bin_dir / c).exists() and (exe := shutil.which(c)):
+            (bin_dir / c).symlink_to(exe)
+    return str(bin_dir)
+
+
+def test_sysdeps_names_kcat_when_path_lacks_it(tmp_path):
+    """The check, on a PATH without kcat (nothing is uninstalled): kcat alone is added to what is missing, and the
+    message for the kcat tests names the package and the command that installs it."""
+    path = _path_without(tmp_path, "kcat", "kafkacat")
+    kcat = [n for n in sysdeps.NEEDS if n.package == "kcat"]
+    assert [n for n in sysdeps.missing(path=path) if n not in sysdeps.missing()] == kcat
+    needs = sysdeps.needs_of([TESTS / "broker" / "test_kcat.py"])
+    assert kcat[0] in needs
+    msg = sysdeps.ensure(needs, path=path, install=False)
+    assert msg is not None and "kcat (kcat): a real librdkafka client" in msg
+    assert re.search(r"apt-get install -y (\S+ )*kcat\b", msg), msg
+    assert sysdeps.ensure(needs, install=False) == sysdeps.ensure(needs, path=path + ":/usr/bin", install=False)
+
+
+def test_sysdeps_refuses_at_once_when_it_cannot_install():
+    """As a user that is neither root nor a sudoer, on a PATH without kcat: exit 2 and one message naming kcat, why
+    it could not be installed and the command, having installed nothing."""
+    runuser = shutil.which("runuser")
+    if os.geteuid() != 0 or runuser is None:
+        pytest.skip("needs root (to run the check as nobody with runuser)")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        path = _path_without(Path(tmp), "kcat", "kafkacat")
+        r = subprocess.run([runuser, "-u", "nobody", "--", "/usr/bin/python3", str(TESTS / "sysdeps.py")],
+                           capture_output=True, text=True, env={"PATH": path, "HOME": "/nonexistent"}, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "installing" not in r.stderr
+    assert "kcat (kcat): a real librdkafka client" in r.stderr
+    assert "they could not be installed: not root and no password-less sudo" in r.stderr
+    assert re.search(r"sudo apt-get install -y (\S+ )*kcat\b", r.stderr), r.stderr
