@@ -651,10 +651,12 @@ class Log:
         batch = staged.take()
         self._refresh_time_bounds()
         data = batch.build(batch.base_offset)
-        if self._log_append_time:
+        max_ts = batch.max_timestamp
+        if self._log_append_time:  # stamped as it is written to the log, and segment.ms rolls by that stamp
             data = bytearray(data)
-            set_log_append_time(data, 0, _now_ms())
-        self._write(data, batch.base_offset + batch.count - 1, batch.max_timestamp, batch.count)
+            max_ts = _now_ms()
+            set_log_append_time(data, 0, max_ts)
+        self._write(data, batch.base_offset + batch.count - 1, max_ts, batch.count)
 
     def _claim(self, n: int, size: int) -> int:
         """First of n offsets for ``size`` bytes written now (lock held, after _sync): the staged path's builder

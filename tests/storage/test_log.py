@@ -188,15 +188,43 @@ def test_offset_for_time_inside_compressed_batches(open_store, codec):
     assert [r.offset for r in log.records(530, 540)] == list(range(530, 540))
 
 
+def _now_ms():
+    return time.time_ns() // 1_000_000  # the log's clock, floored the same way (a float product can round up)
+
+
 def test_log_append_time_overrides_and_is_searchable(open_store):
+    """LogAppendTime is the time a batch is written to the log, as Kafka's broker stamps at append to the log:
+    append_batch() is written at once, an exclusive store's append() when its staged batch is (here by flush())."""
     store, log = fresh(open_store, topic_config={"message.timestamp.type": "LogAppendTime"})
-    before = int(time.time() * 1000)
+    before = _now_ms()
     log.append_batch(values(3), timestamps=[1, 2, 3])
-    log.append(b"x", timestamp=5)
-    after = int(time.time() * 1000)
+    log.append(b"x", timestamp=5)  # staged: not in the log yet
+    staged = _now_ms()
+    log.flush()  # writes the staged batch
+    after = _now_ms()
     recs = list(log.records())
-    assert all(r.timestamp_type == 1 and before <= r.timestamp <= after for r in recs)
+    assert [(r.offset, r.timestamp_type) for r in recs] == [(0, 1), (1, 1), (2, 1), (3, 1)]
+    assert all(before <= r.timestamp <= staged for r in recs[:3]), (before, staged, recs)
+    assert staged <= recs[3].timestamp <= after, (staged, after, recs[3])
     assert log.offset_for_time(before).offset == 0
+    assert ot(log.offset_for_time(recs[3].timestamp)) == next((r.offset, r.timestamp) for r in recs
+                                                              if r.timestamp >= recs[3].timestamp)
+    assert log.offset_for_time(after + 1) is None
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+def test_log_append_time_rolls_by_its_stamp(open_store, exclusive):
+    """segment.ms counts in the time the log stamped, staged appends included: records a producer dated ten hours
+    ahead do not roll a segment per written batch."""
+    store, log = fresh(open_store, topic_config={"message.timestamp.type": "LogAppendTime", "segment.ms": 3_600_000},
+                       exclusive=exclusive)
+    ahead = _now_ms() + 10 * 3_600_000
+    for _ in range(3):
+        log.append(b"x", timestamp=ahead)
+        log.flush()
+    log.append_batch([b"y"], timestamps=[ahead])
+    assert len(log.segments()) == 1
+    assert all(r.timestamp < ahead for r in log.records())
 
 
 def test_timestamp_bounds(open_store):
