@@ -1041,26 +1041,31 @@ class Log:
             view = segs[j].read(offset, max_bytes, True)
             if view is None:
                 continue  # nothing at or past the offset here (a compacted segment's hole): the next one
-            if j + 1 == len(segs) or count_records(view):
+            if count_records(view):
                 return view
-            return self._read_on(view, j + 1, max_bytes)
+            return self._read_on(view, j, max_bytes)
         return memoryview(b"")
 
     def _read_on(self, view: memoryview, j: int, max_bytes: int) -> memoryview:
-        """``view`` holds only batches without records (a producer's last batch kept empty by the cleaner) at the
-        end of its segment: go on into the next segments until a batch with records, so that no read answers with
-        headers alone while later records exist (librdkafka takes such an answer for a message too large to fetch
-        and grows its fetch size). The one copy is of these rare answers only."""
+        """``view`` (from segment ``j``) holds only batches without records (a producer's last batch kept empty by
+        the cleaner): go on from its end, in the same segment and then the next ones, up to and including the next
+        batch with records, so that no read answers with headers alone while later records exist (librdkafka takes
+        such an answer for a message too large to fetch and grows its fetch size). The one copy is of these rare
+        answers only."""
         parts, used = [view], len(view)
-        for seg in self._segments[j:]:
-            more = seg.read(seg.base_offset, max(max_bytes - used, 1), True)
+        nxt = next_offset_after(view)
+        segs = self._segments
+        while j < len(segs):
+            more = segs[j].read(nxt, max(max_bytes - used, 1), True)
             if more is None:
+                j += 1
                 continue
             parts.append(more)
             used += len(more)
             if count_records(more):
                 break
-        return memoryview(b"".join(parts))
+            nxt = next_offset_after(more)
+        return memoryview(b"".join(parts)) if len(parts) > 1 else view
 
     def read(self, offset: int, max_bytes: int = 1048576) -> memoryview:
         """Whole batches from the one containing ``offset``: at most ``max_bytes``, but at least one batch when one

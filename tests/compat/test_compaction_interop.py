@@ -66,6 +66,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafkalog
+from kafkalog._engine.records import iter_batches
 
 from .lab import KafkalogServer, LabError
 from .test_disk_format import (
@@ -331,8 +332,8 @@ class Model:
     and what the round says it did (its mapped end and its groups). Kafka's LogCleaner rules: below the mapped end a
     record stays when it is the latest of its key, and, when it is a tombstone, its batch has no delete horizon yet
     or the round runs before it (KIP-534); a batch that keeps a tombstone and has no horizon gets ``now +
-    delete.retention.ms``; a batch that keeps nothing goes unless it is its group's last (kafkalog) or its
-    producer's last (Kafka and kafkalog): then it stays empty, as DefaultRecordBatch.writeEmptyHeader writes it."""
+    delete.retention.ms``; a batch that keeps nothing goes unless it is its producer's last: then it stays empty,
+    as DefaultRecordBatch.writeEmptyHeader writes it (a group's last batch gets nothing more, as in Kafka)."""
 
     def __init__(self, ours: Ours, topic: str, rnd: int):
         pre, post = ("pre1", "post1") if rnd == 1 else ("pre2", "post2")
@@ -374,7 +375,7 @@ class Model:
                 last_of_pid[int(b["producerId"])] = max(last_of_pid.get(int(b["producerId"]), -1),
                                                         int(b["lastOffset"]))
         self.batches = []
-        self.empty_group_last = self.empty_producer_last = self.stamped = 0
+        self.empty_group_last = self.empty_producer_last = self.emptied_group_last = self.stamped = 0
         for b in self.pre_batches:
             base, last, pid = int(b["baseOffset"]), int(b["lastOffset"]), int(b["producerId"])
             fields = {k: b[k] for k in ("baseOffset", "lastOffset", "baseSequence", "lastSequence", "producerId",
@@ -394,15 +395,14 @@ class Model:
                 self.batches.append(dict(fields, count=str(len(kept)), compresscodec=b["compresscodec"],
                                          max_timestamp=str(max(r["timestamp"] for r in kept)),
                                          deleteHorizonMs=_horizon_text(h), records=[r["offset"] for r in kept]))
-            elif last in group_ends or (pid >= 0 and last_of_pid[pid] == last):
+            elif pid >= 0 and last_of_pid[pid] == last:
+                # a producer's last stays as Kafka's writeEmptyHeader leaves it, its MaxTimestamp kept
+                self.empty_producer_last += 1
                 self.empty_group_last += last in group_ends
-                self.empty_producer_last += pid >= 0 and last_of_pid[pid] == last and last not in group_ends
-                producer_last = pid >= 0 and last_of_pid[pid] == last
-                # a producer's last keeps its MaxTimestamp (Kafka's writeEmptyHeader); a group's last only holds
-                # the offsets, with none (-1), so no time index entry or timestamp search lands on it
-                self.batches.append(dict(fields, count="0", compresscodec="none",
-                                         max_timestamp=b["max_timestamp"] if producer_last else "-1",
+                self.batches.append(dict(fields, count="0", compresscodec="none", max_timestamp=b["max_timestamp"],
                                          deleteHorizonMs="OptionalLong.empty", records=[]))
+            else:
+                self.emptied_group_last += last in group_ends  # gone, as in Kafka: nothing is kept for offsets
 
 
 def _post_batch_view(b: dict) -> dict:
@@ -419,8 +419,9 @@ ROUND_IDS = [f"{t}-round{r}" for t, r in ROUNDS]
 def test_a_workload_is_what_we_meant(ours):
     """The workload exercises what the other tests rely on: records read back as written before cleaning; each
     round cleaned every segment below the active one (and only those), removed records and stamped delete horizons
-    on batches keeping tombstones; round 1 removed no tombstone that is its key's last word and kept empty batches
-    for a group's end and for an idempotent producer's last batch; round 2 (past round 1's horizons) removed
+    on batches keeping tombstones; round 1 removed no tombstone that is its key's last word, kept an empty batch
+    for an idempotent producer's last batch and removed a group's emptied last batch; round 2 (past round 1's
+    horizons) removed
     tombstones and merged cleaned segments into groups of at most segment.bytes; every codec was rewritten."""
     for topic in A_TOPICS:
         written = [r for _, r in sorted(ours.written[topic].items())]
@@ -444,7 +445,7 @@ def test_a_workload_is_what_we_meant(ours):
             assert m.kept_tombstones and m.stamped, (topic, rnd, m.kept_tombstones, m.stamped)
             if rnd == 1:
                 assert not m.dropped_tombstones, m.dropped_tombstones  # no batch had a horizon yet
-                assert m.empty_group_last and m.empty_producer_last, (m.empty_group_last, m.empty_producer_last)
+                assert m.emptied_group_last and m.empty_producer_last, (m.emptied_group_last, m.empty_producer_last)
             else:
                 assert m.dropped_tombstones, "round 2 (past round 1's horizons) removed no tombstone"
                 assert any(n > 1 for _, _, n in s.swaps), f"{topic}: round 2 merged no segments: {s.swaps}"
@@ -1117,3 +1118,123 @@ def test_b_kafkalog_recleans_kafka_segments_without_checkpoint(kafka_cleaned, tm
     batches = _batches(parse_kafka_dump(dump_log(logs, "--deep-iteration", "--print-data-log").stdout), logs)
     assert all(x["isvalid"] == "true" for x in batches)
     assert_same_rows(_shown_rows(got), _dump_rows(batches), "kafka-dump-log vs kafkalog")
+
+
+# ================================================================================================================
+# (d) small cleaned segments read by librdkafka, kcat and the Java consumer (issue 21): no error events
+# ================================================================================================================
+
+# The issue's workload, smaller: 12,000 records of 300 bytes over 400 keys in 64 KiB segments, written by a default
+# confluent-kafka producer (batch.size 16 KiB, not idempotent); a sentinel phase two minutes later in record time
+# rolls the active segment (segment.ms is one minute). Kafka's cleaner leaves about 60 segments, most of them
+# holding no record; a Fetch of such a segment must not answer with headers alone (librdkafka then reports
+# MSG_SIZE_TOO_LARGE for every such answer: on kafkalog before issue 21, whose cleaner kept each group's last
+# batch empty).
+D_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "segment.ms": "60000",
+            "min.compaction.lag.ms": "0", "delete.retention.ms": "86400000"}
+# Kafka 4.4 refuses segment.bytes below 1 MiB (INVALID_CONFIG) and takes a smaller one as its internal key
+D_SEGMENT = {"kafka": {"internal.segment.bytes": "65536"}, "kafkalog": {"segment.bytes": "65536"}}
+D_RECORDS, D_KEYS, D_VALUE = 12_000, 400, b"v" * 300
+
+
+def _d_produce(bootstrap: str, topic: str, t0: int) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "log_level": 0,
+                  "batch.size": 16384, "linger.ms": 5, "message.timeout.ms": 30000})
+    errors: list = []
+    for i in range(D_RECORDS):
+        p.produce(topic, key=b"k%d" % (i % D_KEYS), value=D_VALUE, partition=0, timestamp=t0 + i // 100,
+                  on_delivery=lambda err, msg, out=errors: err is not None and out.append(err))
+        if i % 2000 == 1999:
+            p.poll(0)
+    assert p.flush(30) == 0  # the sentinels in a batch of their own: it rolls the segment (record time)
+    for i in range(3):
+        p.produce(topic, key=b"sentinel-%d" % i, value=b"s", partition=0, timestamp=t0 + 120_000 + i,
+                  on_delivery=lambda err, msg, out=errors: err is not None and out.append(err))
+    assert p.flush(30) == 0 and not errors, f"{bootstrap}: {errors[:3]}"
+
+
+def _d_read_confluent(bootstrap: str, topic: str) -> tuple[list[int], list[str]]:
+    """A default confluent-kafka consumer from offset 0 to the high watermark: (offsets, error events)."""
+    events: list[str] = []
+    c = Consumer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "group.id": f"d-{uuid.uuid4()}",
+                  "enable.auto.commit": False, "log_level": 0, "error_cb": lambda e: events.append(f"cb: {e}")})
+    try:
+        _, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        offsets: list[int] = []
+        for _ in range(600):  # polls of at most 0.5 s each; the whole read takes a few
+            for m in c.consume(500, timeout=0.5):
+                if m.error() is not None:
+                    events.append(str(m.error()))
+                else:
+                    offsets.append(m.offset())
+            if offsets and offsets[-1] >= hi - 1:
+                break
+        return offsets, events
+    finally:
+        c.close()
+
+
+def _d_empty_batches(part_dir: Path) -> int:
+    n = 0
+    for f in segment_logs(part_dir):
+        n += sum(1 for b in iter_batches(f.read_bytes()) if b.record_count == 0)
+    return n
+
+
+@pytest.fixture(scope="module")
+def small_segments(both_started, tmp_path_factory) -> dict:
+    """(d)'s workload on both brokers, cleaned by each (Kafka's cleaner wakes every 15 s); the model's offsets."""
+    b = both_started
+    topic = f"cx-small-{uuid.uuid4().hex[:8]}"
+    servers = {"kafka": b.kafka, "kafkalog": b.kafkalog}
+    for name, srv in servers.items():
+        admin = AdminClient({"bootstrap.servers": srv.bootstrap, "broker.address.family": "v4", "log_level": 0})
+        admin.create_topics([NewTopic(topic, 1, 1, config=dict(D_CONFIG, **D_SEGMENT[name]))],
+                            operation_timeout=20)[topic].result(30)
+    t0 = (int(time.time() * 1000) - 30 * 60_000) // 1000 * 1000
+    _parallel(lambda: _d_produce(b.kafka.bootstrap, topic, t0), lambda: _d_produce(b.kafkalog.bootstrap, topic, t0))
+    latest = {i % D_KEYS: i for i in range(D_RECORDS)}
+    want = sorted(latest.values()) + [D_RECORDS, D_RECORDS + 1, D_RECORDS + 2]
+    checkpoints = {}
+    t = time.monotonic()
+    for _ in range(int(WAIT_FOR_CLEANERS_S / 0.5)):  # polls; Kafka's cleaner wakes within 15 s
+        checkpoints = {n: _kafka_cleaner_checkpoint(s.log_dir, topic) for n, s in servers.items()}
+        if all(c == D_RECORDS for c in checkpoints.values()):
+            break
+        time.sleep(0.5)
+    assert all(c == D_RECORDS for c in checkpoints.values()), \
+        f"the cleaners did not reach the active segment at {D_RECORDS}: {checkpoints}"
+    _timed("d: produce + both cleaners", t)
+    return {"topic": topic, "servers": servers, "want": want}
+
+
+@pytest.mark.parametrize("broker", ["kafka", "kafkalog"])
+def test_d_small_cleaned_segments_read_without_error_events(small_segments, broker, tmp_path):
+    """confluent-kafka (default consumer), kcat and the Java consumer read the cleaned topic from offset 0 to its
+    end: exactly the latest record per key and the sentinels, and not one error event (MSG_SIZE_TOO_LARGE was
+    reported 94 times per read by librdkafka on kafkalog before issue 21). Neither broker keeps an empty batch: the
+    producer was not idempotent, so Kafka keeps none, and kafkalog keeps what Kafka keeps."""
+    d = small_segments
+    srv = d["servers"][broker]
+    topic, want = d["topic"], d["want"]
+    part_dir = srv.log_dir / f"{topic}-0"
+    logs = segment_logs(part_dir)
+    without_records = sum(1 for f in logs if not any(b.record_count for b in iter_batches(f.read_bytes())))
+    print(f"{broker}: {len(logs)} segments, {without_records} of them without a record")
+    if broker == "kafka":  # (kafkalog's cleaner, waking every 200 ms, merges emptied segments in later rounds)
+        assert without_records > 10, "the workload was to leave many cleaned segments without records"
+    offsets, events = _d_read_confluent(srv.bootstrap, topic)
+    assert not events, f"{broker}: librdkafka reported {len(events)} error events, e.g. {events[:3]}"
+    assert offsets == want, f"{broker}: confluent-kafka read {len(offsets)} records, {len(want)} expected"
+    assert _d_empty_batches(part_dir) == 0, f"{broker} kept empty batches of a producer without an id"
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    assert kcat, "kcat is not installed (Debian: apt-get install kcat)"
+    r = subprocess.run([kcat, "-b", srv.bootstrap, "-X", "broker.address.family=v4", "-C", "-t", topic, "-p", "0",
+                        "-o", "beginning", "-e", "-q", "-f", "%o\\n"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not r.stderr.strip(), f"{broker}: kcat exit {r.returncode}: {r.stderr[-2000:]}"
+    assert [int(x) for x in r.stdout.split()] == want
+    req = tmp_path / "observe.json"
+    req.write_text(json.dumps({"reads": [{"topic": topic}], "commits": [], "offsets": []}))
+    java = disklab_json("observe", srv.bootstrap, req)["reads"][0]
+    assert [x["offset"] for x in java["records"]] == want and java["position"] == java["end"] == D_RECORDS + 3

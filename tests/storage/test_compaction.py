@@ -463,6 +463,30 @@ def test_only_a_producers_last_batch_stays_empty_and_reads_go_past_it(tmp_path):
         assert [b.base_offset for b in iter_batches(st.log("t", 0).read(0, 1))] == [2, 4]
 
 
+@pytest.mark.parametrize("max_bytes", [1, 100, 1 << 20])
+def test_a_read_past_an_empty_batch_takes_the_next_batch_of_its_own_segment(tmp_path, max_bytes):
+    """The empty batch is followed by batches with records in the same segment: a read at its offsets answers it
+    and then exactly those batches in offset order (one byte: the next one alone), never a later segment's."""
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"segment.bytes": 1 << 20}))
+    log = store.log("t", 0)
+    log.append_records(build_batch([b"1", b"2"], [b"a", b"b"], producer_id=42, producer_epoch=1,
+                                   base_sequence=0))                                        # 0-1, pid 42's last
+    log.append_records(build_batch([b"3"], [b"c"]))                                         # 2
+    log.append_records(build_batch([b"4"], [b"d"]))                                         # 3
+    log.append_records(build_batch([b"5", b"6"], [b"a", b"b"]))                             # 4-5, supersedes
+    log.roll()
+    log.append(b"7", key=b"e")                                                               # 6, the active one
+    log.run_cleaner(force=True)
+    assert [(b.base_offset, b.record_count) for s in log.segments() for _, b in s.batch_positions()] == [
+        (0, 0), (2, 1), (3, 1), (4, 2), (6, 1)]
+    got = [(b.base_offset, b.record_count) for b in iter_batches(log.read(0, max_bytes))]
+    want = {1: 2, 100: 2, 1 << 20: 4}[max_bytes]  # at least the empty one and the next; whole batches to the limit
+    assert got == [(0, 0), (2, 1), (3, 1), (4, 2)][:want], got
+    assert [r.offset for r in log.records()] == [2, 3, 4, 5, 6]
+    store.close()
+
+
 def test_keyless_records_written_before_the_topic_became_compacted_are_removed(tmp_path):
     store = _store(tmp_path)
     store.create_topic("t", 1, {"segment.bytes": 1 << 20, "file.delete.delay.ms": 0})
