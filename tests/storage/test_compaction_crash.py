@@ -539,6 +539,60 @@ def test_cleaner_killed_by_failpoint_from_the_environment(failpoint, zygote, tmp
     _failpoint_case(zygote, tmp_path, failpoint, "shared", 1, env_failpoint=True)
 
 
+_EARLY_END_CLEAN = """
+import sys
+from kafkalog import LogStore
+with LogStore(sys.argv[1], {"lock.timeout.ms": 30000}, exclusive=sys.argv[2] == "exclusive",
+              maintenance=False) as st:
+    st.log(sys.argv[3], 0).run_cleaner(force=True)
+print("the cleaner was not killed")
+"""
+
+
+@timeout(120)
+@pytest.mark.parametrize("failpoint", ["clean:before-commit", "clean:after-commit", "clean:after-old-deleted",
+                                       "clean:after-index-renamed", "clean:after-swap"])
+def test_a_swap_whose_cleaned_segment_ends_below_its_group_end_is_finished_whole(failpoint, tmp_path):
+    """A group whose last segment loses every record: its cleaned segment ends below the next segment's base, so
+    only the swap's end file says where the old group ended. Killed (SIGKILL, KAFKALOG_FAILPOINTS) at each step of
+    the swap, the partition then shows, to a reader before any writer and to every writer mode, exactly the latest
+    record per key: the emptied segment's records never come back beside the cleaned one."""
+    data = tmp_path / "data"
+    ts = 1_700_000_000_000
+    with LogStore(data, PARENT_CONFIG, exclusive=True, maintenance=False) as st:
+        st.create_topic(TOPIC, 1, {"cleanup.policy": "compact", "segment.bytes": 1200, "file.delete.delay.ms": 0})
+        log = st.log(TOPIC, 0)
+        log.append_batch([b"a%d" % i for i in range(5)], keys=[b"a%d" % i for i in range(5)], timestamps=[ts] * 5)
+        log.roll()   # [0, 5): the a's
+        log.append_batch([b"x%d" % i for i in range(5)], keys=[b"x%d" % i for i in range(5)], timestamps=[ts] * 5)
+        log.roll()   # [5, 10): the x's, all written again next: the group [0, 10)'s last segment empties
+        log.append_batch([b"X" * 200] * 5, keys=[b"x%d" % i for i in range(5)], timestamps=[ts] * 5)
+        log.roll()   # [10, 15): with the two before it over 1200 bytes: a group of its own
+        log.append(b"z", key=b"z", timestamp=ts)
+        sizes = [(s.base_offset, s.size) for s in log.segments()]
+    assert [b for b, _ in sizes] == [0, 5, 10, 15] and sizes[0][1] + sizes[1][1] + sizes[2][1] > 1200, sizes
+    want = [(i, b"a%d" % i) for i in range(5)] + [(10 + i, b"X" * 200) for i in range(5)] + [(15, b"z")]
+    p = subprocess.run([sys.executable, "-c", _EARLY_END_CLEAN, str(data), "exclusive", TOPIC], cwd=tmp_path,
+                       env=_env(f"{failpoint}=kill"), capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout, p.stderr[-2000:])
+    names = sorted(os.listdir(partition_dir(data)))
+    f0 = "%020d" % 0
+    if failpoint != "clean:after-swap":
+        assert (partition_dir(data) / (f0 + ".swap-end")).read_text() == "10\n", names
+    for mode in ("read", "shared", "exclusive", "read"):
+        kw = {"read_only": mode == "read", "exclusive": mode == "exclusive"}
+        with LogStore(data, PARENT_CONFIG, maintenance=False, **kw) as st:
+            log = st.log(TOPIC, 0)
+            got = [(r.offset, r.value) for r in log.records()]
+            segs = [(s.base_offset, s.next_offset) for s in log.segments()]
+        if failpoint == "clean:before-commit":  # not committed: the old segments, every record
+            assert [o for o, _ in got] == list(range(16)), (mode, got, segs, names)
+        else:
+            assert got == want, f"{failpoint}, opened {mode}: {got} (segments {segs}; files {names})"
+            assert [b for b, _ in segs] == [0, 10, 15] and segs[0][1] == 5, (mode, segs)
+    assert not leftovers(data), leftovers(data)
+
+
 # ==================================================================================================== 2. a stale view
 
 @timeout(120)
