@@ -4,11 +4,25 @@ read-modify-written under a file lock so that every writer process of the store 
 
 Thread- and process-safe. A log start offset is fsynced before ``set_log_start`` returns (Kafka writes it every
 60 s, so a crash could bring deleted records back; here an acknowledged delete-before is durable).
+
+Malformed files. kafkalog never writes one: a file is only ever replaced whole (temp, fsync, rename, fsync of the
+directory) under the lock, and an entry that would not read back as itself (a topic name with whitespace) is refused
+with KafkaStorageError, the previous file left as it was. A file malformed by anything else (a hand edit, a damaged
+disk, a kafkalog before issue 21, which accepted topic names ending in a newline) never stops an open or a
+maintenance round: its well-formed entries are taken, a warning names the file and every bad line, and a writer keeps
+the file as it was beside it (``<name>.malformed-<crc32 of its bytes>``, never removed by kafkalog) and rewrites it
+with those entries. An entry on an unreadable line is lost: a lost recovery point makes the next recovery scan more,
+a lost cleaner offset cleans the partition again from its start, and a lost log start offset falls back to the
+partition's first segment (Kafka falls back so for the whole file), so records below it that are still in that
+segment can be read again; the warning says so. Entries written as ``t\\n 0 5`` by a kafkalog before issue 21 are
+read as the one entry they are and written back in that form, so their log start offsets are kept.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import zlib
 from pathlib import Path
 
 from .files import (
@@ -17,7 +31,11 @@ from .files import (
     RECOVERY_POINT_CHECKPOINT,
     FileLock,
     OffsetCheckpointFile,
+    atomic_write,
 )
+
+_log = logging.getLogger("kafkalog")
+MALFORMED_SUFFIX = ".malformed-"
 
 
 class Checkpoints:
@@ -30,13 +48,14 @@ class Checkpoints:
         self._lock = threading.Lock()
         self._lso_stamp = None
         self._lso_cache: dict[tuple[str, int], int] = {}
+        self._reported: set[tuple[Path, int]] = set()  # (file, crc32 of its bytes): each malformed file warned once
 
     def log_start(self, topic: str, partition: int) -> int:
         """The checkpointed log start offset (0 when none); re-read only when the file changed."""
         with self._lock:
             stamp = self.log_starts.stamp()
             if stamp != self._lso_stamp:
-                self._lso_cache = self.log_starts.read()
+                self._lso_cache = self._read(self.log_starts)
                 self._lso_stamp = stamp
             return self._lso_cache.get((topic, partition), 0)
 
@@ -44,20 +63,62 @@ class Checkpoints:
         return self.log_starts.stamp()
 
     def recovery_point(self, topic: str, partition: int) -> int:
-        return self.recovery_points.read().get((topic, partition), 0)
+        with self._lock:
+            return self._read(self.recovery_points).get((topic, partition), 0)
 
     def cleaner_offset(self, topic: str, partition: int) -> int:
         """Where the partition's dirty section starts (-1 when it was never cleaned)."""
-        return self.cleaner_offsets.read().get((topic, partition), -1)
+        with self._lock:
+            return self._read(self.cleaner_offsets).get((topic, partition), -1)
 
     def set_cleaner_offset(self, topic: str, partition: int, offset: int) -> None:
         self._update(self.cleaner_offsets, {(topic, partition): offset}, keep_max=False)
+
+    def _read(self, file: OffsetCheckpointFile) -> dict:
+        """The file's well-formed entries (``self._lock`` held); a malformed file is reported and, by a writer,
+        kept aside and rewritten (under the file lock: another process may be rewriting it)."""
+        entries, problems, data = file.read_checked()
+        if not problems:
+            return entries
+        if self._read_only:
+            self._report(file, problems, data, len(entries), None)
+            return entries
+        self._file_lock.acquire(what="checkpoint")
+        try:
+            return self._read_locked(file)
+        finally:
+            self._file_lock.release()
+
+    def _read_locked(self, file: OffsetCheckpointFile) -> dict:
+        """The file's entries, both locks held: a malformed file is copied aside as it is, then rewritten with its
+        well-formed entries (whole or not at all: a crash in between leaves the old file and maybe the copy)."""
+        entries, problems, data = file.read_checked()
+        if problems:
+            aside = file.path.with_name(f"{file.path.name}{MALFORMED_SUFFIX}{zlib.crc32(data):08x}")
+            if not aside.exists():
+                atomic_write(aside, data, failpoint="checkpoint-aside")
+            file.write(entries)
+            self._report(file, problems, data, len(entries), aside)
+        return entries
+
+    def _report(self, file: OffsetCheckpointFile, problems: list[str], data: bytes, taken: int, aside) -> None:
+        key = (file.path, zlib.crc32(data))
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        where = (f"the file as it was is kept as {aside.name} and was rewritten with them" if aside is not None else
+                 "the file is left as it is (a read-only store)")
+        lost = ("; a partition whose line was unreadable starts at its first segment, so records below its lost log "
+                "start may be read again") if file is self.log_starts else ""
+        _log.warning("malformed checkpoint %s: %s%s; took its %d well-formed entries; %s%s", file.path,
+                     "; ".join(problems[:5]), more, taken, where, lost)
 
     def _update(self, file: OffsetCheckpointFile, changes: dict, keep_max: bool) -> None:
         with self._lock:
             self._file_lock.acquire(what="checkpoint")
             try:
-                entries = file.read()
+                entries = dict(self._read_locked(file))
                 for key, value in changes.items():
                     if value is None:
                         entries.pop(key, None)

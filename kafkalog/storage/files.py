@@ -7,6 +7,9 @@ Checkpoint text format (Kafka's OffsetCheckpointFile, version 0)::
     2                 <- entry count
     my-topic 0 1234   <- topic partition offset
     my-topic 1 77
+
+``format_checkpoint`` refuses an entry that would not read back as itself; ``read_checkpoint`` takes every
+well-formed entry and names each malformed line (what a malformed file then means is checkpoints.py's policy).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import time
 from pathlib import Path
 
@@ -98,53 +102,135 @@ def atomic_write(path: Path, data: bytes, failpoint: str = "atomic-write") -> No
     fsync_dir(path.parent)
 
 
+def checkpoint_topic_writable(topic) -> bool:
+    """Whether ``topic`` can be one field of a checkpoint line: no whitespace (a line is split on whitespace) and
+    nothing a line reader splits lines on. The one exception is the legacy form below."""
+    if not isinstance(topic, str) or not topic or any(0xD800 <= ord(c) <= 0xDFFF for c in topic):
+        return False
+    return topic.split() == [topic] or _legacy_topic(topic)
+
+
+# a name of legal characters ending in one "\n": kafkalog before issue 21 accepted it ("$" matched before the final
+# newline), so a data dir of that time can hold "t\n 0 5" as one entry split over two lines; it is read and written
+# back in that form (dropping it would lose a log start offset and bring deleted records back)
+_LEGACY_TOPIC = re.compile(r"[a-zA-Z0-9._-]+\n")
+_INT = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only (int() also takes "1_0", "+1" and other scripts' digits)
+
+
+def _legacy_topic(topic: str) -> bool:
+    return _LEGACY_TOPIC.fullmatch(topic) is not None
+
+
 def format_checkpoint(entries: dict[tuple[str, int], int]) -> bytes:
+    """Kafka's checkpoint text. Raises ValueError for an entry that would not read back as itself (a topic name with
+    whitespace, a non-integer partition or offset): the caller keeps the previous file."""
     lines = ["0", str(len(entries))]
-    lines += [f"{t} {p} {o}" for (t, p), o in sorted(entries.items())]
+    for (t, p), o in sorted(entries.items()):
+        if not checkpoint_topic_writable(t) or type(p) is not int or type(o) is not int:
+            raise ValueError(f"entry {t!r} {p!r} {o!r} cannot be written as one 'topic partition offset' line")
+        lines.append(f"{t} {p} {o}")
     return ("\n".join(lines) + "\n").encode()
 
 
-def parse_checkpoint(text: str, path: Path) -> dict[tuple[str, int], int]:
-    """Parse Kafka's checkpoint text; raises KafkaStorageError naming the file on any malformed line."""
+def read_checkpoint(data: bytes) -> tuple[dict[tuple[str, int], int], list[str]]:
+    """Parse Kafka's checkpoint text leniently: every well-formed entry, and one problem per malformed line
+    (``"line 5: 'foo' (...)"``, 1-based). An empty file has no entries and no problems."""
+    text = data.decode("utf-8", "surrogateescape")  # an undecodable byte spoils its line only
     lines = text.splitlines()
     if not lines:
-        return {}
-    try:
-        version = int(lines[0].strip())
-        if version != 0:
-            raise ValueError(f"unsupported checkpoint version {version}")
-        count = int(lines[1].strip())
-        out = {}
-        for line in lines[2:]:
-            if not line.strip():
-                continue
-            topic, part, off = line.split()
-            out[(topic, int(part))] = int(off)
-        if len(out) != count:
-            raise ValueError(f"expected {count} entries, found {len(out)}")
-        return out
-    except (ValueError, IndexError) as e:
-        raise KafkaStorageError(errno.EINVAL, f"malformed checkpoint {path}: {e}") from None
+        return {}, []
+    problems: list[str] = []
+
+    def bad(i: int, why: str) -> None:
+        problems.append(f"line {i + 1}: {lines[i][:80]!r} ({why})")
+
+    if lines[0].strip() != "0":
+        bad(0, "expected version 0")
+    count = None
+    if len(lines) < 2:
+        problems.append("line 2: missing (expected the entry count)")
+    else:
+        if _INT.fullmatch(lines[1].strip()):
+            count = int(lines[1].strip())
+        else:
+            bad(1, "expected the entry count")
+    out: dict[tuple[str, int], int] = {}
+    found = 0
+    i = 2
+    while i < len(lines):
+        line = lines[i]
+        fields = line.split()
+        nxt = lines[i + 1].split() if i + 1 < len(lines) else []
+        if len(fields) == 1 and len(nxt) == 2 and lines[i + 1][:1].isspace() and _legacy_topic(line + "\n"):
+            fields = [line + "\n"] + nxt  # the legacy form of a name ending in a newline: one entry on two lines
+            i += 1
+        i += 1
+        if not fields:
+            continue
+        if len(fields) != 3:
+            bad(i - 1, f"{len(fields)} fields, expected 'topic partition offset'")
+            continue
+        topic, part, off = fields
+        if not (_INT.fullmatch(part) and _INT.fullmatch(off)):
+            bad(i - 1, "partition and offset must be integers")
+            continue
+        key, value = (topic, int(part)), int(off)
+        if not (-(1 << 63) <= value < 1 << 63 and -(1 << 31) <= key[1] < 1 << 31):
+            bad(i - 1, "partition or offset out of range")
+            continue
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in topic):
+            bad(i - 1, "not UTF-8")
+            continue
+        if key in out:
+            bad(i - 1, f"a second entry for {topic}-{key[1]}")  # Kafka's reader keeps the later one; so do we
+        out[key] = value
+        found += 1
+    if count is not None and count != found:
+        problems.append(f"line 2: says {count} entries, {found} found")
+    return out, problems
+
+
+def parse_checkpoint(data: bytes, path: Path) -> dict[tuple[str, int], int]:
+    """Parse Kafka's checkpoint text strictly; raises KafkaStorageError naming the file and the first malformed
+    line."""
+    entries, problems = read_checkpoint(data)
+    if problems:
+        raise KafkaStorageError(errno.EINVAL, f"malformed checkpoint {path}: {problems[0]}")
+    return entries
 
 
 class OffsetCheckpointFile:
-    """One of a data dir's checkpoint files. Writes are atomic and fsynced; a read that fails is reported
-    as an empty map only by callers that choose to (Kafka warns and starts from zero)."""
+    """One of a data dir's checkpoint files. Writes are atomic and fsynced, and never of text that would not read
+    back as the entries given; what to do with a malformed file is the caller's choice (``read_checked``)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
 
-    def read(self) -> dict[tuple[str, int], int]:
+    def read_bytes(self) -> bytes:
         try:
-            text = self.path.read_text()
+            with open(self.path, "rb") as f:
+                return f.read()
         except FileNotFoundError:
-            return {}
+            return b""
         except OSError as e:
             raise storage_error(e, "read", self.path) from None
-        return parse_checkpoint(text, self.path)
+
+    def read_checked(self) -> tuple[dict[tuple[str, int], int], list[str], bytes]:
+        """(the well-formed entries, the problems, the file's bytes); a missing file is empty."""
+        data = self.read_bytes()
+        entries, problems = read_checkpoint(data)
+        return entries, problems, data
+
+    def read(self) -> dict[tuple[str, int], int]:
+        """The entries; raises KafkaStorageError naming the file and line when it is malformed."""
+        return parse_checkpoint(self.read_bytes(), self.path)
 
     def write(self, entries: dict[tuple[str, int], int]) -> None:
-        atomic_write(self.path, format_checkpoint(entries), failpoint="checkpoint")
+        try:
+            data = format_checkpoint(entries)
+        except ValueError as e:
+            raise KafkaStorageError(errno.EINVAL, f"checkpoint {self.path} not written: {e}") from None
+        atomic_write(self.path, data, failpoint="checkpoint")
 
     def stamp(self):
         """Cheap change detector for other processes' rewrites (inode, mtime, size)."""

@@ -6,6 +6,8 @@
       <topic>-<partition>/                 one Log per partition (segments, indexes)
       recovery-point-offset-checkpoint     Kafka's checkpoint format (see files.py)
       log-start-offset-checkpoint
+      cleaner-offset-checkpoint            (the three read leniently: see checkpoints.py)
+      <checkpoint>.malformed-<crc32>       a malformed checkpoint as it was found (kept, never removed by kafkalog)
       .kafka_cleanshutdown                 present only while no writer has the store open after a clean close
       .lock                                Kafka's log-dir lock: exclusive writer = LOCK_EX, shared writers = LOCK_SH
       .kafkalog-topics.json                topics, partition counts and per-topic config overrides
@@ -52,10 +54,12 @@ from .log import EXCLUSIVE, READ, SHARED, Log
 from .offsets import OffsetStore
 
 _log = logging.getLogger("kafkalog")
-_TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+# fullmatch, never match with "$": "$" also matches before a final newline, and a topic named "t\n" (accepted that way
+# by CreateTopics, Metadata auto-create and create_topic) split its checkpoint lines in two (issue 21)
+_TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_LENGTH = 249
 _TOPICS_FILE = ".kafkalog-topics.json"
-_PARTITION_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+_PARTITION_DIR_RE = re.compile(r"(.+)-(\d+)")
 NULL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID in its base64 form
 _PARTITION_METADATA = "partition.metadata"
 # directories of a Kafka log dir that hold no topic: KRaft's metadata log
@@ -102,7 +106,7 @@ def validate_topic_name(name) -> None:
         raise InvalidTopicError(f"topic name {name!r} is not allowed")
     if len(name) > MAX_TOPIC_LENGTH:
         raise InvalidTopicError(f"topic name of {len(name)} characters: the maximum is {MAX_TOPIC_LENGTH}")
-    if not _TOPIC_RE.match(name):
+    if not _TOPIC_RE.fullmatch(name):
         raise InvalidTopicError(f"topic name {name!r}: only ASCII letters, digits, '.', '_' and '-' are legal")
 
 
@@ -298,10 +302,10 @@ class LogStore:
         except FileNotFoundError:
             return out
         for name in names:
-            m = _PARTITION_DIR_RE.match(name)
+            m = _PARTITION_DIR_RE.fullmatch(name)
             if m and m.group(1) in _NOT_TOPICS:
                 continue
-            if m and (self.path / name).is_dir() and _TOPIC_RE.match(m.group(1)):
+            if m and (self.path / name).is_dir() and _TOPIC_RE.fullmatch(m.group(1)):
                 out.append((m.group(1), int(m.group(2))))
         return sorted(out)
 

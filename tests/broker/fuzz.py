@@ -321,7 +321,9 @@ def topic_name(rng: random.Random) -> str:
     if r < 0.85:
         return rng.choice(POOL_TOPICS)
     return rng.choice(("", ".", "..", "a/b", "x" * 249, "x" * 250, "with space", "nul\x00byte", "тема-🙂",
-                       "__consumer_offsets", "fz-a.b", "fz_a_b", "-", "_"))
+                       "__consumer_offsets", "fz-a.b", "fz_a_b", "-", "_",
+                       # "$" matched before a final newline: these were created and split checkpoint lines (issue 21)
+                       "fz-nl\n", "fz-r0\n", "\n", "fz\rcr", "fz-tab\t"))
 
 
 def group_id(rng: random.Random) -> str:
@@ -1083,6 +1085,9 @@ def read_all(client: Client, topic: str, partition: int) -> list[bytes | None]:
 # findings
 
 _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) (\w+) ([\w.]+): (.*)$")
+# warnings of the storage layer no frame may cause (issue 21: a topic named "fz-r3\n" split a checkpoint line, and
+# every maintenance round after it failed)
+_STORAGE_WARNINGS = ("maintenance round failed", "malformed checkpoint")
 _PEER = re.compile(r"^(?:closing connection from|internal error serving) (\S+?):(\d+)(?::|\s|$)")
 _TB_FILE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
@@ -1286,7 +1291,7 @@ class LogTail:
                 when = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
                 self.on_close(port, reason, tb, when)
             return
-        if level in ("ERROR", "CRITICAL") or "Traceback" in tb:
+        if level in ("ERROR", "CRITICAL") or "Traceback" in tb or msg.startswith(_STORAGE_WARNINGS):
             loc = _location(tb) if tb else "-"
             self.findings.add(f"log|{level}|{_normalize(msg)[:80]}|{loc}", "log-error",
                               f"{level} in the broker log: {msg[:200]}", message=msg[:2000], traceback=tb[-6000:],
@@ -2081,6 +2086,7 @@ class Run:
             for path in now:
                 if path not in self.precious_files:
                     self.failures.append(f"precious topic has a new segment {path}")
+            self.failures += checkpoint_problems(self.data_dir)
             for p, values in self.precious.items():
                 got = read_all(c, PRECIOUS_TOPIC, p)
                 if got != values:
@@ -2095,6 +2101,33 @@ class Run:
     def cleanup(self) -> None:
         if self._tmp is not None:
             self._tmp.cleanup()
+
+
+def checkpoint_problems(data_dir: Path) -> list[str]:
+    """The data dir's checkpoint files must read back strictly (Kafka's reader), and no topic directory may have a
+    name kafkalog would refuse today (issue 21)."""
+    from kafkalog.errors import KafkaStorageError
+    from kafkalog.storage.files import OffsetCheckpointFile
+    from kafkalog.storage.store import validate_topic_name
+    out = []
+    for name in ("recovery-point-offset-checkpoint", "log-start-offset-checkpoint", "cleaner-offset-checkpoint"):
+        try:
+            entries = OffsetCheckpointFile(data_dir / name).read()
+        except KafkaStorageError as e:
+            out.append(f"checkpoint {name}: {e}")
+            continue
+        for topic, _ in entries:
+            try:
+                validate_topic_name(topic)
+            except Exception as e:  # noqa: BLE001
+                out.append(f"checkpoint {name} names an illegal topic: {e}")
+    for d in sorted(data_dir.iterdir()):
+        if d.is_dir() and not d.name.startswith(".") and "-delete" not in d.name and "-" in d.name:
+            try:
+                validate_topic_name(d.name.rsplit("-", 1)[0])
+            except Exception as e:  # noqa: BLE001
+                out.append(f"partition directory {d.name!r}: {e}")
+    return out
 
 
 def run(**kw) -> dict:

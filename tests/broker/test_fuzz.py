@@ -170,3 +170,34 @@ def test_bad_batches_are_crc_valid():
         assert int.from_bytes(data[17:21], "big") == crc32c(data[21:12 + length]), label
         checked += 1
     assert checked > 40
+
+
+def test_a_topic_name_ending_in_a_newline_is_refused_and_splits_no_checkpoint(tmp_path):
+    """Issue 21, item 3: a mutated CreateTopics named "fz-r3\\n" (``$`` matched before the final newline) made a
+    topic; a DeleteRecords on it wrote the line "fz-r3\\n 0 1", read back as two lines, and every maintenance round
+    after it failed ("malformed checkpoint ... expected 3, got 1"). CreateTopics and Metadata auto-create refuse the
+    name now (INVALID_TOPIC_EXCEPTION), and the checkpoints the broker writes read back strictly."""
+    b = fuzz.BrokerProcess(tmp_path / "data", tmp_path / "broker.log")
+    try:
+        c = fuzz.Client(b.port)
+        try:
+            assert c.create_topic("fz-ok", 1) == 0
+            assert c.produce("fz-ok", 0, bytes(fuzz.build_batch([b"a", b"b"])))["error_code"] == 0
+            for name in ("fz-r3\n", "fz-nl\n", "\n"):
+                assert c.create_topic(name, 1) == 17, name
+                r = c.call(3, 4, {"topics": [{"name": name}], "allow_auto_topic_creation": True})
+                assert r["topics"][0]["error_code"] == 17, name
+                r = c.call(21, 1, {"topics": [{"name": name, "partitions": [{"partition_index": 0, "offset": 1}]}],
+                                   "timeout_ms": 1000})
+                assert r["topics"][0]["partitions"][0]["error_code"] == 3, name  # UNKNOWN_TOPIC_OR_PARTITION
+            r = c.call(21, 1, {"topics": [{"name": "fz-ok", "partitions": [{"partition_index": 0, "offset": 1}]}],
+                               "timeout_ms": 1000})
+            assert r["topics"][0]["partitions"][0]["error_code"] == 0
+        finally:
+            c.close()
+        assert fuzz.checkpoint_problems(tmp_path / "data") == []
+        assert "fz-ok 0 1\n" in (tmp_path / "data" / "log-start-offset-checkpoint").read_text()
+    finally:
+        code, _ = b.terminate()
+    assert code == 0
+    assert "malformed" not in (tmp_path / "broker.log").read_text()
