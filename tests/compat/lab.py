@@ -9,12 +9,16 @@ house way under ``--import-mode=importlib``, as tests/broker imports ``wire.py``
   Kafka's classpath, each a subprocess with a timeout, answered as a ``subprocess.CompletedProcess`` (text);
 - ``KafkaBroker`` and ``KafkalogServer``: the same surface (``start(workdir)``, ``stop()``, ``bootstrap``, ``port``,
   ``log_dir``, ``pid``, ``rss()``, ``startup_s``, ``log_tail()``).
+
+Every process the lab starts dies with the process that started it, however that one ends (tests/children.py): a
+test run killed by the OOM killer or a CI timeout leaves no Kafka broker or ``kafkalog serve`` behind.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import os
 import re
 import select
@@ -59,6 +63,20 @@ TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Dj
 BROKER_HEAP = ["-Xmx768m", "-Xms256m"]
 
 
+def _load_children():
+    """tests/children.py (children that die with their parent), one copy per process (see its docstring)."""
+    name = "kafkalog_test_children"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "children.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+children = _load_children()
+
+
 class LabError(RuntimeError):
     """The lab itself could not do its part (no mvn, no java, a broker that would not start)."""
 
@@ -93,7 +111,7 @@ def kafka_libs() -> Path:
                 raise LabError(f"the compatibility lab needs `{tool}` on PATH to fetch and run Apache Kafka "
                                f"{KAFKA_VERSION} (Debian: apt-get install maven openjdk-17-jdk-headless)")
         env = dict(os.environ, KAFKALOG_LAB_DIR=str(LAB_DIR), KAFKALOG_LAB_KAFKA_VERSION=KAFKA_VERSION)
-        r = subprocess.run(["bash", str(LAB_SCRIPT)], capture_output=True, text=True, env=env, timeout=900)
+        r = children.run(["bash", str(LAB_SCRIPT)], capture_output=True, text=True, env=env, timeout=900)
         if r.returncode != 0 or not (KAFKA_HOME / ".complete").is_file():
             raise LabError(f"{LAB_SCRIPT} failed ({r.returncode}) fetching Kafka {KAFKA_VERSION}:\n"
                            f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
@@ -164,9 +182,9 @@ def run_java(main: str, args=(), timeout: float = 60, input: str | None = None, 
             opts.append(f"-XX:ArchiveClassesAtExit={dump}")
     cmd = _jvm_command(main, args, opts, classpath_extra)
     try:
-        r = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
-                           env=None if env is None else dict(os.environ, **env),
-                           stdin=subprocess.DEVNULL if input is None else None)
+        r = children.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
+                         env=None if env is None else dict(os.environ, **env),
+                         stdin=subprocess.DEVNULL if input is None else None)
         if dump is not None and r.returncode == 0 and dump.is_file() and dump.stat().st_size > 0:
             os.replace(dump, archive)
         return r
@@ -195,8 +213,8 @@ def compile_java(path) -> tuple[Path, str]:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.stem}.", dir=out.parent))
         try:
-            r = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", java_classpath(), "-d", str(tmp),
-                                str(path)], capture_output=True, text=True, timeout=180)
+            r = children.run([javac, "-nowarn", "-encoding", "UTF-8", "-cp", java_classpath(), "-d", str(tmp),
+                              str(path)], capture_output=True, text=True, timeout=180)
             if r.returncode != 0:
                 raise LabError(f"javac {path} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
             (tmp / ".complete").touch()
@@ -361,8 +379,8 @@ class KafkaBroker:
                            log_file=str(self.workdir / "server.log"))
         t0 = time.monotonic()
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=self.workdir, start_new_session=True)
+            self.proc = children.popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                       cwd=self.workdir, start_new_session=True)
         finally:
             out.close()
         deadline = t0 + timeout
@@ -460,9 +478,9 @@ class KafkalogServer:
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "kafkalog", *args], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_kafkalog_env(),
-                                     cwd=self.workdir, start_new_session=True)
+        self.proc = children.popen([sys.executable, "-m", "kafkalog", *args], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_kafkalog_env(),
+                                   cwd=self.workdir, start_new_session=True)
         self._err = []
         self._drain = threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)
         self._drain.start()

@@ -1,8 +1,10 @@
 """The power-loss harness: mount plfs (plfs.py) under the test's tmp_path, run workloads on it in subprocesses, lose
-power (kill the file system's process: the mount and everything not made durable go with it), mount again."""
+power (kill the file system's process: the mount and everything not made durable go with it), mount again. The file
+system's process and the workloads die with the test run however it ends (tests/children.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -14,6 +16,20 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+
+
+def _load_children():
+    """tests/children.py (children that die with their parent), one copy per process (see its docstring)."""
+    name = "kafkalog_test_children"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE.parent / "children.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+children = _load_children()
 
 
 def _require_fuse() -> None:
@@ -40,8 +56,8 @@ class PowerLossMount:
         if flags is not None:
             self.flags = list(flags)
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, str(HERE / "plfs.py"), str(self.backing), str(self.mnt),
-                                          *self.flags], stdout=out, stderr=subprocess.STDOUT, env=self.env)
+            self.proc = children.popen([sys.executable, str(HERE / "plfs.py"), str(self.backing), str(self.mnt),
+                                        *self.flags], stdout=out, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + 20
         while not os.path.ismount(self.mnt):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -54,7 +70,7 @@ class PowerLossMount:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
             self.proc = None
-        subprocess.run(["fusermount3", "-u", "-z", str(self.mnt)], capture_output=True, timeout=20)
+        children.run(["fusermount3", "-u", "-z", str(self.mnt)], capture_output=True, timeout=20)
         deadline = time.monotonic() + 10
         while os.path.ismount(self.mnt) and time.monotonic() < deadline:
             time.sleep(0.02)

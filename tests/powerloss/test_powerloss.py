@@ -30,6 +30,8 @@ import pytest
 import kafkalog
 from kafkalog import TopicPartition
 
+from .conftest import children
+
 HERE = Path(__file__).resolve().parent
 SEED = int(os.environ.get("KAFKALOG_POWERLOSS_SEED", str(random.SystemRandom().randrange(2**31))))
 
@@ -56,9 +58,9 @@ def run_round(fs, acks: Path, workers, rng, env, min_acks: int = 0, need: str | 
     Path(str(acks) + ".port").unlink(missing_ok=True)  # the broker workload's port, from the previous round
     for name, wid in workers:
         log = open(acks.with_suffix(f".{name}{wid}.out"), "ab")
-        procs.append(subprocess.Popen([sys.executable, str(HERE / "workloads.py"), name, str(fs.mnt / "data"),
-                                       str(acks), str(SEED + rng.randrange(1 << 30)), str(wid)],
-                                      stdout=log, stderr=subprocess.STDOUT, env=env))
+        procs.append(children.popen([sys.executable, str(HERE / "workloads.py"), name, str(fs.mnt / "data"),
+                                     str(acks), str(SEED + rng.randrange(1 << 30)), str(wid)],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env))
         log.close()
     try:
         deadline = time.monotonic() + rng.uniform(0.8, 2.5)
@@ -238,8 +240,8 @@ def check_store(data: Path, acks: Path, env) -> list[str]:
             if got is None or got < off:
                 problems.append(f"group {g} {t}-{p}: committed offset {got}, acknowledged {off}")
         problems += check_compaction(store, acks)
-    r = subprocess.run([sys.executable, "-m", "kafkalog", "check", str(data)], capture_output=True, text=True,
-                       env=env, timeout=300)
+    r = children.run([sys.executable, "-m", "kafkalog", "check", str(data)], capture_output=True, text=True,
+                     env=env, timeout=300)
     if r.returncode != 0:
         problems.append(f"kafkalog check exited {r.returncode}: {(r.stdout + r.stderr)[-1500:]}")
     return problems
