@@ -18,17 +18,23 @@ writes a ``S <i> <op>`` step line to the journal before it starts; acknowledgeme
     d <x>           about to call delete_records_before(x)
     D <lso>         delete_records_before returned this log start offset (journal line fsynced)
     A <base> <n> <wid> <seq0>   (shared writers) an append of n records wid:seq0.. got offsets base..base+n-1
-    O <offset> <wid> <seq>      (reader) a record observed
+    Z               (shared writers) its ``ops`` are done: it writes nothing more and waits for the stop file
+    O <offset> <wid> <seq0> <n> (reader) records observed at offset.. offset+n-1: wid:seq0.. (one line a run)
     E <message>     a broken invariant seen by this process (the test fails on it)
     X               the scenario ended normally
 
 Record values are a pure function of the offset (``value_for``) that carries its own checksum, so any record can
 be checked on its own: a record whose value is not ``value_for(offset)`` is corrupt or at a wrong offset.
+
+Every writer is bounded by counts, never by how long the test runs (a busier machine must not make it write more):
+``random`` by ``steps``, ``shared_writer`` by ``ops`` and ``bursts``; after them a writer that is to be killed sleeps.
+Forked children die with the fork server (``children.die_with_parent``), which dies with the test.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -36,8 +42,23 @@ import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 
 TOPIC = "t"
+
+
+def _load_children():
+    """tests/children.py (children that die with their parent), one copy per process (see its docstring)."""
+    name = "kafkalog_test_children"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "children.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+children = _load_children()
 
 
 # ---------------------------------------------------------------------------------------------------- payloads
@@ -179,13 +200,12 @@ def op_sleep(ctx, s):
     time.sleep(s)
 
 
-def op_random(ctx, seed, steps=None, max_batch=25):
-    """Random appends (single and batch), flushes, delete-befores and rolls until ``steps`` ops or a kill."""
+def op_random(ctx, seed, steps, max_batch=25):
+    """``steps`` random appends (single and batch), flushes, delete-befores and rolls, or fewer when killed:
+    at most ``steps * max_batch`` records."""
     rng = random.Random(seed)
     log, j = ctx.log, ctx.journal
-    i = 0
-    while steps is None or i < steps:
-        i += 1
+    for _ in range(steps):
         r = rng.random()
         if r < 0.40:
             leo = log.log_end_offset
@@ -213,17 +233,22 @@ def op_random(ctx, seed, steps=None, max_batch=25):
             time.sleep(rng.random() * 0.002)
 
 
-def op_shared_writer(ctx, wid, seed, stop_file, max_batch=6, burst_bytes=0, pause_s=0.0, deletes=False):
-    """A shared-mode writer appending payload_for(wid, seq) records until ``stop_file`` exists. With
-    ``burst_bytes``, now and then a burst of big records (many calls, up to that many bytes) while the other
-    processes may not look; ``pause_s``: now and then it does not look for up to that long; ``deletes``: now and
-    then a delete-before (journaled as ``D <new log start>`` once it returned)."""
+def op_shared_writer(ctx, wid, seed, ops, stop_file, max_batch=6, burst_bytes=0, bursts=0, pause_s=0.0,
+                     deletes=False):
+    """A shared-mode writer: ``ops`` operations (an append of payload_for(wid, seq) records, a flush, now and then a
+    pause or a delete-before), ``bursts`` of them (at random places) a burst of big records: many calls, up to
+    ``burst_bytes`` bytes, while the other processes may not look. Then ``Z`` in the journal and it waits, writing
+    nothing, until ``stop_file`` exists (it may be killed meanwhile). So it writes at most ``ops * max_batch`` small
+    records and ``bursts * burst_bytes`` bytes of big ones, however long the test runs.
+
+    ``pause_s``: now and then it does not look for up to that long; ``deletes``: now and then a delete-before
+    (journaled as ``D <new log start>`` once it returned)."""
     rng = random.Random(seed)
     log, j = ctx.log, ctx.journal
     seq = 0
-    while not os.path.exists(stop_file):
-        r = rng.random()
-        if burst_bytes and r < 0.08:
+    burst_at = set(rng.sample(range(ops), min(bursts, ops))) if burst_bytes else set()
+    for i in range(ops):
+        if i in burst_at:
             goal, done = rng.randint(burst_bytes // 4, burst_bytes), 0
             while done < goal:
                 n = rng.randint(8, 64)
@@ -233,22 +258,23 @@ def op_shared_writer(ctx, wid, seed, stop_file, max_batch=6, burst_bytes=0, paus
                 seq += n
                 done += sum(map(len, vals))
             continue
-        if pause_s and r < 0.12:
+        r = rng.random()
+        if pause_s and r < 0.04:
             time.sleep(rng.random() * pause_s)
             continue
-        if deletes and r < 0.13:
-            # anywhere up to the last 100 records, but never keeping more than the newest 300,000 (about 600 MB of
-            # bursts), and the removed files purged once due: the soak's disk stays bounded however long it runs
-            # (without the purge, 40 GB of .deleted files piled up in 5 minutes)
+        if deletes and r < 0.05:
+            # anywhere up to the last 100 records, but never keeping more than the newest 300,000, and the removed
+            # files purged once due, as the maintenance thread does (without the purge, 40 GB of .deleted files
+            # piled up in 5 minutes when writers were unbounded)
             lso, leo = log.log_start_offset, log.log_end_offset
             low = max(lso, leo - 300_000)
             j.note("D", log.delete_records_before(rng.randint(low, max(low, leo - 100))), sync=True)
-            log.purge_deleted()  # what the maintenance thread does: .deleted files past file.delete.delay.ms go
+            log.purge_deleted()
             continue
-        if r < 0.6:
+        if r < 0.55:
             n = rng.randint(1, max_batch)
             base = log.append_batch([payload_for(wid, seq + k) for k in range(n)])
-        elif r < 0.95:
+        elif r < 0.93:
             n = 1
             base = log.append(payload_for(wid, seq))
         else:
@@ -258,47 +284,69 @@ def op_shared_writer(ctx, wid, seed, stop_file, max_batch=6, burst_bytes=0, paus
         seq += n
         if rng.random() < 0.3:
             time.sleep(rng.random() * 0.001)
+    j.note("Z")
+    while not os.path.exists(stop_file):
+        time.sleep(0.005)
 
 
 def op_reader(ctx, stop_file, poll_s=0.0005, pause_s=0.0, seed=0):
-    """Read every record as it appears; report each one and anything out of order or corrupt. Records deleted
-    before it read them are skipped (``J <log start>``), the log start never going back. ``pause_s``: now and then
-    it does not look for up to that long (other processes append megabytes meanwhile)."""
+    """Read every record as it appears until ``stop_file`` exists; report what it saw (one ``O`` line a run of
+    records whose offsets and one writer's sequence numbers both go up by one) and anything out of order or corrupt.
+    Records deleted before it read them are skipped (``J <log start>``), the log start never going back.
+    ``pause_s``: now and then it does not look for up to that long (other processes append megabytes meanwhile)."""
     from kafkalog.errors import KafkaError, OffsetOutOfRangeError
     log, j = ctx.log, ctx.journal
     rng = random.Random(seed)
     pos = log.log_start_offset
     last_leo = last_lso = 0
+    run = None  # [offset, wid, seq0, n]: observed, not yet journaled
+
+    def flush_run():
+        nonlocal run
+        if run is not None:
+            j.note("O", *run)
+            run = None
+
+    def note(*parts):
+        flush_run()
+        j.note(*parts)
+
     while True:
         stopping = os.path.exists(stop_file)
         leo = log.log_end_offset
         if leo < last_leo:
-            j.note("E", f"log end offset went back from {last_leo} to {leo}")
+            note("E", f"log end offset went back from {last_leo} to {leo}")
         last_leo = max(last_leo, leo)
         try:
             lso = log.log_start_offset
             if lso < last_lso:
-                j.note("E", f"log start offset went back from {last_lso} to {lso}")
+                note("E", f"log start offset went back from {last_lso} to {lso}")
             last_lso = max(last_lso, lso)
             if pos < lso:
-                j.note("J", lso)
+                note("J", lso)
                 pos = lso
             for rec in log.records(pos):
                 if rec.offset != pos:
                     if pos < rec.offset <= log.last_known_log_start_offset:
-                        j.note("J", rec.offset)  # a delete-before moved the start past pos while reading
+                        note("J", rec.offset)  # a delete-before moved the start past pos while reading
                     else:
-                        j.note("E", f"expected offset {pos}, got {rec.offset}")
+                        note("E", f"expected offset {pos}, got {rec.offset}")
                 got = parse_payload(rec.value)
                 if got is None:
-                    j.note("E", f"corrupt value at offset {rec.offset}: {rec.value[:40]!r}")
+                    note("E", f"corrupt value at offset {rec.offset}: {rec.value[:40]!r}")
                     continue
-                j.note("O", rec.offset, got[0], got[1])
+                if (run is not None and rec.offset == run[0] + run[3] and got[0] == run[1]
+                        and got[1] == run[2] + run[3]):
+                    run[3] += 1
+                else:
+                    flush_run()
+                    run = [rec.offset, got[0], got[1], 1]
                 pos = rec.offset + 1
         except OffsetOutOfRangeError:
             continue  # deleted while reading: the next round starts at the new log start
         except KafkaError as e:
-            j.note("E", f"read from {pos} raised {type(e).__name__}: {e}")
+            note("E", f"read from {pos} raised {type(e).__name__}: {e}")
+        flush_run()
         if stopping:
             return
         time.sleep(rng.random() * pause_s if pause_s and rng.random() < 0.05 else poll_s)
@@ -317,10 +365,11 @@ def run_spec(spec) -> None:
 
 # ---------------------------------------------------------------------------------------------------- fork server
 
-def _child(spec) -> None:
-    """In a forked child: redirect output to the spec's log, run, and never return."""
+def _child(spec, parent: int) -> None:
+    """In a forked child: die with the fork server, redirect output to the spec's log, run, and never return."""
     code = 0
     try:
+        children.die_with_parent(parent)
         fd = os.open(spec["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -351,43 +400,46 @@ def serve() -> None:
     import kafkalog  # noqa: F401  (imported once, before any fork)
     from kafkalog import cli  # noqa: F401
 
-    children: set[int] = set()
+    forked: set[int] = set()
 
     def reply(obj) -> None:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
 
-    for line in sys.stdin:
-        req = json.loads(line)
-        cmd = req["cmd"]
-        if cmd == "spawn":
-            pid = os.fork()
-            if pid == 0:
-                _child(req["spec"])
-            children.add(pid)
-            reply({"pid": pid})
-        elif cmd == "wait":
-            pid = req["pid"]
-            deadline = time.monotonic() + req.get("timeout", 60)
-            status = None
-            while True:
-                got, st = os.waitpid(pid, os.WNOHANG)
-                if got == pid:
-                    status = os.waitstatus_to_exitcode(st)
-                    children.discard(pid)
-                    break
-                if time.monotonic() >= deadline:
-                    break
-                time.sleep(0.001)
-            reply({"status": status})
-        else:
-            reply({"error": f"unknown command {cmd!r}"})
-    for pid in children:  # the test is gone: leave no writer behind
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except OSError:
-            pass
+    try:
+        for line in sys.stdin:
+            req = json.loads(line)
+            cmd = req["cmd"]
+            if cmd == "spawn":
+                parent = os.getpid()
+                pid = os.fork()
+                if pid == 0:
+                    _child(req["spec"], parent)
+                forked.add(pid)
+                reply({"pid": pid})
+            elif cmd == "wait":
+                pid = req["pid"]
+                deadline = time.monotonic() + req.get("timeout", 60)
+                status = None
+                while True:
+                    got, st = os.waitpid(pid, os.WNOHANG)
+                    if got == pid:
+                        status = os.waitstatus_to_exitcode(st)
+                        forked.discard(pid)
+                        break
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.001)
+                reply({"status": status})
+            else:
+                reply({"error": f"unknown command {cmd!r}"})
+    finally:
+        for pid in forked:  # the test is gone (or its pipe broke): leave no writer behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
 
 
 def main(argv) -> int:
