@@ -41,6 +41,17 @@ def test_layers_contract():
     assert "1 kept, 0 broken" in r.stdout
 
 
+def test_no_two_modules_import_each_other():
+    """No import circle between two modules (issue 22: broker/admin.py and api.py, spark/sink.py and source.py,
+    storage/offsets.py and store.py had them): what two modules share lives in a third both import. Counted as
+    import-linter's graph counts them, imports inside functions and under TYPE_CHECKING included."""
+    import grimp
+    g = grimp.build_graph("kafkalog", include_external_packages=False)
+    pairs = sorted({tuple(sorted((a, b))) for a in g.modules for b in g.find_modules_directly_imported_by(a)
+                    if a != b and a in g.find_modules_directly_imported_by(b)})
+    assert not pairs, f"modules importing each other: {pairs}"
+
+
 def test_import_without_compiled_engine_fails_loudly(tmp_path):
     """No silent slow fallback: a source tree without the built extension refuses to import."""
     src = Path(kafkalog.__file__).resolve().parent

@@ -46,7 +46,17 @@ from ..errors import (
 from ..storage.store import NULL_TOPIC_ID
 from ..structs import TopicPartition
 from . import protocol, security
-from .api import CLUSTER_ID, Slice, _answer, _body, _code, _denied, _resp, allowed
+from .handling import (
+    CLUSTER_ID,
+    Slice,
+    allowed,
+    answer_sliced,
+    check_partition_budget,
+    error_code,
+    not_allowed,
+    request_body,
+    respond,
+)
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -159,7 +169,7 @@ def _listed_groups(s, ids, states) -> list:
 
 
 def list_groups(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     states = {x.lower() for x in req.get("states_filter") or []}
     types = {x.lower() for x in req.get("types_filter") or []}
     ids = yield s.loop.run_in_executor(None, _group_ids, s)
@@ -168,23 +178,23 @@ def list_groups(s, ctx, header, frame, offset):
     if not allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
         ids = [g for g in ids if allowed(s, ctx, "DESCRIBE", "GROUP", g)]  # only the groups the caller may describe
     out = yield s.loop.run_in_executor(None, _listed_groups, s, ids, states)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "groups": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "groups": out})
 
 
 def describe_groups(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     out = []
     for gid in req["groups"]:
         r = {"error_code": 0, "error_message": None, "group_id": gid, "group_state": "", "protocol_type": "",
              "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
-        if _denied(s, ctx, "DESCRIBE", "GROUP", gid):
+        if not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
             r["error_code"] = GROUP_DENIED
             out.append(r)
             continue
         try:
             view = yield s.loop.run_in_executor(None, _group_view, s, gid, True)
         except KafkaError as e:
-            r["error_code"] = _code(e)
+            r["error_code"] = error_code(e)
             out.append(r)
             continue
         if view["state"] == "Dead" and header.api_version >= 6:
@@ -198,7 +208,7 @@ def describe_groups(s, ctx, header, frame, offset):
         if req.get("include_authorized_operations"):
             r["authorized_operations"] = _operations(s, ctx, "GROUP", gid, GROUP_OPERATIONS)
         out.append(r)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
 
 
 def _delete_group_files(s, gid: str) -> int:
@@ -221,10 +231,10 @@ def _delete_group_files(s, gid: str) -> int:
 
 
 def delete_groups(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     out = []
     for gid in req["groups_names"]:
-        if _denied(s, ctx, "DELETE", "GROUP", gid):
+        if not_allowed(s, ctx, "DELETE", "GROUP", gid):
             out.append({"group_id": gid, "error_code": GROUP_DENIED})
             continue
         live = s.groups.groups.get(gid)
@@ -235,27 +245,27 @@ def delete_groups(s, ctx, header, frame, offset):
         try:
             code = yield s.loop.run_in_executor(None, _delete_group_files, s, gid)
         except KafkaError as e:
-            code = _code(e)
+            code = error_code(e)
         if code == 0:
             s.groups.groups.pop(gid, None)
             s.groups.classic.groups.pop(gid, None)
             log.info("deleted group %s for %s", gid, ctx.peer)
         out.append({"group_id": gid, "error_code": code})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})
 
 
 def offset_delete(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     gid = req["group_id"]
 
     def answer(code, topics=()):
-        return _resp(header, {"error_code": code, "throttle_time_ms": ctx.throttle_time_ms, "topics": list(topics)})
-    if _denied(s, ctx, "DELETE", "GROUP", gid):
+        return respond(header, {"error_code": code, "throttle_time_ms": ctx.throttle_time_ms, "topics": list(topics)})
+    if not_allowed(s, ctx, "DELETE", "GROUP", gid):
         return answer(GROUP_DENIED)
     try:
         view = yield s.loop.run_in_executor(None, _group_view, s, gid, True)
     except KafkaError as e:
-        return answer(_code(e))
+        return answer(error_code(e))
     if view["state"] == "Dead":
         return answer(GroupIdNotFoundError.code)
     subscribed = set()
@@ -278,7 +288,7 @@ def offset_delete(s, ctx, header, frame, offset):
     for t in req["topics"]:
         name = t["name"]
         parts = []
-        denied = _denied(s, ctx, "READ", "TOPIC", name)
+        denied = not_allowed(s, ctx, "READ", "TOPIC", name)
         n = s.partitions(name)
         for p in t["partitions"]:
             idx = p["partition_index"]
@@ -354,7 +364,7 @@ def _config_type_any(key: str) -> str:
 
 
 def describe_configs(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     v = header.api_version
     synonyms = bool(req.get("include_synonyms"))
     docs = bool(req.get("include_documentation"))
@@ -365,7 +375,7 @@ def describe_configs(s, ctx, header, frame, offset):
         r = {"error_code": 0, "error_message": "", "resource_type": rtype, "resource_name": name, "configs": []}
         try:
             if rtype == CONFIG_TOPIC:
-                if _denied(s, ctx, "DESCRIBE_CONFIGS", "TOPIC", name):
+                if not_allowed(s, ctx, "DESCRIBE_CONFIGS", "TOPIC", name):
                     r["error_code"], r["error_message"] = TOPIC_DENIED, f"{ctx.principal} may not describe {name!r}"
                     out.append(r)
                     continue
@@ -374,7 +384,7 @@ def describe_configs(s, ctx, header, frame, offset):
             elif rtype == CONFIG_BROKER:
                 if name not in ("", str(s.node_id)):
                     raise InvalidRequestError(f"unknown broker {name!r}: this cluster is broker {s.node_id}")
-                if _denied(s, ctx, "DESCRIBE_CONFIGS", "CLUSTER", security.CLUSTER_NAME):
+                if not_allowed(s, ctx, "DESCRIBE_CONFIGS", "CLUSTER", security.CLUSTER_NAME):
                     r["error_code"], r["error_message"] = CLUSTER_DENIED, f"{ctx.principal} may not describe configs"
                     out.append(r)
                     continue
@@ -389,9 +399,9 @@ def describe_configs(s, ctx, header, frame, offset):
                 entries = {k: e for k, e in entries.items() if k in keys}
             r["configs"] = [_entry(k, e, v, synonyms, docs) for k, e in sorted(entries.items())]
         except KafkaError as e:
-            r["error_code"], r["error_message"] = _code(e), str(e)
+            r["error_code"], r["error_message"] = error_code(e), str(e)
         out.append(r)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})
 
 
 def _new_overrides(s, name: str, ops, replace: bool) -> dict:
@@ -431,14 +441,14 @@ def _new_overrides(s, name: str, ops, replace: bool) -> dict:
 
 
 def _alter(s, ctx, header, frame, offset, incremental: bool):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     out = []
     for res in req["resources"]:
         rtype, name = res["resource_type"], res["resource_name"]
         r = {"error_code": 0, "error_message": None, "resource_type": rtype, "resource_name": name}
         try:
             if rtype == CONFIG_TOPIC:
-                if _denied(s, ctx, "ALTER_CONFIGS", "TOPIC", name):
+                if not_allowed(s, ctx, "ALTER_CONFIGS", "TOPIC", name):
                     r["error_code"], r["error_message"] = TOPIC_DENIED, f"{ctx.principal} may not alter {name!r}"
                     out.append(r)
                     continue
@@ -448,7 +458,7 @@ def _alter(s, ctx, header, frame, offset, incremental: bool):
                     yield s.loop.run_in_executor(None, s.store.alter_topic_config, name, overrides)
                     log.info("topic %s config set to %s by %s", name, overrides, ctx.peer)
             elif rtype in (CONFIG_BROKER, CONFIG_BROKER_LOGGER):
-                if _denied(s, ctx, "ALTER_CONFIGS", "CLUSTER", security.CLUSTER_NAME):
+                if not_allowed(s, ctx, "ALTER_CONFIGS", "CLUSTER", security.CLUSTER_NAME):
                     r["error_code"], r["error_message"] = CLUSTER_DENIED, f"{ctx.principal} may not alter configs"
                     out.append(r)
                     continue
@@ -459,9 +469,9 @@ def _alter(s, ctx, header, frame, offset, incremental: bool):
             else:
                 raise InvalidRequestError(f"config resource type {rtype} is not served by kafkalog")
         except KafkaError as e:
-            r["error_code"], r["error_message"] = _code(e), str(e)
+            r["error_code"], r["error_message"] = error_code(e), str(e)
         out.append(r)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": out})
 
 
 def alter_configs(s, ctx, header, frame, offset):
@@ -475,8 +485,7 @@ def incremental_alter_configs(s, ctx, header, frame, offset):
 # ---------------------------------------------------------------------------------------------------- topics
 
 def create_partitions(s, ctx, header, frame, offset):
-    from .api import _check_partition_budget
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     out = []
     seen = set()
     for t in req["topics"]:
@@ -486,7 +495,7 @@ def create_partitions(s, ctx, header, frame, offset):
             if name in seen:
                 raise InvalidRequestError(f"topic {name!r} appears more than once")
             seen.add(name)
-            if _denied(s, ctx, "ALTER", "TOPIC", name):
+            if not_allowed(s, ctx, "ALTER", "TOPIC", name):
                 r["error_code"], r["error_message"] = TOPIC_DENIED, f"{ctx.principal} may not alter {name!r}"
                 out.append(r)
                 continue
@@ -508,18 +517,18 @@ def create_partitions(s, ctx, header, frame, offset):
                                                         f"{count - have} new partitions")
                 if any(list(a["broker_ids"]) != [s.node_id] for a in assignments):
                     raise InvalidReplicaAssignmentError(f"replica assignment must name only broker {s.node_id}")
-            _check_partition_budget(s, count - have)
+            check_partition_budget(s, count - have)
             if not req["validate_only"]:
                 yield s.loop.run_in_executor(None, s.store.create_partitions, name, count)
                 log.info("topic %s grown from %d to %d partitions for %s", name, have, count, ctx.peer)
         except KafkaError as e:
-            r["error_code"], r["error_message"] = _code(e), str(e)
+            r["error_code"], r["error_message"] = error_code(e), str(e)
         out.append(r)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})
 
 
 def describe_topic_partitions(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     limit = max(1, req["response_partition_limit"])
     cursor = req.get("cursor")
     wanted = [t["name"] for t in req["topics"]]
@@ -532,11 +541,11 @@ def describe_topic_partitions(s, ctx, header, frame, offset):
         if sl.due():
             yield
         n = s.partitions(name)
-        if not wanted and _denied(s, ctx, "DESCRIBE", "TOPIC", name):
+        if not wanted and not_allowed(s, ctx, "DESCRIBE", "TOPIC", name):
             continue
         t = {"error_code": 0, "name": name, "topic_id": NULL_TOPIC_ID_UUID, "is_internal": name in INTERNAL_TOPICS,
              "partitions": [], "topic_authorized_operations": NO_OPERATIONS}
-        if wanted and _denied(s, ctx, "DESCRIBE", "TOPIC", name):
+        if wanted and not_allowed(s, ctx, "DESCRIBE", "TOPIC", name):
             t["error_code"] = TOPIC_DENIED
             topics.append(t)
             continue
@@ -568,7 +577,7 @@ def describe_topic_partitions(s, ctx, header, frame, offset):
             break
         t["topic_authorized_operations"] = _operations(s, ctx, "TOPIC", name, TOPIC_OPERATIONS)
         topics.append(t)
-    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics,
+    return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics,
                                                 "next_cursor": next_cursor}))
 
 
@@ -584,7 +593,7 @@ def _uuid(topic_id: str) -> uuid.UUID:
 # ---------------------------------------------------------------------------------------------------- cluster
 
 def describe_cluster(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     body = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
             "endpoint_type": req.get("endpoint_type", 1), "cluster_id": CLUSTER_ID, "controller_id": s.node_id,
             "brokers": [{"broker_id": s.node_id, "host": s.host, "port": s.port, "rack": None}],
@@ -596,7 +605,7 @@ def describe_cluster(s, ctx, header, frame, offset):
     elif req["include_cluster_authorized_operations"]:
         body["cluster_authorized_operations"] = _operations(s, ctx, "CLUSTER", security.CLUSTER_NAME,
                                                             CLUSTER_OPERATIONS)
-    return _resp(header, body)
+    return respond(header, body)
 
 
 def _log_dir_sizes(s, wanted) -> list:
@@ -625,14 +634,14 @@ def _log_dir_sizes(s, wanted) -> list:
 
 
 def describe_log_dirs(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
-    if _denied(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
+    req = request_body(ctx, header, frame, offset)
+    if not_allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
         # Kafka: v3+ answers the error at the top; older versions an empty result
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
                               "results": []})
     topics = yield s.loop.run_in_executor(None, _log_dir_sizes, s, req["topics"])
     st = yield s.loop.run_in_executor(None, shutil.disk_usage, s.store.path)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "results": [{
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "results": [{
         "error_code": 0, "log_dir": str(s.store.path), "topics": topics, "total_bytes": st.total,
         "usable_bytes": st.free}]})
 
@@ -664,14 +673,14 @@ def _acl_description(b) -> dict:
 
 
 def describe_acls(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
 
     def answer(code, message=None, resources=()):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code, "error_message": message,
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code, "error_message": message,
                               "resources": list(resources)})
     if _no_authorizer(s):
         return answer(SecurityDisabledError.code, "No Authorizer is configured.")
-    if _denied(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
+    if not_allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
         return answer(CLUSTER_DENIED, f"{ctx.principal} may not describe ACLs")
     try:
         flt = _acl_filter(req, "pattern_type_filter")
@@ -686,13 +695,13 @@ def describe_acls(s, ctx, header, frame, offset):
 
 
 def create_acls(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     n = len(req["creations"])
     if _no_authorizer(s):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": [
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": [
             {"error_code": SecurityDisabledError.code, "error_message": "No Authorizer is configured."}] * n})
-    if _denied(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": [
+    if not_allowed(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": [
             {"error_code": CLUSTER_DENIED, "error_message": f"{ctx.principal} may not create ACLs"}] * n})
     results, bindings = [], []
     for c in req["creations"]:
@@ -716,19 +725,19 @@ def create_acls(s, ctx, header, frame, offset):
     if bindings:
         yield s.loop.run_in_executor(None, lambda: s.authorizer.add(*bindings))
         log.info("%d ACLs added by %s", len(bindings), ctx.peer)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": results})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": results})
 
 
 def delete_acls(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     n = len(req["filters"])
 
     def all_failed(code, message):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "filter_results": [
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "filter_results": [
             {"error_code": code, "error_message": message, "matching_acls": []}] * n})
     if _no_authorizer(s):
         return all_failed(SecurityDisabledError.code, "No Authorizer is configured.")
-    if _denied(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME):
+    if not_allowed(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME):
         return all_failed(CLUSTER_DENIED, f"{ctx.principal} may not delete ACLs")
     out = []
     for f in req["filters"]:
@@ -744,7 +753,7 @@ def delete_acls(s, ctx, header, frame, offset):
             {"error_code": 0, "error_message": None, "resource_type": RESOURCE_CODE[b.resource_type],
              "resource_name": b.name, "pattern_type": PATTERN_CODE[b.pattern_type], **_acl_description(b)}
             for b in matching]})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "filter_results": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "filter_results": out})
 
 
 # ---------------------------------------------------------------------------------------------------- SCRAM users
@@ -758,12 +767,12 @@ def _credentials(s):
 
 
 def describe_user_scram_credentials(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
 
     def answer(code, message=None, results=()):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code, "error_message": message,
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code, "error_message": message,
                               "results": list(results)})
-    if _denied(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
+    if not_allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
         return answer(CLUSTER_DENIED, f"{ctx.principal} may not describe SCRAM credentials")
     store = _credentials(s)
     users = req["users"]
@@ -786,10 +795,10 @@ def describe_user_scram_credentials(s, ctx, header, frame, offset):
 
 
 def alter_user_scram_credentials(s, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     users = [d["name"] for d in req["deletions"]] + [u["name"] for u in req["upsertions"]]
-    if _denied(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": [
+    if not_allowed(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": [
             {"user": u, "error_code": CLUSTER_DENIED, "error_message": f"{ctx.principal} may not alter credentials"}
             for u in dict.fromkeys(users)]})
     store = _credentials(s)
@@ -842,7 +851,7 @@ def alter_user_scram_credentials(s, ctx, header, frame, offset):
     for u in dict.fromkeys(users):
         code, message = errors.get(u, (0, None))
         out.append({"user": u, "error_code": code, "error_message": message})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})
 
 
 HANDLERS = {

@@ -34,15 +34,26 @@ from ..errors import (
     PolicyViolationError,
     TopicAlreadyExistsError,
     TransactionalIdAuthorizationFailedError,
-    UnknownServerError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
 from ..storage.store import validate_topic_name
 from ..structs import OffsetAndMetadata, TopicPartition
-from . import _wire, protocol, security
+from . import _wire, security
+from . import admin as _admin
 from .groups import GroupCoordinator
+from .handling import (
+    CLUSTER_ID,
+    Slice,
+    allowed,
+    answer_sliced,
+    check_partition_budget,
+    error_code,
+    not_allowed,
+    request_body,
+    respond,
+)
 from .producers import ProducerStates
 from .quotas import FETCH as FETCH_QUOTA
 from .quotas import PRODUCE as PRODUCE_QUOTA
@@ -80,16 +91,6 @@ TRANSACTIONS_UNSUPPORTED = ("kafkalog does not support Kafka transactions (trans
 AUTO_CREATE_PER_REQUEST = 32  # topics one Metadata request may auto-create
 LEADER_NOT_AVAILABLE = 5
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
-CLUSTER_ID = "kafkalog-single-node"
-
-
-
-def _code(exc: BaseException) -> int:
-    if isinstance(exc, KafkaError):
-        return exc.code if exc.code != -1 else UnknownServerError.code
-    return UnknownServerError.code
-
-
 class RequestContext:
     """Per-connection request context: who is asking, and what the answer should carry. Issue-5 hooks: quotas
     set ``throttle_time_ms``, authentication sets ``principal``."""
@@ -294,64 +295,10 @@ class Services:
 
 # ---------------------------------------------------------------------------------------------------- helpers
 
-def allowed(s: Services, ctx, operation: str, resource_type: str, name: str) -> bool:
-    """Whether ``ctx``'s principal may do ``operation`` on the resource (always, without an authorizer)."""
-    a = s.authorizer
-    if a is None:
-        return True
-    return a.authorize(ctx.principal, ctx.connection.peer_host, operation, resource_type, name)
-
-
-def _denied(s, ctx, operation, resource_type, name) -> bool:
-    if allowed(s, ctx, operation, resource_type, name):
-        return False
-    log.info("denied %s %s on %s %s from %s", ctx.principal, operation, resource_type, name, ctx.peer)
-    return True
-
-
-def _resp(header, body: dict) -> list:
-    return protocol.encode_response(header.api_key, header.api_version, header.correlation_id, body)
-
-
-def _body(ctx, header, frame, offset) -> dict:
-    body = ctx.body
-    if body is not None:  # decoded off the loop (a big frame, see the server)
-        ctx.body = None
-        return body
-    return protocol.decode_request(header.api_key, header.api_version, frame, offset)
-
-
 # ---------------------------------------------------------------------------------------------------- time slices
 # A request naming thousands of partitions must not hold the loop for seconds: handlers that loop over a
 # request's items are generators that ``yield`` when their slice of loop time is used up (``yield`` an awaitable
 # to wait for it off the loop). ``run_sliced`` answers at once when the handler never yielded.
-
-SLICE_S = 0.002  # loop time one request may take before other connections get their turn
-
-
-class Slice:
-    __slots__ = ("until", "spent")
-
-    def __init__(self):
-        self.until = time.perf_counter() + SLICE_S
-        self.spent = False  # a slice ran out: a big request (its answer is encoded off the loop too)
-
-    def due(self) -> bool:
-        """True when the slice is used up (a new one starts: ``yield`` now)."""
-        now = time.perf_counter()
-        if now < self.until:
-            return False
-        self.until = now + SLICE_S
-        self.spent = True
-        return True
-
-
-def _answer(s, sl: Slice, header, body: dict):
-    """The response chunks; a big request's answer (``sl`` ran out) is encoded by a worker thread."""
-    if not sl.spent:
-        return _resp(header, body)
-    return (yield s.loop.run_in_executor(None, _resp, header, body))
-
 
 def run_sliced(gen):
     """Run a generator handler: its result when it finished without yielding, else a coroutine that finishes it,
@@ -408,9 +355,9 @@ async def _drive(gen, step):
 
 def api_versions(s: Services, ctx, header, frame, offset):
     # the body (client software name/version in v3+) is parsed to reject garbage all the same
-    body = _body(ctx, header, frame, offset)
+    body = request_body(ctx, header, frame, offset)
     ctx.client_software = body.get("client_software_name") or ctx.client_software
-    return _resp(header, {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
+    return respond(header, {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
                           "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                                        for k, (lo, hi) in sorted(ADVERTISED.items())]})
 
@@ -418,7 +365,7 @@ def api_versions(s: Services, ctx, header, frame, offset):
 # ---------------------------------------------------------------------------------------------------- Metadata
 
 def metadata(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     v = header.api_version
     wanted = req.get("topics")
     all_topics = wanted is None or (v == 0 and not wanted)
@@ -446,7 +393,7 @@ def metadata(s: Services, ctx, header, frame, offset):
             topics.append({"error_code": UnknownTopicIdError.code, "name": None if v >= 12 else "",
                            "topic_id": name, "is_internal": False, "partitions": []})
             continue
-        if not all_topics and _denied(s, ctx, "DESCRIBE", "TOPIC", name):
+        if not all_topics and not_allowed(s, ctx, "DESCRIBE", "TOPIC", name):
             topics.append({"error_code": TOPIC_DENIED, "name": name, "is_internal": False, "partitions": []})
             continue
         n = s.partitions(name) if isinstance(name, str) else 0
@@ -459,7 +406,7 @@ def metadata(s: Services, ctx, header, frame, offset):
                                "partitions": []})
                 continue
             if s.auto_create and allow_create and not allowed(s, ctx, "CREATE", "CLUSTER", security.CLUSTER_NAME) \
-                    and _denied(s, ctx, "CREATE", "TOPIC", name):
+                    and not_allowed(s, ctx, "CREATE", "TOPIC", name):
                 topics.append({"error_code": TOPIC_DENIED, "name": name, "is_internal": False, "partitions": []})
                 continue
             if s.auto_create and allow_create and created >= AUTO_CREATE_PER_REQUEST:
@@ -469,7 +416,7 @@ def metadata(s: Services, ctx, header, frame, offset):
             elif s.auto_create and allow_create:
                 created += 1
                 try:
-                    _check_partition_budget(s, s.store.config["num.partitions"])
+                    check_partition_budget(s, s.store.config["num.partitions"])
                     # registry write and fsyncs: off the loop
                     yield s.loop.run_in_executor(None, s.store.create_topic, name, s.store.config["num.partitions"])
                     log.info("auto-created topic %s (%d partitions) for %s", name, s.store.config["num.partitions"],
@@ -477,7 +424,7 @@ def metadata(s: Services, ctx, header, frame, offset):
                 except TopicAlreadyExistsError:
                     pass
                 except KafkaError as e:
-                    err = _code(e)
+                    err = error_code(e)
                 n = s.partitions(name)
             if n == 0 and not err:
                 err = UnknownTopicOrPartitionError.code
@@ -497,7 +444,7 @@ def metadata(s: Services, ctx, header, frame, offset):
         if want_ops and n:
             t["topic_authorized_operations"] = _authorized_bits(s, ctx, "TOPIC", name)
         topics.append(t)
-    return (yield from _answer(s, sl, header, {
+    return (yield from answer_sliced(s, sl, header, {
         "throttle_time_ms": ctx.throttle_time_ms,
         "brokers": [{"node_id": s.node_id, "host": s.host, "port": s.port, "rack": None}],
         "cluster_id": CLUSTER_ID, "controller_id": s.node_id, "topics": topics}))
@@ -547,7 +494,7 @@ def produce(s: Services, ctx, header, frame, offset):
     refused = 0
     for name, partitions in topic_data:
         parts = []
-        denied = auth and _denied(s, ctx, "WRITE", "TOPIC", name)
+        denied = auth and not_allowed(s, ctx, "WRITE", "TOPIC", name)
         for idx, records in partitions:
             if sl.due():
                 yield
@@ -573,7 +520,7 @@ def produce(s: Services, ctx, header, frame, offset):
                 if synced is not None:
                     synced.append((name, idx, len(parts)))
             except KafkaError as e:
-                code = _code(e)
+                code = error_code(e)
                 failed = True
                 if not isinstance(e, UnknownTopicOrPartitionError):
                     refused += 1
@@ -627,7 +574,7 @@ async def _produce_synced(s: Services, ctx, header, responses, synced, throttle_
             else:
                 log.error("acks=all produce from %s to %s-%d: fsync failed: %s", ctx.peer, name, idx, r)
             parts = by_topic[name]
-            parts[i] = (idx, _code(r) if isinstance(r, KafkaError) else KafkaStorageError.code, -1, -1, -1)
+            parts[i] = (idx, error_code(r) if isinstance(r, KafkaError) else KafkaStorageError.code, -1, -1, -1)
     return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
                                           throttle_time_ms)]
 
@@ -650,7 +597,7 @@ def fetch(s: Services, ctx, header, frame, offset):
              for t, p, off, mb in fctx.partitions_to_read()]
     req["fctx"] = fctx
     if s.authorizer is not None:
-        denied = {t for t, _p in parts if _denied(s, ctx, "READ", "TOPIC", t)}
+        denied = {t for t, _p in parts if not_allowed(s, ctx, "READ", "TOPIC", t)}
         if denied:
             req["denied"] = denied
     result, size = yield from _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
@@ -733,7 +680,7 @@ def _fetch_once(s, parts, max_bytes, denied=None):
             r.update(high_watermark=hwm, last_stable_offset=hwm, log_start_offset=lso,
                      records=data if data is not None else b"")
         except KafkaError as e:
-            r["error_code"] = _code(e)
+            r["error_code"] = error_code(e)
         result[(topic, idx)] = r
     return result, total
 
@@ -770,7 +717,7 @@ def _fetch_response(s, header, ctx, req, result):
 # ---------------------------------------------------------------------------------------------------- ListOffsets
 
 def list_offsets(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
 
     def lookup(lg, _topic, p, r):
         ts = p["timestamp"]
@@ -784,13 +731,13 @@ def list_offsets(s: Services, ctx, header, frame, offset):
     sl = Slice()
     topics = yield from _each_partition(s, ctx, req["topics"], "DESCRIBE", {"timestamp": -1, "offset": -1}, lookup,
                                         sl)
-    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
+    return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
 
 
 # ---------------------------------------------------------------------------------------------------- DeleteRecords
 
 def delete_records(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
 
     def delete(lg, topic, p, r):
         def run():  # a worker thread: the new log start is made durable (fsync) before the answer
@@ -801,7 +748,7 @@ def delete_records(s: Services, ctx, header, frame, offset):
     # KIP-107: DeleteRecords is authorized as DELETE on the TOPIC; a denial changes nothing
     sl = Slice()
     topics = yield from _each_partition(s, ctx, req["topics"], "DELETE", {"low_watermark": -1}, delete, sl)
-    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
+    return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
 
 
 def _each_partition(s, ctx, topics, operation: str, blank: dict, work, sl: Slice) -> list:
@@ -812,7 +759,7 @@ def _each_partition(s, ctx, topics, operation: str, blank: dict, work, sl: Slice
     out = []
     for t in topics:
         name = t["name"]
-        denied = _denied(s, ctx, operation, "TOPIC", name)
+        denied = not_allowed(s, ctx, operation, "TOPIC", name)
         parts = []
         for p in t["partitions"]:
             if sl.due():
@@ -826,7 +773,7 @@ def _each_partition(s, ctx, topics, operation: str, blank: dict, work, sl: Slice
                     if pending is not None:
                         yield pending  # done off the loop; its exception comes back here
                 except KafkaError as e:
-                    r["error_code"] = _code(e)
+                    r["error_code"] = error_code(e)
             parts.append(r)
         out.append({"name": name, "partitions": parts})
     return out
@@ -834,23 +781,14 @@ def _each_partition(s, ctx, topics, operation: str, blank: dict, work, sl: Slice
 
 # ---------------------------------------------------------------------------------------------------- topics
 
-def _check_partition_budget(s: Services, n: int) -> None:
-    """KIP-578's max.broker.partitions: refused before anything touches the disk."""
-    limit = s.config["max.broker.partitions"]
-    if n > limit:
-        raise PolicyViolationError(f"{n} partitions exceed max.broker.partitions={limit}")
-    hosted = s.store.partition_count()
-    if hosted + n > limit:
-        raise PolicyViolationError(f"{n} more partitions would make {hosted + n}, over max.broker.partitions={limit}")
-
 def create_topics(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     out = []
     cluster_create = allowed(s, ctx, "CREATE", "CLUSTER", security.CLUSTER_NAME)
     for t in req["topics"]:
         name = t["name"]
         r = {"name": name, "error_code": 0, "error_message": None}
-        if not cluster_create and _denied(s, ctx, "CREATE", "TOPIC", name):
+        if not cluster_create and not_allowed(s, ctx, "CREATE", "TOPIC", name):
             r["error_code"] = TOPIC_DENIED
             r["error_message"] = f"{ctx.principal} may not create topic {name!r}"
             out.append(r)
@@ -870,7 +808,7 @@ def create_topics(s: Services, ctx, header, frame, offset):
                 n = s.store.config["num.partitions"]
             if n < 1:
                 raise InvalidPartitionsError(f"number of partitions must be at least 1, got {n}")
-            _check_partition_budget(s, n)
+            check_partition_budget(s, n)
             validate_topic_name(name)
             if name in INTERNAL_TOPICS:
                 raise TopicAlreadyExistsError(f"topic {name!r} is internal")
@@ -892,13 +830,13 @@ def create_topics(s: Services, ctx, header, frame, offset):
                                                                                           name))
                     r["topic_id"] = _topic_uuid(tid)
         except TopicAlreadyExistsError as e:
-            r["error_code"] = _code(e)
+            r["error_code"] = error_code(e)
             r["error_message"] = f"Topic '{name}' already exists."  # Kafka's words (the store's name the data dir)
         except KafkaError as e:
-            r["error_code"] = _code(e)
+            r["error_code"] = error_code(e)
             r["error_message"] = str(e)
         out.append(r)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": out})
 
 
 _CONFIG_SOURCE = {"DYNAMIC_TOPIC_CONFIG": 1, "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
@@ -913,11 +851,11 @@ def _created_configs(s: Services, overrides: dict) -> list:
 
 
 def delete_topics(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     out = []
     for name in req["topic_names"]:
         r = {"name": name, "error_code": 0}
-        if _denied(s, ctx, "DELETE", "TOPIC", name):
+        if not_allowed(s, ctx, "DELETE", "TOPIC", name):
             r["error_code"] = TOPIC_DENIED
             out.append(r)
             continue
@@ -931,31 +869,31 @@ def delete_topics(s: Services, ctx, header, frame, offset):
             s.producers.forget_topic(name)
             log.info("deleted topic %s for %s", name, ctx.peer)
         except KafkaError as e:
-            r["error_code"] = _code(e)
+            r["error_code"] = error_code(e)
         out.append(r)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": out})
 
 
 # ---------------------------------------------------------------------------------------------------- producers
 
 def init_producer_id(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     if req.get("transactional_id") is not None:
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
                               "producer_id": -1, "producer_epoch": -1})
     if s.authorizer is not None and not allowed(s, ctx, "IDEMPOTENT_WRITE", "CLUSTER", security.CLUSTER_NAME) \
             and not s.authorizer.authorize_by_resource_type(ctx.principal, ctx.connection.peer_host, "WRITE", "TOPIC"):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
                               "producer_id": -1, "producer_epoch": -1})
     pid = s.producers.new_producer_id()
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "producer_id": pid,
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "producer_id": pid,
                           "producer_epoch": 0})
 
 
 # ---------------------------------------------------------------------------------------------------- groups
 
 def find_coordinator(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     if req.get("key_type", 0) != 0:
         # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and a transactional producer would hunt for a coordinator
         # until its timeout (60 s). A non-retriable code ends initTransactions() at once, with this message.
@@ -966,50 +904,50 @@ def find_coordinator(s: Services, ctx, header, frame, offset):
                     "implemented", ctx.peer, req["key"])
         code = InvalidRequestError.code if ctx.client_software == "apache-kafka-java" else \
             TransactionalIdAuthorizationFailedError.code
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code,
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code,
                               "error_message": TRANSACTIONS_UNSUPPORTED, "node_id": -1, "host": "", "port": -1})
-    if _denied(s, ctx, "DESCRIBE", "GROUP", req["key"]):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,
+    if not_allowed(s, ctx, "DESCRIBE", "GROUP", req["key"]):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,
                               "error_message": None, "node_id": -1, "host": "", "port": -1})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
                           "node_id": s.node_id, "host": s.host, "port": s.port})
 
 
 def join_group(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
-    if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
+    req = request_body(ctx, header, frame, offset)
+    if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
         return s.groups._join_error(header, GROUP_DENIED, req["member_id"] or "")
     return s.groups.join(ctx, header, req)
 
 
 def sync_group(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
-    if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
+    req = request_body(ctx, header, frame, offset)
+    if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
         return s.groups._sync_answer(header, GROUP_DENIED, b"")
     return s.groups.sync(ctx, header, req)
 
 
 def heartbeat(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
-    if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
+    req = request_body(ctx, header, frame, offset)
+    if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
                           "error_code": s.groups.heartbeat(req["group_id"], req["member_id"], req["generation_id"])})
 
 
 def leave_group(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
-    if _denied(s, ctx, "READ", "GROUP", req["group_id"]):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms,
+    req = request_body(ctx, header, frame, offset)
+    if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
                           "error_code": s.groups.leave(req["group_id"], req["member_id"])})
 
 
 def offset_commit(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     group = req["group_id"]
     generation = req.get("generation_id_or_member_epoch", req.get("generation_id", -1))
-    err = GROUP_DENIED if _denied(s, ctx, "READ", "GROUP", group) else \
+    err = GROUP_DENIED if not_allowed(s, ctx, "READ", "GROUP", group) else \
         s.groups.check_commit(group, req["member_id"], generation)
     topics = []
     offsets = {}
@@ -1017,7 +955,7 @@ def offset_commit(s: Services, ctx, header, frame, offset):
     for t in req["topics"]:
         parts = []
         name = t["name"]
-        topic_code = TOPIC_DENIED if not err and _denied(s, ctx, "READ", "TOPIC", name) else 0
+        topic_code = TOPIC_DENIED if not err and not_allowed(s, ctx, "READ", "TOPIC", name) else 0
         n = s.partitions(name) if not (err or topic_code) else 0
         for p in t["partitions"]:
             if sl.due():
@@ -1035,7 +973,7 @@ def offset_commit(s: Services, ctx, header, frame, offset):
                             OffsetAndMetadata(p["committed_offset"], p.get("committed_metadata") or "", None),
                             name, idx, any_offset=True)
                     except KafkaError as e:
-                        code = _code(e)
+                        code = error_code(e)
             parts.append({"partition_index": idx, "error_code": code})
         topics.append({"name": name, "partitions": parts})
     if offsets:
@@ -1044,20 +982,20 @@ def offset_commit(s: Services, ctx, header, frame, offset):
             yield s.loop.run_in_executor(None, functools.partial(s.store.offsets.commit, group, offsets,
                                                                  any_offset=True))
         except KafkaError as e:
-            code = _code(e)
+            code = error_code(e)
             for t in topics:
                 for p in t["partitions"]:
                     if TopicPartition(t["name"], p["partition_index"]) in offsets:
                         p["error_code"] = code
-    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
+    return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
 
 
 def offset_fetch(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     group = req["group_id"]
-    if _denied(s, ctx, "DESCRIBE", "GROUP", group):
+    if not_allowed(s, ctx, "DESCRIBE", "GROUP", group):
         wanted = req.get("topics") or []
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED, "topics": [
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED, "topics": [
             {"name": t["name"], "partitions": [{"partition_index": i, "committed_offset": -1, "metadata": "",
                                                 "error_code": GROUP_DENIED} for i in t["partition_indexes"]]}
             for t in wanted]})
@@ -1076,7 +1014,7 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
         parts = []
         if sl.due():
             yield
-        if _denied(s, ctx, "DESCRIBE", "TOPIC", t["name"]):
+        if not_allowed(s, ctx, "DESCRIBE", "TOPIC", t["name"]):
             topics.append({"name": t["name"], "partitions": [
                 {"partition_index": i, "committed_offset": -1, "metadata": "", "error_code": TOPIC_DENIED}
                 for i in t["partition_indexes"]]})
@@ -1088,22 +1026,22 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
             parts.append({"partition_index": idx, "committed_offset": om.offset if om else -1,
                           "metadata": (om.metadata if om else "") or "", "error_code": 0})
         topics.append({"name": t["name"], "partitions": parts})
-    return (yield from _answer(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics,
+    return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics,
                                                "error_code": 0}))
 
 
 # ---------------------------------------------------------------------------------------------------- quotas
 
 def describe_client_quotas(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
-    if _denied(s, ctx, "DESCRIBE_CONFIGS", "CLUSTER", security.CLUSTER_NAME):
-        return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
+    req = request_body(ctx, header, frame, offset)
+    if not_allowed(s, ctx, "DESCRIBE_CONFIGS", "CLUSTER", security.CLUSTER_NAME):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
                               "error_message": f"{ctx.principal} may not describe quotas", "entries": None})
     want_default = want_any = False
     want_name = None
     for c in req["components"]:
         if c["entity_type"] != "client-id":
-            return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
+            return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
                                   "error_message": f"kafkalog quotas are per client-id, not {c['entity_type']!r}",
                                   "entries": None})
         if c["match_type"] == 0:
@@ -1118,15 +1056,15 @@ def describe_client_quotas(s: Services, ctx, header, frame, offset):
         if not (match_all or want_any or (cid is None and want_default) or (cid is not None and cid == want_name)):
             continue
         entries.setdefault(cid, []).append({"key": kind, "value": float(rate)})
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
                           "entries": [{"entity": [{"entity_type": "client-id", "entity_name": cid}], "values": vals}
                                       for cid, vals in entries.items()]})
 
 
 def alter_client_quotas(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     out = []
-    may_alter = not _denied(s, ctx, "ALTER_CONFIGS", "CLUSTER", security.CLUSTER_NAME)
+    may_alter = not not_allowed(s, ctx, "ALTER_CONFIGS", "CLUSTER", security.CLUSTER_NAME)
     for e in req["entries"]:
         r = {"error_code": 0, "error_message": None, "entity": e["entity"]}
         if not may_alter:
@@ -1151,16 +1089,16 @@ def alter_client_quotas(s: Services, ctx, header, frame, offset):
                              "<default>" if cid is None else repr(cid), "none" if op["remove"] else op["value"],
                              ctx.peer)
         except KafkaError as err:
-            r["error_code"] = _code(err)
+            r["error_code"] = error_code(err)
             r["error_message"] = str(err)
         out.append(r)
-    return _resp(header, {"throttle_time_ms": ctx.throttle_time_ms, "entries": out})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "entries": out})
 
 
 # ---------------------------------------------------------------------------------------------------- SASL
 
 def sasl_handshake(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     conn = ctx.connection
     mech = req["mechanism"]
     if not s.broker.sasl or conn.authenticated:
@@ -1173,14 +1111,14 @@ def sasl_handshake(s: Services, ctx, header, frame, offset):
         code = 0
         conn.sasl_server = security.SaslServer(mech, s.credentials)
         conn.sasl_raw = header.api_version == 0  # v0: the tokens follow as bare frames (no SaslAuthenticate)
-    return _resp(header, {"error_code": code, "mechanisms": s.mechanisms})
+    return respond(header, {"error_code": code, "mechanisms": s.mechanisms})
 
 
 def sasl_authenticate(s: Services, ctx, header, frame, offset):
-    req = _body(ctx, header, frame, offset)
+    req = request_body(ctx, header, frame, offset)
     conn = ctx.connection
     if conn.sasl_server is None or conn.authenticated:
-        return _resp(header, {"error_code": security.IllegalSaslStateError.code,
+        return respond(header, {"error_code": security.IllegalSaslStateError.code,
                               "error_message": "SaslAuthenticate without a SaslHandshake", "auth_bytes": b"",
                               "session_lifetime_ms": 0})
     return _sasl_step(s, ctx, bytes(req["auth_bytes"] or b""), header)
@@ -1198,7 +1136,7 @@ async def _sasl_step(s, ctx, token: bytes, header):
         conn.close_after_response = True  # Kafka closes after answering a failed authentication
         if header is None:
             return None
-        return _resp(header, {"error_code": _code(e), "error_message": str(e), "auth_bytes": b"",
+        return respond(header, {"error_code": error_code(e), "error_message": str(e), "auth_bytes": b"",
                               "session_lifetime_ms": 0})
     if server.complete:
         conn.authenticated = True
@@ -1207,7 +1145,7 @@ async def _sasl_step(s, ctx, token: bytes, header):
         log.info("%s authenticated as %s (SASL/%s)", ctx.peer, server.principal, server.mechanism)
     if header is None:  # SaslHandshake v0: a bare token answers a bare token
         return [struct.pack(">i", len(reply)) + reply]
-    return _resp(header, {"error_code": 0, "error_message": None, "auth_bytes": reply, "session_lifetime_ms": 0})
+    return respond(header, {"error_code": 0, "error_message": None, "auth_bytes": reply, "session_lifetime_ms": 0})
 
 
 def sasl_raw_token(s: Services, conn, frame):
@@ -1221,8 +1159,6 @@ API_HANDLERS = {
     20: delete_topics, 21: delete_records, 22: init_producer_id, 48: describe_client_quotas,
     49: alter_client_quotas,
 }
-
-from . import admin as _admin  # noqa: E402  (admin's handlers use this module's helpers)
 
 API_HANDLERS.update(_admin.HANDLERS)
 ADVERTISED.update(_admin.VERSIONS)

@@ -63,7 +63,7 @@ from ..errors import (
 )
 from ..storage import LogStore
 from ..storage.files import FileLock, atomic_write, fsync_dir
-from .source import require_data_dir
+from .datadir import require_data_dir
 
 _log = logging.getLogger("kafkalog.spark")
 

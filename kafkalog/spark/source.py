@@ -17,11 +17,7 @@ Thread safety: Spark uses each object from one thread; nothing here is shared be
 
 from __future__ import annotations
 
-import errno
-import os
-import socket
 import time
-from pathlib import Path
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -37,10 +33,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from ..errors import InvalidConfigError, KafkaStorageError, UnknownTopicOrPartitionError
+from ..errors import InvalidConfigError, UnknownTopicOrPartitionError
 from ..storage import LogStore
 from . import offsets as ofs
 from .arrow import read_range
+from .datadir import make_data_dir, require_data_dir
 from .options import check_batch, check_stream, parse_read_options, parse_write_options
 
 HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
@@ -72,39 +69,6 @@ class OffsetRange(InputPartition):
 
     def __repr__(self):
         return f"OffsetRange({self.topic}-{self.partition} [{self.start}, {self.end}))"
-
-
-CLUSTER_HINT = ("format(\"kafkalog\") opens the data dir by path, so every executor must see it: Spark local mode, "
-                "or a data dir mounted at the same path on every worker. On a cluster whose executors cannot see "
-                "it, read and write through kafkalog's broker (kafkalog serve) with Spark's own Kafka source and "
-                "sink: format(\"kafka\").option(\"kafka.bootstrap.servers\", \"<broker host>:9092\") with the "
-                "same options (README: From one machine to a cluster).")
-
-
-def require_data_dir(path: str, what: str) -> None:
-    """Executor side, before touching the data dir: it must be here (its meta.properties or topic registry), or the
-    task fails with one message saying what to use instead. Never creates anything at ``path``: on a worker without
-    the mount, that would be a second, empty data dir."""
-    if _is_data_dir(path):
-        return
-    where = socket.gethostname()
-    if os.environ.get("SPARK_LOCAL_IP"):
-        where += f" {os.environ['SPARK_LOCAL_IP']}"
-    raise KafkaStorageError(errno.ENOENT, f"this Spark executor ({where}) cannot {what}: the kafkalog data dir "
-                                          f"{path} is not on this host. {CLUSTER_HINT}")
-
-
-def _make_data_dir(path: str) -> None:
-    """Driver side, when a write is planned: a new data dir is made here, where the driver is, so that an executor
-    never makes one of its own (``require_data_dir``)."""
-    if not _is_data_dir(path):
-        LogStore(path, maintenance=False).close()
-
-
-def _is_data_dir(path: str) -> bool:
-    """A kafkalog data dir (its topic registry) or a Kafka log dir (its meta.properties) is at ``path``."""
-    p = Path(path)
-    return (p / "meta.properties").is_file() or (p / ".kafkalog-topics.json").is_file()
 
 
 def _read(o, schema: StructType, part):
@@ -155,14 +119,14 @@ class KafkaLogDataSource(DataSource):
                                      "log. Use .mode(\"append\").")
         o = parse_write_options(self.options)
         layout = check_write_schema(schema, o.topic)
-        _make_data_dir(o.path)
+        make_data_dir(o.path)
         return KafkaLogWriter(o, layout)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
         from .sink import KafkaLogStreamWriter, check_write_schema
         o = parse_write_options(self.options)
         layout = check_write_schema(schema, o.topic)
-        _make_data_dir(o.path)
+        make_data_dir(o.path)
         return KafkaLogStreamWriter(o, layout)
 
 

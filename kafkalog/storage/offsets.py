@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from .._engine.records import crc32c, iter_batches
 from ..config import INT_MAX, LONG_MAX
@@ -66,11 +66,7 @@ from ..errors import (
 from ..structs import OffsetAndMetadata, TopicPartition
 from . import failpoints
 from .files import FileLock, atomic_write
-from .log import READ
-
-if TYPE_CHECKING:
-    from .log import Log
-    from .store import LogStore
+from .log import READ, Log
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION", "OFFSETS_TOPIC", "OFFSET_COMMIT_KEY_VERSION", "OFFSET_COMMIT_VALUE_VERSION",
@@ -378,11 +374,12 @@ class OffsetStore:
     """Committed offsets of consumer groups in a LogStore (see the module docstring for formats and crash safety).
 
     ``OffsetStore(store, *, num_partitions=None, snapshot_interval_records=None, snapshot_interval_bytes=None,
-    truncate=None, max_metadata_size=None)``. ``num_partitions`` only applies when this store creates the topic
-    (default 1). Each setting left None comes from the store's config when config.py declares its key (see
-    ``_setting``), else from the default here. ``truncate``: delete records below each snapshot (default: on
-    whenever the store is writable; the other processes' views follow a delete-before that removes the segment
-    they have open, see ``Log._refresh``).
+    truncate=None, max_metadata_size=None)``, ``store`` the LogStore (store.py, which makes this object: not
+    imported here, so that the two modules import in one direction). ``num_partitions`` only applies when this
+    store creates the topic (default 1). Each setting left None comes from the store's config when config.py
+    declares its key (see ``_setting``), else from the default here. ``truncate``: delete records below each
+    snapshot (default: on whenever the store is writable; the other processes' views follow a delete-before that
+    removes the segment they have open, see ``Log._refresh``).
 
     Durability: ``commit(..., sync=True)`` returns after the commit's batch is fsynced (it survives power loss);
     with ``sync=False`` it is in the OS page cache when the call returns (it survives kill -9 of this process, not a
@@ -394,7 +391,7 @@ class OffsetStore:
     Last writer wins per (group, partition), in log order, as in Kafka.
     """
 
-    def __init__(self, store: LogStore, *, num_partitions: int | None = None,
+    def __init__(self, store, *, num_partitions: int | None = None,
                  snapshot_interval_records: int | None = None, snapshot_interval_bytes: int | None = None,
                  truncate: bool | None = None, max_metadata_size: int | None = None):
         self._store = store
