@@ -72,7 +72,7 @@ NEEDS: tuple[Need, ...] = (
     Need("maven", "fetches the lab's Apache Kafka and Spark's Kafka connector from Maven Central",
          ("compat/", "spark/cluster/"), commands=("mvn",), apt=False),
     Need(None, "builds the lab's franz-go and sarama programs", ("compat/test_go_js_clients.py",),
-         commands=("go",), apt=False, hint="Go 1.26+ from https://go.dev/dl/"),
+         commands=("go",), apt=False, hint="Go 1.26+, the machine's toolchain"),
     Need("nodejs", "runs the lab's KafkaJS program", ("compat/test_go_js_clients.py",), commands=("node",),
          apt=False),
     Need("npm", "installs KafkaJS for the lab", ("compat/test_go_js_clients.py",), commands=("npm",), apt=False),
