@@ -2,8 +2,11 @@
 
 Plain module, imported by the scripts here (``python bench/run.py`` puts bench/ first on sys.path):
 
-- timing: ``repeat_runs`` (one warm-up run discarded, then best or median of R), ``latency_stats``;
-- peers: ``Unavailable`` (a side cannot run here: its cells say n/a and why), ``need_module``,
+- timing: ``repeat_runs`` (one warm-up run discarded, then best or median of R), ``latency_stats``, ``self_cpu`` and
+  ``Measure`` (wall time and CPU seconds of this process and of another one over a timed region), ``best_by_rate`` and
+  ``median_by_rate`` (the run that stands for several, by records/s);
+- peers: ``Unavailable`` (a side cannot run here: its cells say n/a and why), ``need_module``, ``compat_lab`` and
+  ``kafka_libs`` (tests/compat/lab.py, which starts Apache Kafka for the tests and the benchmarks alike),
   ``snapshot_kafkalog`` (the build a run measures, copied at its start);
 - the goal table: ``row`` (one absolute measurement), ``Goal``, ``judge``, ``print_goals``, ``print_measurements``
   and their number formatting; ``progress``, ``write_json``.
@@ -18,6 +21,7 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import time
 
 perf = time.perf_counter
@@ -64,6 +68,34 @@ def snapshot_kafkalog(dest: str) -> str:
     return dest
 
 
+_LAB = None
+
+
+def compat_lab():
+    """tests/compat/lab.py (Kafka's jars, the JVM, its tools, the one place that starts Apache Kafka), imported by
+    path; Unavailable when it is missing."""
+    global _LAB
+    if _LAB is None:
+        path = os.path.join(ROOT, "tests", "compat", "lab.py")
+        if not os.path.isfile(path):
+            raise Unavailable(f"Kafka not available: {path} is missing (the compatibility lab starts Kafka)")
+        spec = importlib.util.spec_from_file_location("kafkalog_bench_compat_lab", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        _LAB = mod
+    return _LAB
+
+
+def kafka_libs():
+    """(lab module, folder of Kafka's jars): fetched by .ci/lab-kafka on first use (needs mvn and java)."""
+    lab = compat_lab()
+    try:
+        return lab, lab.kafka_libs()
+    except lab.LabError as e:
+        raise Unavailable(f"Kafka not available: {e}") from None
+
+
 # ------------------------------------------------------------------------------------------------ timing
 
 def repeat_runs(run, n: int, agg: str, reps: int, warm_n: int):
@@ -85,6 +117,39 @@ def latency_stats(lat_s):
     k = len(lat)
     return {"p50_us": lat[k // 2] * 1e6, "p99_us": lat[min(k - 1, int(k * 0.99))] * 1e6,
             "mean_us": sum(lat) / k * 1e6, "samples": k}
+
+
+def self_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class Measure:
+    """Wall time and CPU seconds of this process and of `other` (anything with cpu(): a broker) over a timed
+    region: ``seconds``, ``client_cpu``, ``broker_cpu``."""
+
+    def __init__(self, other):
+        self.broker = other
+
+    def __enter__(self):
+        self.cpu0, self.bcpu0, self.t0 = self_cpu(), self.broker.cpu(), perf()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = perf() - self.t0
+        self.client_cpu = self_cpu() - self.cpu0
+        self.broker_cpu = self.broker.cpu() - self.bcpu0
+        return None
+
+
+def best_by_rate(runs: list[dict]) -> dict:
+    """The run with the highest msg_s (the one least disturbed by other work on the machine), with every run's."""
+    return dict(max(runs, key=lambda r: r["msg_s"]), runs=[round(r["msg_s"]) for r in runs])
+
+
+def median_by_rate(runs: list[dict]) -> dict:
+    ordered = sorted(runs, key=lambda r: r["msg_s"])
+    return dict(ordered[(len(ordered) - 1) // 2], runs=[round(r["msg_s"]) for r in runs])
 
 
 # ------------------------------------------------------------------------------------------------ the goal table
