@@ -78,13 +78,10 @@ import tempfile
 import threading
 import time
 
-perf = time.perf_counter
-MB = 1e6
-MiB = 1 << 20
-GB = 1e9
+from harness import GB, MB, ROOT, MiB, perf, progress, snapshot_kafkalog
+
 BATCH = 1000
 TOPIC = "c"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def use_kafkalog(code: str) -> None:
@@ -93,24 +90,11 @@ def use_kafkalog(code: str) -> None:
     sys.path.insert(0, code)
 
 
-def snapshot_kafkalog(dest: str) -> str:
-    import importlib.util
-    spec = importlib.util.find_spec("kafkalog")
-    src = os.path.dirname(spec.origin) if spec is not None and spec.origin else os.path.join(ROOT, "kafkalog")
-    shutil.copytree(src, os.path.join(dest, "kafkalog"),
-                    ignore=shutil.ignore_patterns("*.c", "*.html", "__pycache__", "*.o"))
-    return dest
-
-
 def code_state(code: str) -> str:
     newest = max((os.path.getmtime(p), p) for p in glob.glob(os.path.join(code, "kafkalog", "**", "*.*"),
                                                              recursive=True))
     return (f"{os.path.join(code, 'kafkalog')} (newest file {os.path.relpath(newest[1], code)}, "
             f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(newest[0]))})")
-
-
-def progress(msg: str):
-    print("# " + msg, flush=True)
 
 
 # ------------------------------------------------------------------------------------------------ data

@@ -245,9 +245,9 @@ def stream_run(spark, data: Path, ckpt: Path, sink: str, max_offsets: int | None
 TOPIC = "t"
 
 
-# the lab's import by path and its "not here" error are bench/broker.py's, shared
+# the lab's import by path and its "not here" error are the benchmarks' harness's, shared
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from broker import Unavailable, compat_lab  # noqa: E402
+from harness import Unavailable, compat_lab  # noqa: E402
 
 
 def spark_kafka_jars(version: str) -> list[Path]:

@@ -61,6 +61,7 @@ KAFKA_TOOLS = {
 # Short-lived JVMs (tools, test programs): a small heap, one GC thread, the C1 compiler only (starts ~30% faster)
 TOOL_JVM_OPTS = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
 BROKER_HEAP = ["-Xmx768m", "-Xms256m"]
+BROKER_JVM_FLAGS = ["-XX:+UseG1GC", "-Djava.awt.headless=true"]
 
 
 def _load_children():
@@ -278,14 +279,20 @@ def _metadata_brokers(bootstrap: str, timeout: float) -> int:
 class KafkaBroker:
     """Apache Kafka, one KRaft node (broker + controller) on 127.0.0.1: ``start(workdir)`` formats
     ``workdir/logs`` with the storage tool (``--standalone``) and runs ``kafka.Kafka workdir/server.properties``;
-    it returns once the broker lists itself in a Metadata answer. ``extra`` adds or replaces server.properties keys.
-    Its log (WARN and up) is ``workdir/server.log``, its stdout/stderr ``workdir/kafka.out``."""
+    it returns once the broker lists itself in a Metadata answer. ``extra`` adds or replaces server.properties keys
+    (a key given as None is left out: Kafka's own default holds); ``heap`` and ``jvm_flags`` are the JVM's options.
+    Its log (WARN and up) is ``workdir/server.log``, its stdout/stderr ``workdir/kafka.out``.
+
+    ``start()`` is ``prepare()`` (ports, server.properties, the storage format), ``spawn()`` and ``wait_ready()``,
+    again on new ports when one was taken meanwhile; a caller that times the start-up from the spawn (bench/broker.py)
+    calls the three itself."""
 
     name = "kafka"
 
-    def __init__(self, extra: dict | None = None, heap=BROKER_HEAP):
+    def __init__(self, extra: dict | None = None, heap=BROKER_HEAP, jvm_flags=BROKER_JVM_FLAGS):
         self.extra = dict(extra or {})
         self.heap = list(heap)
+        self.jvm_flags = list(jvm_flags)
         self.proc: subprocess.Popen | None = None
         self.workdir: Path | None = None
         self.port = 0
@@ -293,6 +300,7 @@ class KafkaBroker:
         self.cluster_id = ""
         self.startup_s = 0.0   # kafka.Kafka launched -> Metadata lists the broker
         self.format_s = 0.0    # the storage tool's format
+        self._spawned_at = 0.0
 
     # the same surface as KafkalogServer
     @property
@@ -342,7 +350,7 @@ class KafkaBroker:
             "num.replica.fetchers": 1,
         }
         props.update(self.extra)
-        return props
+        return {k: v for k, v in props.items() if v is not None}
 
     def _write_properties(self) -> Path:
         path = self.workdir / "server.properties"
@@ -350,12 +358,11 @@ class KafkaBroker:
         return path
 
     def start(self, workdir, timeout: float = 90) -> KafkaBroker:
-        self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
         for attempt in range(3):  # a free port may be taken between our probe and Kafka's bind: new ports, again
-            self.port, self.controller_port = free_port(), free_port()
             try:
-                self._start_once(timeout)
+                self.prepare(workdir)
+                self.spawn()
+                self.wait_ready(timeout)
                 return self
             except LabError:
                 tail = self.log_tail()
@@ -364,7 +371,12 @@ class KafkaBroker:
                     raise
         return self
 
-    def _start_once(self, timeout: float) -> None:
+    def prepare(self, workdir) -> KafkaBroker:
+        """New ports, ``workdir/server.properties`` and a freshly formatted ``workdir/logs`` (``format_s``); Kafka
+        itself is not started yet."""
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port, self.controller_port = free_port(), free_port()
         shutil.rmtree(self.log_dir, ignore_errors=True)
         props = self._write_properties()
         self.cluster_id = kafka_cluster_id()
@@ -374,16 +386,24 @@ class KafkaBroker:
         self.format_s = time.monotonic() - t0
         if r.returncode != 0:
             raise LabError(f"kafka-storage format failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
+        return self
+
+    def spawn(self) -> None:
+        """Launch ``kafka.Kafka`` on the prepared work dir and return at once (``wait_ready()`` waits)."""
         out = open(self.workdir / "kafka.out", "ab")
-        cmd = _jvm_command("kafka.Kafka", [props], [*self.heap, "-XX:+UseG1GC", "-Djava.awt.headless=true"],
+        cmd = _jvm_command("kafka.Kafka", [self.workdir / "server.properties"], [*self.heap, *self.jvm_flags],
                            log_file=str(self.workdir / "server.log"))
-        t0 = time.monotonic()
+        self._spawned_at = time.monotonic()
         try:
             self.proc = children.popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                        cwd=self.workdir, start_new_session=True)
         finally:
             out.close()
-        deadline = t0 + timeout
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        """Until the broker lists itself in a Metadata answer (a KRaft broker does once it is unfenced), at most
+        ``timeout`` seconds from the spawn; sets ``startup_s``."""
+        deadline = self._spawned_at + timeout
         while True:
             if self.proc.poll() is not None:
                 raise LabError(f"Kafka exited with {self.proc.returncode} while starting:\n{self.log_tail()}")
@@ -393,7 +413,7 @@ class KafkaBroker:
                 raise LabError(f"Kafka did not answer Metadata on {self.bootstrap} within {timeout} s:\n"
                                f"{self.log_tail()}")
             time.sleep(0.2)
-        self.startup_s = time.monotonic() - t0
+        self.startup_s = time.monotonic() - self._spawned_at
 
     def log_tail(self, chars: int = 6000) -> str:
         """The end of the broker's log and of its stdout/stderr (for failure messages)."""
