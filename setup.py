@@ -13,6 +13,8 @@ DEBUG = os.environ.get("KAFKALOG_DEBUG", "") not in ("", "0")
 
 EXTENSIONS = [
     # (module, sources)
+    ("kafkalog._engine.framing", ["kafkalog/_engine/framing.pyx"]),
+    ("kafkalog._engine.codecs", ["kafkalog/_engine/codecs.pyx"]),
     ("kafkalog._engine.records", ["kafkalog/_engine/records.pyx"]),
     ("kafkalog._engine.index", ["kafkalog/_engine/index.pyx"]),
     ("kafkalog._engine.segment", ["kafkalog/_engine/segment.pyx"]),

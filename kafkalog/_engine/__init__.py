@@ -6,10 +6,10 @@ There is no pure-Python fallback: importing kafkalog without the built extension
 from ..errors import EngineNotBuiltError
 
 try:
-    from . import index, records, segment  # noqa: F401
+    from . import codecs, framing, index, records, segment  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised by the packaging test in a clean tree
     raise EngineNotBuiltError(
         f"kafkalog's compiled engine is not built ({e}). Install with `pip install .` (or build in place with "
         "`python setup.py build_ext --inplace`); kafkalog has no slow pure-Python fallback.") from e
 
-DEBUG_BUILD = bool(records.debug_build()) if hasattr(records, "debug_build") else False
+DEBUG_BUILD = bool(framing.debug_build())

@@ -1,49 +1,38 @@
-# Record batch v2 (magic 2): the C-level contract other compiled modules (segment) cimport.
-# Byte layout in Kafka notation (61-byte header, then records):
-#   BaseOffset => Int64 | BatchLength => Int32 | PartitionLeaderEpoch => Int32 | Magic => Int8 | CRC => Uint32 |
-#   Attributes => Int16 | LastOffsetDelta => Int32 | BaseTimestamp => Int64 | MaxTimestamp => Int64 |
-#   ProducerId => Int64 | ProducerEpoch => Int16 | BaseSequence => Int32 | RecordsCount => Int32 | Records
-from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint32_t
+# Record batches as Python sees them (built, viewed, iterated): the C-level contract of what other engine modules
+# build on. The layout is framing.pxd's; BatchBuilder is declared here so that a ProducerBatch can extend it.
+from libc.stdint cimport int16_t, int32_t, int64_t
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 
-cdef struct BatchHeader:
-    int64_t base_offset             # offset of the first record (the broker rewrites it on append)
-    int32_t batch_length            # bytes after the BatchLength field: total size = batch_length + 12
-    int32_t partition_leader_epoch  # -1 = none; not covered by the CRC
-    int8_t magic                    # 2 for every batch this module builds or accepts
-    uint32_t crc                    # CRC-32C of bytes [21, end)
-    int16_t attributes              # codec bits 0-2, timestamp type bit 3, transactional 4, control 5
-    int32_t last_offset_delta       # last record offset - base_offset
-    int64_t base_timestamp          # timestamp of the first record
-    int64_t max_timestamp           # largest record timestamp (or the append time with LogAppendTime)
-    int64_t producer_id             # -1 = none
-    int16_t producer_epoch          # -1 = none
-    int32_t base_sequence           # -1 = none
-    int32_t records_count           # number of records; plaintext even when the records are compressed
+cdef class BatchBuilder:
+    cdef unsigned char *_buf                # KL_RECORD_BATCH_OVERHEAD bytes of header space, then the encoded records
+    cdef Py_ssize_t _len                    # bytes of _buf in use (header space included): the batch's plain size
+    cdef Py_ssize_t _cap                    # bytes allocated at _buf
+    cdef int32_t _count                     # records encoded
+    cdef bint _closed                       # close() was called: stage() refuses
+    cdef public int64_t base_offset         # absolute offset of record 0, for stage()
+    cdef public Py_ssize_t max_batch_bytes  # stage()/append() refuse to grow the batch past this (max.message.bytes)
+    cdef public Py_ssize_t target_bytes     # ``full`` once the batch holds this many bytes (Kafka's batch.size)
+    cdef int64_t _first_ts                  # the first record's timestamp: the batch's BaseTimestamp
+    cdef int64_t _max_ts                    # the largest record timestamp: MaxTimestamp
+    cdef int _codec                         # KL_CODEC_*
+    cdef object _level                      # the codec's compression level, None for its default
+    cdef int16_t _attributes                # the batch's Attributes (codec, timestamp type, transactional)
+    cdef int64_t _producer_id               # -1 = none
+    cdef int16_t _producer_epoch            # -1 = none
+    cdef int32_t _base_sequence             # -1 = none
+
+    cdef int _reserve(self, Py_ssize_t extra) except -1     # room for extra more bytes at _buf + _len
+    # Encode one record (timestamp -1 = now); its offset delta, or -1 when it would pass max_batch_bytes.
+    cdef int64_t _append(self, value, key, int64_t timestamp, headers) except -2
 
 
-# Result codes of parse_batch_header / check_batch (0 = ok). KL_BATCH_INCOMPLETE is not corruption at a log
-# tail (a partial write), every positive code is; batch_error_message() names each.
-cdef enum:
-    KL_BATCH_OK = 0
-    KL_BATCH_INCOMPLETE = -1        # fewer than 17 header bytes, or the batch extends past the bytes available
-    KL_BATCH_BAD_LENGTH = 1         # batch_length < 49 (smaller than a v2 header) or > INT32_MAX
-    KL_BATCH_BAD_MAGIC = 2          # magic != 2
-    KL_BATCH_BAD_CRC = 3            # stored CRC != CRC-32C of [21, end)
-    KL_BATCH_BAD_COUNT = 4          # records_count < 0, or last_offset_delta < 0 / inconsistent with the count
-    KL_BATCH_BAD_CODEC = 5          # codec bits name no codec (5, 6, 7)
-    KL_BATCH_BAD_RECORDS = 6        # (uncompressed only) record framing does not add up to the batch length
+# RecordTooLargeError when n bytes of `what` (a key, a value, a record, the batch) pass the 2 GiB a batch can hold.
+cdef int check_len(Py_ssize_t n, str what) except -1
 
 
-# Read the header at p (avail readable bytes) into h without checking the CRC. Returns KL_BATCH_OK,
-# KL_BATCH_INCOMPLETE or KL_BATCH_BAD_LENGTH / KL_BATCH_BAD_MAGIC.
-cdef int parse_batch_header(const unsigned char *p, Py_ssize_t avail, BatchHeader *h) noexcept nogil
-
-# parse_batch_header + CRC + count/delta/codec checks (+ record framing when uncompressed), never decompressing.
-cdef int check_batch(const unsigned char *p, Py_ssize_t avail, BatchHeader *h) noexcept nogil
-
-cdef str batch_error_message(int code)
-
-# Stamp the complete batch at p LogAppendTime in place: attributes bit 3, MaxTimestamp = timestamp, CRC recomputed
-# (skipped when nothing changes, as Kafka's setMaxTimestamp does). Returns a parse_batch_header code.
-cdef int stamp_log_append_time(unsigned char *p, Py_ssize_t avail, int64_t timestamp) noexcept nogil
+cdef inline int64_t now_ms() noexcept nogil:
+    """The wall clock in ms: the timestamp of a record sent without one."""
+    cdef timespec ts
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000

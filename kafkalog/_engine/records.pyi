@@ -1,4 +1,4 @@
-"""Record batch v2 (magic 2): what Python sees of records.pyx.
+"""Record batches: what Python sees of records.pyx (the layout is framing's, compressed records codecs').
 
 RecordBatch => BaseOffset Int64 | BatchLength Int32 | PartitionLeaderEpoch Int32 | Magic Int8 | CRC Uint32 |
     Attributes Int16 | LastOffsetDelta Int32 | BaseTimestamp Int64 | MaxTimestamp Int64 | ProducerId Int64 |
@@ -16,22 +16,16 @@ import numpy as np
 import numpy.typing as npt
 from typing_extensions import Buffer
 
+from .codecs import Compression
+
 __all__ = [
-    "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
-    "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "iter_batches", "set_base_offset",
-    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
+    "BatchBuilder", "Record", "RecordBatch", "OffsetMap", "build_batch", "count_records", "crc32c", "decode_columns",
+    "filter_batches", "iter_batches", "producer_last_offsets", "set_base_offset", "set_log_append_time",
+    "set_max_timestamp", "set_partition_leader_epoch",
 ]
 
-RECORD_BATCH_OVERHEAD: Final[int]  # 61: the v2 batch header
-LOG_OVERHEAD: Final[int]  # 12: BaseOffset + BatchLength, the bytes BatchLength does not count
-COMPRESSION_CODECS: Final[dict[str, int]]  # {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-
-Compression: TypeAlias = int | Literal["none", "gzip", "snappy", "lz4", "zstd"] | None
 Header: TypeAlias = tuple[str, bytes | None]
 BytesLike: TypeAlias = Buffer
-
-def debug_build() -> bool:
-    """True when compiled with KAFKALOG_DEBUG=1 (bounds checks and C-level KL_CHECK asserts)."""
 
 def crc32c(data: Buffer, crc: int = 0) -> int:
     """CRC-32C (Castagnoli) of data; pass a previous result as crc to continue over more bytes."""

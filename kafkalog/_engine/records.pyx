@@ -1,54 +1,22 @@
-# Record batch v2 (magic 2), all integers big-endian, in Kafka notation:
-#
-#   RecordBatch =>
-#     BaseOffset => Int64             the log rewrites it on append, so it is outside the CRC
-#     BatchLength => Int32            bytes after this field: total size = BatchLength + 12
-#     PartitionLeaderEpoch => Int32   stamped by the leader, also outside the CRC
-#     Magic => Int8                   2
-#     CRC => Uint32                   CRC-32C (Castagnoli) of [Attributes, end)
-#     Attributes => Int16             bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control, 6 delete horizon
-#     LastOffsetDelta => Int32
-#     BaseTimestamp => Int64          timestamp of the FIRST record (not the minimum): deltas may be negative
-#     MaxTimestamp => Int64           largest record timestamp, or the append time with LogAppendTime
-#     ProducerId => Int64
-#     ProducerEpoch => Int16
-#     BaseSequence => Int32
-#     RecordsCount => Int32           plaintext even when the records are compressed
-#     Records => [Record]             with a codec: ONE compressed stream holding all the records
-#
-#   Record =>
-#     Length => Varint                bytes after this field
-#     Attributes => Int8              unused, 0
-#     TimestampDelta => Varlong       record timestamp - BaseTimestamp
-#     OffsetDelta => Varint           record offset - BaseOffset
-#     KeyLength => Varint             -1 = null key
-#     Key => Bytes
-#     ValueLength => Varint           -1 = null value
-#     Value => Bytes
-#     HeaderCount => Varint
-#     Headers => [HeaderKeyLength => Varint | HeaderKey => String (UTF-8, never null) |
-#                 HeaderValueLength => Varint (-1 = null) | HeaderValue => Bytes]
-#
-# Varints are zigzag LEB128 (include/kafkalog/kl_varint.h). Compressed record streams, as Kafka's Java client writes:
-#   gzip   one gzip member (readers accept several)
-#   snappy xerial framing: 82 'SNAPPY' 00 | Version => Int32 (1) | Compat => Int32 (1) | [Length => Int32 | raw block]
-#   lz4    LZ4 frame, independent 64 KB blocks, no content size or checksum (Kafka rejects linked blocks)
+# Record batch v2 (magic 2): the batch layout, in Kafka notation, opens framing.pyx (whose framing.pxd holds the C
+# readers and writers used here); compressed records sections and their bounds are in codecs.pyx. This module is
+# what Python sees of batches: build them, view and iterate them, rewrite the fields a log owns in place, and the
+# compiled parts of the producer, of Spark's columnar reads and of the cleaner.
 #   zstd   zstd frame(s), streamed, so usually WITHOUT a content size
-"""Record batch v2: build, view, validate, iterate and column-decode Kafka record batches."""
 
 from cpython.buffer cimport PyBUF_READ, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize, PyByteArray_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.memoryview cimport PyMemoryView_FromMemory, PyMemoryView_GET_BUFFER
+from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
-from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_Check, PyUnicode_DecodeUTF8
-from libc.stdint cimport INT64_MIN, int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy, memmove, memset
-from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+from libc.string cimport memcpy, memset
 
 cimport cython
 cimport numpy as cnp
@@ -56,1166 +24,51 @@ cimport numpy as cnp
 cdef extern from "kafkalog/kl_alloc.h" nogil:
     void *kl_malloc_large(size_t n)
 
-cdef extern from "Python.h":
-    const Py_ssize_t PY_SSIZE_T_MAX
-
 from .clib cimport (
-    KL_ATTRIBUTES_OFFSET, KL_BASE_OFFSET_OFFSET, KL_BASE_SEQUENCE_OFFSET, KL_BASE_TIMESTAMP_OFFSET, KL_CHECK,
-    KL_CODEC_GZIP, KL_CODEC_LZ4, KL_CODEC_NONE, KL_CODEC_SNAPPY, KL_CODEC_ZSTD, KL_COMPRESSION_CODEC_MASK,
-    KL_CONTROL_FLAG_MASK, KL_CRC_OFFSET, KL_DEBUG_ENABLED, KL_DELETE_HORIZON_FLAG_MASK, KL_HEADER_SIZE_UP_TO_MAGIC,
-    KL_INT32_MAX, KL_LAST_OFFSET_DELTA_OFFSET, KL_LENGTH_OFFSET, KL_LOG_OVERHEAD, KL_MAGIC_OFFSET, KL_MAGIC_V2,
-    KL_MAX_TIMESTAMP_OFFSET, KL_MIN_BATCH_LENGTH, KL_PARTITION_LEADER_EPOCH_OFFSET, KL_PRODUCER_EPOCH_OFFSET,
-    KL_PRODUCER_ID_OFFSET, KL_RECORDS_COUNT_OFFSET, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_LOG_APPEND_TIME,
-    KL_TIMESTAMP_TYPE_MASK, KL_TRANSACTIONAL_FLAG_MASK, kl_crc32c, kl_load_i16, kl_load_i32, kl_load_i64,
-    kl_load_u32, kl_load_u32le, kl_read_varint, kl_read_varlong, kl_store_i16, kl_store_i32, kl_store_i64,
-    kl_store_u32, kl_varint_size, kl_varlong_size, kl_write_varint, kl_write_varlong,
+    KL_ATTRIBUTES_OFFSET, KL_BASE_OFFSET_OFFSET, KL_BASE_TIMESTAMP_OFFSET, KL_CHECK, KL_CODEC_NONE,
+    KL_COMPRESSION_CODEC_MASK, KL_CONTROL_FLAG_MASK, KL_CRC_OFFSET, KL_DELETE_HORIZON_FLAG_MASK, KL_INT32_MAX,
+    KL_LENGTH_OFFSET, KL_LOG_OVERHEAD, KL_MAX_TIMESTAMP_OFFSET, KL_NOGIL_BYTES, KL_PARTITION_LEADER_EPOCH_OFFSET,
+    KL_RECORDS_COUNT_OFFSET, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_LOG_APPEND_TIME, KL_TIMESTAMP_TYPE_MASK,
+    KL_TRANSACTIONAL_FLAG_MASK, kl_crc32c, kl_load_u32le, kl_store_i16, kl_store_i32, kl_store_i64, kl_store_u32,
+    kl_varint_size, kl_varlong_size, kl_write_varint, kl_write_varlong,
+)
+from .codecs cimport (
+    Pins, check_level, codec_of, compress, decompress, range_end, read_view, walk_compressed,
+    walk_compressed_for_append,
+)
+from .framing cimport (
+    KL_BATCH_INCOMPLETE, KL_BATCH_OK, REC_LEFTOVER, REC_NOMEM, REC_OK, REC_OVERFLOW, BatchHeader, BatchParams,
+    RecordView, Slice, WalkState, batch_error, batch_error_message, batch_where, body_size, check_batch,
+    check_fields, next_header, parse_batch_header, read_record, read_varint, read_varlong, record_message,
+    slice_size, stamp_log_append_time, stamp_max_timestamp, walk_error, walk_init, walk_part, walk_records,
+    write_header_big, write_record,
 )
 
 import functools
-import threading
-import zlib
 
-import cramjam
-import lz4.frame as _lz4_frame
-import zstandard as _zstd
-
+from kafkalog._engine.codecs import _CODEC_NAMES
 from kafkalog.errors import (
-    CorruptRecordError,
-    InvalidConfigError,
     InvalidRecordError,
     InvalidTimestampError,
     LogClosedError,
     RecordTooLargeError,
-    UnsupportedCompressionTypeError,
 )
 
 cnp.import_array()
 
 __all__ = [
-    "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
-    "OffsetMap", "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "filter_batches",
-    "iter_batches", "producer_last_offsets", "set_base_offset",
-    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
+    "BatchBuilder", "Record", "RecordBatch", "OffsetMap", "build_batch", "count_records", "crc32c", "decode_columns",
+    "filter_batches", "iter_batches", "producer_last_offsets", "set_base_offset", "set_log_append_time",
+    "set_max_timestamp", "set_partition_leader_epoch",
 ]
 
-RECORD_BATCH_OVERHEAD = KL_RECORD_BATCH_OVERHEAD
-LOG_OVERHEAD = KL_LOG_OVERHEAD
-COMPRESSION_CODECS = {"none": KL_CODEC_NONE, "gzip": KL_CODEC_GZIP, "snappy": KL_CODEC_SNAPPY,
-                      "lz4": KL_CODEC_LZ4, "zstd": KL_CODEC_ZSTD}
-_CODEC_NAMES = {v: k for k, v in COMPRESSION_CODECS.items()}
-
-# A v2 batch is at least its header; Kafka's smaller KL_MIN_BATCH_LENGTH is the legacy (magic 0) floor.
-cdef int32_t _MIN_V2_LENGTH = KL_RECORD_BATCH_OVERHEAD - KL_LOG_OVERHEAD
 # Smallest encoded record (length, attributes, timestamp delta, offset delta, key/value lengths, header count):
 # bounds the record count a records section can hold before anything is allocated for it.
 cdef Py_ssize_t _MIN_RECORD_SIZE = 7
-cdef Py_ssize_t _NOGIL_BYTES = 65536      # below this, dropping the GIL costs more than it frees
-cdef Py_ssize_t _XERIAL_BLOCK = 32768     # xerial SnappyOutputStream's default block size
-cdef uint32_t _LZ4_MAGIC = 0x184D2204
-
-# Decompression bounds. Kafka bounds only the compressed size of a batch (max.message.bytes), so a small batch may
-# claim any plaintext: a decompression bomb. A produced batch's plaintext may be at most
-#   max(_PLAINTEXT_FLOOR, min(_PLAINTEXT_CAP, records_count * max.message.bytes))
-# (what records_count records of at most max.message.bytes each can hold: every client bounds a record's
-# uncompressed size by its max.request.size, 1 MiB by default), and one record at most
-#   max(max.message.bytes, _RECORD_FLOOR).
-# Validation walks the records as they are decompressed (RecordBatch.check_for_append), holding at most one
-# incomplete record and one decompressed chunk (a raw snappy block, which cannot be streamed, whole: at most
-# _SNAPPY_MAX_RATIO times its compressed size), so a bomb costs a few MiB whatever it claims. Readers keep the whole
-# plaintext (they return it): they are bounded by _READ_LIMIT, and past the first _READ_CHUNK bytes they walk the
-# records as they arrive, so a bad stored batch (zeros, bytes after the last record) stops there.
-cdef Py_ssize_t _PLAINTEXT_FLOOR = 64 << 20
-cdef Py_ssize_t _PLAINTEXT_CAP = 1 << 30
-cdef Py_ssize_t _RECORD_FLOOR = 16 << 20
-cdef Py_ssize_t _READ_LIMIT = 1 << 30     # = _PLAINTEXT_CAP: whatever an append accepted stays readable
-cdef Py_ssize_t _CHECK_CHUNK = 256 << 10  # validation: decompressed bytes per step
-cdef Py_ssize_t _READ_CHUNK = 1 << 20     # readers: decompressed bytes per step
-cdef Py_ssize_t _IN_CHUNK = 64 << 10      # compressed bytes per zlib / lz4 call (each copies what it leaves over)
-# A zstd frame declares the window its decoder must hold (and fill, for a bomb). Levels 1-19 of a streaming
-# compressor (Kafka's producers stream) need at most 8 MiB; only the "ultra" levels 20-22 ask for more.
-cdef Py_ssize_t _ZSTD_MAX_WINDOW = 8 << 20
-# A snappy element of 3 bytes copies at most 64: no snappy block decompresses to more than 64/3 of its size.
-cdef Py_ssize_t _SNAPPY_MAX_RATIO = 22
-
-
-def debug_build():
-    """True when compiled with KAFKALOG_DEBUG=1 (bounds checks and C-level KL_CHECK asserts)."""
-    return bool(KL_DEBUG_ENABLED)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Header parse and checks (the C contract in records.pxd)
-
-cdef int parse_batch_header(const unsigned char *p, Py_ssize_t avail, BatchHeader *h) noexcept nogil:
-    memset(h, 0, sizeof(BatchHeader))
-    if avail < KL_HEADER_SIZE_UP_TO_MAGIC:
-        return KL_BATCH_INCOMPLETE
-    h.base_offset = kl_load_i64(p + KL_BASE_OFFSET_OFFSET)
-    h.batch_length = kl_load_i32(p + KL_LENGTH_OFFSET)
-    h.partition_leader_epoch = kl_load_i32(p + KL_PARTITION_LEADER_EPOCH_OFFSET)
-    h.magic = <int8_t>p[KL_MAGIC_OFFSET]
-    # Kafka's order: a length below any format's minimum is corruption before the magic means anything.
-    if h.batch_length < KL_MIN_BATCH_LENGTH:
-        return KL_BATCH_BAD_LENGTH
-    if h.magic != KL_MAGIC_V2:
-        return KL_BATCH_BAD_MAGIC
-    if h.batch_length < _MIN_V2_LENGTH:
-        return KL_BATCH_BAD_LENGTH
-    if avail >= KL_RECORD_BATCH_OVERHEAD:
-        h.crc = kl_load_u32(p + KL_CRC_OFFSET)
-        h.attributes = kl_load_i16(p + KL_ATTRIBUTES_OFFSET)
-        h.last_offset_delta = kl_load_i32(p + KL_LAST_OFFSET_DELTA_OFFSET)
-        h.base_timestamp = kl_load_i64(p + KL_BASE_TIMESTAMP_OFFSET)
-        h.max_timestamp = kl_load_i64(p + KL_MAX_TIMESTAMP_OFFSET)
-        h.producer_id = kl_load_i64(p + KL_PRODUCER_ID_OFFSET)
-        h.producer_epoch = kl_load_i16(p + KL_PRODUCER_EPOCH_OFFSET)
-        h.base_sequence = kl_load_i32(p + KL_BASE_SEQUENCE_OFFSET)
-        h.records_count = kl_load_i32(p + KL_RECORDS_COUNT_OFFSET)
-    if avail - KL_LOG_OVERHEAD < h.batch_length:
-        return KL_BATCH_INCOMPLETE
-    return KL_BATCH_OK
-
-
-cdef inline int _check_fields(const unsigned char *p, const BatchHeader *h) noexcept nogil:
-    """CRC, codec and count checks of a complete, parsed batch (everything but record framing)."""
-    cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
-    if kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET, size - KL_ATTRIBUTES_OFFSET) != h.crc:
-        return KL_BATCH_BAD_CRC
-    if (h.attributes & KL_COMPRESSION_CODEC_MASK) > KL_CODEC_ZSTD:
-        return KL_BATCH_BAD_CODEC
-    # Compaction may drop records but keeps LastOffsetDelta, so the count may be smaller, never larger.
-    if h.records_count < 0 or h.last_offset_delta < 0 or h.records_count > <int64_t>h.last_offset_delta + 1:
-        return KL_BATCH_BAD_COUNT
-    return KL_BATCH_OK
-
-
-cdef int check_batch(const unsigned char *p, Py_ssize_t avail, BatchHeader *h) noexcept nogil:
-    cdef int rc = parse_batch_header(p, avail, h)
-    cdef int32_t done
-    if rc != KL_BATCH_OK:
-        return rc
-    rc = _check_fields(p, h)
-    if rc != KL_BATCH_OK:
-        return rc
-    if (h.attributes & KL_COMPRESSION_CODEC_MASK) == KL_CODEC_NONE:
-        if _walk_records(p + KL_RECORD_BATCH_OVERHEAD, p + <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD,
-                         h.records_count, &done) != _REC_OK:
-            return KL_BATCH_BAD_RECORDS
-    return KL_BATCH_OK
-
-
-cdef str batch_error_message(int code):
-    if code == KL_BATCH_OK:
-        return "ok"
-    if code == KL_BATCH_INCOMPLETE:
-        return "incomplete batch (the bytes end inside it)"
-    if code == KL_BATCH_BAD_LENGTH:
-        return "illegal batch length (smaller than a v2 batch header)"
-    if code == KL_BATCH_BAD_MAGIC:
-        return "unsupported magic (only record batch v2 is supported)"
-    if code == KL_BATCH_BAD_CRC:
-        return "CRC-32C mismatch"
-    if code == KL_BATCH_BAD_COUNT:
-        return "records count inconsistent with the last offset delta"
-    if code == KL_BATCH_BAD_CODEC:
-        return "unknown compression codec"
-    if code == KL_BATCH_BAD_RECORDS:
-        return "Incorrect declared batch size: record framing does not add up to the batch length"
-    return f"unknown batch error {code}"
-
-
-cdef int stamp_log_append_time(unsigned char *p, Py_ssize_t avail, int64_t timestamp) noexcept nogil:
-    cdef BatchHeader h
-    cdef int rc = parse_batch_header(p, avail, &h)
-    cdef int16_t attrs
-    if rc != KL_BATCH_OK:
-        return rc
-    attrs = h.attributes | KL_TIMESTAMP_TYPE_MASK
-    if attrs == h.attributes and h.max_timestamp == timestamp:
-        return KL_BATCH_OK      # Kafka's setMaxTimestamp skips the CRC pass when nothing changes
-    kl_store_i16(p + KL_ATTRIBUTES_OFFSET, attrs)
-    kl_store_i64(p + KL_MAX_TIMESTAMP_OFFSET, timestamp)
-    kl_store_u32(p + KL_CRC_OFFSET, kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET,
-                                             <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD - KL_ATTRIBUTES_OFFSET))
-    return KL_BATCH_OK
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Record framing
-
-cdef enum:
-    _REC_OK = 0
-    _REC_EOF = 1            # the records end before `count` records were read
-    _REC_BAD_SIZE = 2       # a record's Length is malformed, negative or runs past the records
-    _REC_BAD_BODY = 3       # the fields inside a record do not add up to its Length
-    _REC_BAD_HEADERS = 4    # negative header count / key length, or more headers than bytes
-    _REC_LEFTOVER = 5       # bytes remain after `count` records
-    _REC_OVERFLOW = 6       # decode_columns: a column passed the int32 offsets of the Arrow layout
-    _REC_NOMEM = 7
-    _REC_BAD_OFFSET = 8     # a produced record whose offset delta is not its index (_walk_part, strict)
-    _REC_TOO_LARGE = 9      # a record above the walk's record_limit
-    _REC_MORE = 10          # _walk_part: the bytes end inside a record and more may follow
-
-
-cdef struct RecordView:
-    int64_t ts_delta
-    int32_t offset_delta
-    int32_t key_len             # -1 = null
-    int32_t value_len           # -1 = null
-    int32_t header_count
-    const unsigned char *key
-    const unsigned char *value
-    const unsigned char *headers    # first header; they are already checked by _read_record
-    const unsigned char *end        # end of this record = start of the next
-
-
-cdef inline int _varint(const unsigned char *p, const unsigned char *end, int32_t *out) noexcept nogil:
-    # Most record fields fit one or two bytes (small deltas and lengths): skip the general loop for them.
-    cdef uint32_t z
-    if p < end and p[0] < 0x80:
-        z = p[0]
-    elif end - p >= 2 and p[1] < 0x80:
-        z = (p[0] & 0x7f) | (<uint32_t>p[1] << 7)
-        out[0] = <int32_t>(z >> 1) ^ -<int32_t>(z & 1)
-        return 2
-    else:
-        return kl_read_varint(p, end, out)
-    out[0] = <int32_t>(z >> 1) ^ -<int32_t>(z & 1)
-    return 1
-
-
-cdef inline int _varlong(const unsigned char *p, const unsigned char *end, int64_t *out) noexcept nogil:
-    cdef uint32_t z
-    if p < end and p[0] < 0x80:
-        z = p[0]
-    elif end - p >= 2 and p[1] < 0x80:
-        z = (p[0] & 0x7f) | (<uint32_t>p[1] << 7)
-        out[0] = <int64_t>(z >> 1) ^ -<int64_t>(z & 1)
-        return 2
-    else:
-        return kl_read_varlong(p, end, out)
-    out[0] = <int64_t>(z >> 1) ^ -<int64_t>(z & 1)
-    return 1
-
-
-cdef inline int _read_record(const unsigned char *p, const unsigned char *end, RecordView *r) noexcept nogil:
-    cdef int32_t body
-    cdef int k = _varint(p, end, &body)
-    if k < 0:
-        return _REC_EOF if p == end else _REC_BAD_SIZE
-    p += k
-    if body < 0 or body > end - p:
-        return _REC_BAD_SIZE
-    end = p + body
-    r.end = end
-    if p >= end:
-        return _REC_BAD_BODY
-    p += 1                      # attributes
-    k = _varlong(p, end, &r.ts_delta)
-    if k < 0:
-        return _REC_BAD_BODY
-    p += k
-    k = _varint(p, end, &r.offset_delta)
-    if k < 0:
-        return _REC_BAD_BODY
-    p += k
-    # Like Kafka, any negative key/value length reads as null.
-    k = _varint(p, end, &r.key_len)
-    if k < 0:
-        return _REC_BAD_BODY
-    p += k
-    r.key = p
-    if r.key_len >= 0:
-        if r.key_len > end - p:
-            return _REC_BAD_BODY
-        p += r.key_len
-    else:
-        r.key_len = -1
-    k = _varint(p, end, &r.value_len)
-    if k < 0:
-        return _REC_BAD_BODY
-    p += k
-    r.value = p
-    if r.value_len >= 0:
-        if r.value_len > end - p:
-            return _REC_BAD_BODY
-        p += r.value_len
-    else:
-        r.value_len = -1
-    k = _varint(p, end, &r.header_count)
-    if k < 0:
-        return _REC_BAD_BODY
-    p += k
-    if r.header_count < 0 or r.header_count > end - p:
-        return _REC_BAD_HEADERS
-    r.headers = p
-    if r.header_count:
-        return _check_headers(p, end, r.header_count)
-    return _REC_OK if p == end else _REC_BAD_BODY
-
-
-cdef int _check_headers(const unsigned char *p, const unsigned char *end, int32_t count) noexcept nogil:
-    """The headers of one record fill [p, end) exactly."""
-    cdef int32_t i, hk, hv
-    cdef int k
-    for i in range(count):
-        k = _varint(p, end, &hk)
-        if k < 0:
-            return _REC_BAD_BODY
-        p += k
-        if hk < 0:
-            return _REC_BAD_HEADERS
-        if hk > end - p:
-            return _REC_BAD_BODY
-        p += hk
-        k = _varint(p, end, &hv)
-        if k < 0:
-            return _REC_BAD_BODY
-        p += k
-        if hv >= 0:
-            if hv > end - p:
-                return _REC_BAD_BODY
-            p += hv
-    return _REC_OK if p == end else _REC_BAD_BODY
-
-
-cdef inline const unsigned char *_next_header(const unsigned char *p, const unsigned char **key, int32_t *key_len,
-                                              const unsigned char **value, int32_t *value_len) noexcept nogil:
-    """Decode one header that _read_record already checked (so no bounds checks here)."""
-    p += kl_read_varint(p, p + 5, key_len)
-    key[0] = p
-    p += key_len[0]
-    p += kl_read_varint(p, p + 5, value_len)
-    value[0] = p
-    if value_len[0] >= 0:
-        p += value_len[0]
-    else:
-        value_len[0] = -1
-    return p
-
-
-cdef int _walk_records(const unsigned char *p, const unsigned char *end, int32_t count, int32_t *done) noexcept nogil:
-    cdef RecordView r
-    cdef int rc
-    cdef int32_t i
-    for i in range(count):
-        done[0] = i
-        rc = _read_record(p, end, &r)
-        if rc != _REC_OK:
-            return rc
-        p = r.end
-    done[0] = count
-    return _REC_OK if p == end else _REC_LEFTOVER
-
-
-cdef struct _WalkState:
-    int32_t count               # records declared
-    int32_t index               # records read so far
-    bint strict                 # offset deltas must run 0, 1, 2... (a produced batch; compaction leaves gaps)
-    int64_t base_ts
-    uint64_t min_ts             # smallest record timestamp as unsigned: a non-negative one wins over any negative
-    int64_t max_ts              # largest record timestamp, INT64_MIN while no record was read
-    Py_ssize_t record_limit     # largest record (Length varint included) accepted
-    int64_t bad                 # _REC_BAD_OFFSET: the delta found; _REC_TOO_LARGE: the record's size
-
-
-cdef inline void _walk_init(_WalkState *w, const BatchHeader *h, bint strict, Py_ssize_t record_limit) noexcept nogil:
-    w.count = h.records_count
-    w.index = 0
-    w.strict = strict
-    w.base_ts = h.base_timestamp
-    w.min_ts = <uint64_t>-1
-    w.max_ts = INT64_MIN
-    w.record_limit = record_limit
-    w.bad = 0
-
-
-cdef int _walk_part(_WalkState *w, const unsigned char *p, const unsigned char *end, bint final,
-                    Py_ssize_t *used) noexcept nogil:
-    """Read the complete records at the front of [p, end) in one pass: each checked as _read_record does (plus its
-    size against record_limit and, strict, its offset delta against its index), its timestamp folded into
-    min_ts / max_ts. used = bytes of the records read.
-
-    Returns _REC_MORE when the bytes end inside a record and more may follow (final false), _REC_OK when all `count`
-    records were read and no byte follows, or an error. Over complete bytes (final) the codes are the ones
-    _walk_records gives, so a chunked walk and a whole one name the same problem."""
-    cdef const unsigned char *start = p
-    cdef RecordView r
-    cdef int32_t body
-    cdef int k
-    cdef int rc = _REC_OK
-    cdef int64_t ts
-    while w.index < w.count:
-        rc = _read_record(p, end, &r)
-        if rc == _REC_OK:
-            if r.end - p > w.record_limit:
-                w.bad = r.end - p
-                rc = _REC_TOO_LARGE
-                break
-        elif rc == _REC_EOF:
-            rc = _REC_EOF if final else _REC_MORE
-            break
-        elif rc == _REC_BAD_SIZE:
-            # the record runs past `end`: a bad length, or one the next bytes complete (not final)
-            k = _varint(p, end, &body)
-            if k < 0:
-                # a varlong is at most 10 bytes: fewer may be a varint cut by the chunk boundary
-                rc = _REC_MORE if not final and end - p < 10 else _REC_BAD_SIZE
-            elif body >= 0 and <Py_ssize_t>body > w.record_limit - k:
-                w.bad = <int64_t>body + k
-                rc = _REC_TOO_LARGE
-            elif body >= 0 and not final:
-                rc = _REC_MORE
-            break
-        else:
-            break       # the record is complete and its fields are wrong
-        if w.strict and r.offset_delta != w.index:
-            w.bad = r.offset_delta
-            rc = _REC_BAD_OFFSET
-            break
-        ts = <int64_t>(<uint64_t>w.base_ts + <uint64_t>r.ts_delta)    # wraps like Java's long
-        if ts > w.max_ts:
-            w.max_ts = ts
-        if <uint64_t>ts < w.min_ts:
-            w.min_ts = <uint64_t>ts
-        p = r.end
-        w.index += 1
-    if rc == _REC_OK and p != end:
-        rc = _REC_LEFTOVER
-    used[0] = p - start
-    return rc
-
-
-cdef str _record_message(int rc, int32_t index, int32_t count):
-    if rc == _REC_EOF:
-        return f"Incorrect declared batch size, premature EOF reached (read {index} of {count} records)"
-    if rc == _REC_LEFTOVER:
-        return f"Incorrect declared batch size, records still remaining after the {count} declared records"
-    if rc == _REC_BAD_SIZE:
-        return f"Invalid record size in record {index}: its length runs past the end of the records"
-    if rc == _REC_BAD_HEADERS:
-        return f"Found invalid number of record headers (or a negative header key size) in record {index}"
-    if rc == _REC_OVERFLOW:
-        return "decoded columns exceed 2 GiB (int32 offsets)"
-    return f"Invalid record {index}: its fields do not add up to its length"
-
-
-cdef str _where(const BatchHeader *h, Py_ssize_t pos):
-    return f"record batch at offset {h.base_offset} (position {pos})"
-
-
-cdef object _batch_error(int code, const unsigned char *p, Py_ssize_t avail, Py_ssize_t pos, const BatchHeader *h):
-    """The exception for a KL_BATCH_* code, naming the problem, the batch's offset and its position."""
-    cdef int32_t done = 0
-    cdef int rc
-    cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
-    if code == KL_BATCH_INCOMPLETE:
-        if avail < KL_HEADER_SIZE_UP_TO_MAGIC:
-            return CorruptRecordError(f"truncated record batch at position {pos}: {avail} bytes, "
-                                      f"a batch header needs {KL_HEADER_SIZE_UP_TO_MAGIC}")
-        return CorruptRecordError(f"truncated {_where(h, pos)}: {size} bytes declared, {avail} available")
-    if code == KL_BATCH_BAD_LENGTH:
-        return CorruptRecordError(f"{_where(h, pos)} has illegal batch length {h.batch_length} "
-                                  f"(a v2 batch needs at least {_MIN_V2_LENGTH})")
-    if code == KL_BATCH_BAD_MAGIC:
-        return CorruptRecordError(f"{_where(h, pos)} has magic {h.magic}; only record batch v2 (magic 2) is supported")
-    if code == KL_BATCH_BAD_CRC:
-        return CorruptRecordError(
-            f"{_where(h, pos)} is corrupt: stored CRC 0x{h.crc:08x}, computed 0x"
-            f"{kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET, size - KL_ATTRIBUTES_OFFSET):08x}")
-    if code == KL_BATCH_BAD_CODEC:
-        return UnsupportedCompressionTypeError(
-            f"{_where(h, pos)} uses unknown compression codec {h.attributes & KL_COMPRESSION_CODEC_MASK}")
-    if code == KL_BATCH_BAD_COUNT:
-        return InvalidRecordError(f"{_where(h, pos)} declares {h.records_count} records with last offset delta "
-                                  f"{h.last_offset_delta}")
-    if code == KL_BATCH_BAD_RECORDS:
-        rc = _walk_records(p + KL_RECORD_BATCH_OVERHEAD, p + size, h.records_count, &done)
-        return InvalidRecordError(f"{_where(h, pos)}: {_record_message(rc, done, h.records_count)}")
-    return CorruptRecordError(f"{_where(h, pos)}: {batch_error_message(code)}")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Buffers, time
-
-cdef struct Slice:
-    const unsigned char *p
-    Py_ssize_t n            # -1 = null
-
-
-cdef class _Pins:
-    """Keeps the byte strings one call reads from C alive (and their buffers exported) until the call ends."""
-    cdef Py_buffer *views
-    cdef Py_ssize_t nviews, cap
-    cdef list keep
-
-    def __cinit__(self):
-        self.keep = []
-
-    def __dealloc__(self):
-        cdef Py_ssize_t i
-        for i in range(self.nviews):
-            PyBuffer_Release(&self.views[i])
-        free(self.views)
-
-    cdef int slice(self, object o, Slice *s, str what) except -1:
-        cdef Py_buffer *v
-        if o is None:
-            s.p = NULL
-            s.n = -1
-            return 0
-        if PyBytes_CheckExact(o):
-            s.p = <const unsigned char *>PyBytes_AS_STRING(o)
-            s.n = PyBytes_GET_SIZE(o)
-            return 0
-        if self.nviews == self.cap:
-            v = <Py_buffer *>realloc(self.views, (self.cap * 2 + 4) * sizeof(Py_buffer))
-            if v == NULL:
-                raise MemoryError()
-            self.views = v
-            self.cap = self.cap * 2 + 4
-        v = &self.views[self.nviews]
-        try:
-            PyObject_GetBuffer(o, v, PyBUF_SIMPLE)
-        except TypeError:
-            raise TypeError(f"{what} must be bytes-like or None, not {type(o).__name__}") from None
-        self.nviews += 1
-        s.p = <const unsigned char *>v.buf
-        s.n = v.len
-        return 0
-
-    cdef int pin(self, object o, Slice *s) except -1:
-        """slice() for an object nobody else holds (a decompressed records section)."""
-        self.keep.append(o)
-        return self.slice(o, s, "records")
-
-    cdef int header_key(self, object o, Slice *s) except -1:
-        if PyUnicode_Check(o):
-            s.p = <const unsigned char *>PyUnicode_AsUTF8AndSize(o, &s.n)
-            return 0
-        if o is None:
-            raise TypeError("a header key must be a str, not None")
-        return self.slice(o, s, "a header key")
-
-
-cdef inline int64_t _now_ms() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_REALTIME, &ts)
-    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
-
-
-cdef object _read_view(object buffer, const unsigned char **p, Py_ssize_t *n):
-    """A memoryview that keeps `buffer` exported while C code holds p (readable, C-contiguous)."""
-    cdef object mv = memoryview(buffer)
-    cdef Py_buffer *v = PyMemoryView_GET_BUFFER(mv)
-    if not mv.c_contiguous:
-        raise ValueError("record batches need a C-contiguous buffer")
-    p[0] = <const unsigned char *>v.buf
-    n[0] = v.len
-    return mv
-
-
-cdef Py_ssize_t _range_end(object end, Py_ssize_t start, Py_ssize_t n) except -1:
-    cdef Py_ssize_t stop = n if end is None else end
-    if start < 0 or stop < start or stop > n:
-        raise ValueError(f"byte range [{start}, {stop}) is outside the buffer (0..{n})")
-    return stop
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Codecs
-
-cdef int _codec_of(object compression) except -1:
-    cdef long c
-    if compression is None:
-        return KL_CODEC_NONE
-    if isinstance(compression, str):
-        c = COMPRESSION_CODECS.get(compression.lower(), -1)
-    else:
-        c = compression
-    if c < KL_CODEC_NONE or c > KL_CODEC_ZSTD:
-        raise UnsupportedCompressionTypeError(f"unknown compression codec {compression!r} "
-                                              "(0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd)")
-    return c
-
-
-cdef object _check_level(int codec, object level):
-    """Kafka's ranges for compression.<codec>.level; None keeps the codec's default."""
-    if level is None or codec == KL_CODEC_NONE or codec == KL_CODEC_SNAPPY:
-        return None
-    level = int(level)
-    lo, hi = {KL_CODEC_GZIP: (-1, 9), KL_CODEC_LZ4: (1, 17), KL_CODEC_ZSTD: (-131072, 22)}[codec]
-    if not lo <= level <= hi:
-        raise InvalidConfigError(f"compression level {level} is out of range for {_CODEC_NAMES[codec]}: {lo}..{hi}")
-    return level
-
-
-_tls = threading.local()
-
-
-cdef object _zstd_compressor(int level):
-    # A compression context is costly to set up relative to a small batch: reuse one per thread and level.
-    cache = getattr(_tls, "zstd_c", None)
-    if cache is None:
-        cache = _tls.zstd_c = {}
-    c = cache.get(level)
-    if c is None:
-        c = cache[level] = _zstd.ZstdCompressor(level=level)
-    return c
-
-
-cdef object _zstd_decompressor():
-    d = getattr(_tls, "zstd_d", None)
-    if d is None:
-        d = _tls.zstd_d = _zstd.ZstdDecompressor()
-    return d
-
-
-cdef object _xerial_compress(const unsigned char *p, Py_ssize_t n):
-    cdef Py_ssize_t nblocks = (n + _XERIAL_BLOCK - 1) // _XERIAL_BLOCK
-    cdef Py_ssize_t cap = 16 + nblocks * (4 + 32 + _XERIAL_BLOCK + _XERIAL_BLOCK // 6)
-    cdef Py_ssize_t pos = 16, i, m, w
-    cdef unsigned char *o
-    out = bytearray(cap)
-    o = <unsigned char *>PyByteArray_AS_STRING(out)
-    memcpy(o, b"\x82SNAPPY\x00", 8)
-    kl_store_i32(o + 8, 1)
-    kl_store_i32(o + 12, 1)
-    src = PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ)
-    dst = memoryview(out)
-    try:
-        for i in range(0, n, _XERIAL_BLOCK):
-            m = min(_XERIAL_BLOCK, n - i)
-            w = cramjam.snappy.compress_raw_into(src[i:i + m], dst[pos + 4:])
-            kl_store_i32(o + pos, <int32_t>w)
-            pos += 4 + w
-    finally:
-        src.release()
-    return dst[:pos]
-
-
-cdef object _compress(int codec, object level, const unsigned char *p, Py_ssize_t n):
-    """The compressed records section (a bytes-like object)."""
-    if codec == KL_CODEC_SNAPPY:
-        return _xerial_compress(p, n)
-    src = PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ)
-    try:
-        if codec == KL_CODEC_GZIP:
-            return zlib.compress(src, -1 if level is None else level, 31)
-        if codec == KL_CODEC_LZ4:
-            # Kafka's default level 9 means the fast compressor; other levels pick LZ4 HC.
-            return _lz4_frame.compress(src, compression_level=0 if level is None or level == 9 else level,
-                                       block_size=_lz4_frame.BLOCKSIZE_MAX64KB, block_linked=False,
-                                       content_checksum=False, store_size=False)
-        if codec == KL_CODEC_ZSTD:
-            return _zstd_compressor(3 if level is None else level).compress(src)
-    finally:
-        src.release()
-    raise UnsupportedCompressionTypeError(f"unknown compression codec {codec}")
-
-
-cdef object _zstd_checker():
-    """The decompressor of validation: windows above _ZSTD_MAX_WINDOW refused before anything is decoded."""
-    d = getattr(_tls, "zstd_check", None)
-    if d is None:
-        d = _tls.zstd_check = _zstd.ZstdDecompressor(max_window_size=_ZSTD_MAX_WINDOW)
-    return d
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Bounded decompression: every codec decompresses in steps of at most `chunk` bytes handed to a sink, which counts
-# them against its limit and may stop the decompression early. No declared size is trusted: snappy's preamble is
-# checked against what its block can hold and the sink's room before anything is allocated, lz4's content size and
-# zstd's frame content size are never read (only zstd's window, against _ZSTD_MAX_WINDOW when validating).
-
-cdef class _Sink:
-    """Where a bounded decompression puts its output."""
-    cdef Py_ssize_t total, limit
-    cdef str codec          # the codec's name, for messages
-    cdef str why            # how the limit was derived, for messages
-
-    cdef inline Py_ssize_t room(self, Py_ssize_t chunk):
-        """The most the next step may produce: a chunk, or one byte past the limit (so that passing it shows)."""
-        cdef Py_ssize_t left = self.limit - self.total + 1
-        return chunk if chunk < left else left
-
-    cdef str too_large(self):
-        return f"its {self.codec} records decompress to more than {self.limit} bytes ({self.why})"
-
-    cdef int reserve(self, Py_ssize_t n) except -1:
-        """Refuse before allocating n more bytes past the limit."""
-        if n > self.limit - self.total:
-            raise RecordTooLargeError(self.too_large())
-        return 0
-
-    cdef int put(self, object chunk) except -1:
-        """Take one decompressed chunk; returns 1 when the decompression may stop (the sink has seen enough)."""
-        cdef Py_ssize_t n = len(chunk)
-        if n == 0:
-            return 0
-        self.total += n
-        if self.total > self.limit:
-            raise RecordTooLargeError(self.too_large())
-        return self.take(chunk, n)
-
-    cdef int take(self, object chunk, Py_ssize_t n) except -1:
-        return 0
-
-    cdef int put_ptr(self, const unsigned char *p, Py_ssize_t n) except -1:
-        """put() of bytes the caller reuses after the call (only a _Walker, which keeps what it needs, takes them)."""
-        if n == 0:
-            return 0
-        self.total += n
-        if self.total > self.limit:
-            raise RecordTooLargeError(self.too_large())
-        return (<_Walker?>self).feed(p, n)
-
-
-cdef class _Walker(_Sink):
-    """Validation's sink: walks the records as they are decompressed and keeps nothing but the one record a chunk
-    boundary cut (the carry, at most record_limit bytes). Stops the decompression at the first bad record, or at
-    the first byte after the last declared record."""
-    cdef _WalkState w
-    cdef int rc
-    cdef unsigned char *carry
-    cdef Py_ssize_t clen, ccap
-
-    def __dealloc__(self):
-        free(self.carry)
-
-    cdef int keep(self, const unsigned char *p, Py_ssize_t n) except -1:
-        cdef Py_ssize_t need = self.clen + n, cap
-        cdef unsigned char *grown
-        if need > self.ccap:
-            cap = self.ccap * 2
-            if cap > self.w.record_limit + 16:
-                cap = self.w.record_limit + 16
-            if cap < need:
-                cap = need
-            grown = <unsigned char *>realloc(self.carry, cap)
-            if grown == NULL:
-                raise MemoryError()
-            self.carry = grown
-            self.ccap = cap
-        memcpy(self.carry + self.clen, p, n)
-        self.clen = need
-        return 0
-
-    cdef Py_ssize_t pending(self, Py_ssize_t n) noexcept:
-        """How many of the next n bytes the incomplete record in the carry still needs."""
-        cdef int32_t body
-        cdef int k = _varint(self.carry, self.carry + self.clen, &body)
-        cdef Py_ssize_t want
-        if k < 0:
-            want = 10 - self.clen       # enough for any varint; _walk_part refuses what still is not one
-        elif body < 0 or <Py_ssize_t>body > self.w.record_limit - k:
-            want = 0                    # _walk_part names the error
-        else:
-            want = k + body - self.clen
-        if want < 0:
-            want = 0
-        return want if want < n else n
-
-    cdef int take(self, object chunk, Py_ssize_t n) except -1:
-        cdef Py_buffer v
-        PyObject_GetBuffer(chunk, &v, PyBUF_SIMPLE)
-        try:
-            return self.feed(<const unsigned char *>v.buf, v.len)
-        finally:
-            PyBuffer_Release(&v)
-
-    cdef int feed(self, const unsigned char *p, Py_ssize_t n) except -1:
-        cdef Py_ssize_t used, t
-        cdef int rc
-        while n > 0:
-            if self.rc != _REC_MORE and self.rc != _REC_OK:
-                return 1
-            if self.w.index == self.w.count:
-                self.rc = _REC_LEFTOVER
-                return 1
-            if self.clen == 0:
-                # the common case: walk the chunk where it is, carry only the record its end cuts
-                if n >= _NOGIL_BYTES:
-                    with nogil:
-                        rc = _walk_part(&self.w, p, p + n, False, &used)
-                else:
-                    rc = _walk_part(&self.w, p, p + n, False, &used)
-                self.rc = rc
-                if rc == _REC_MORE and used < n:
-                    self.keep(p + used, n - used)
-                return rc != _REC_MORE and rc != _REC_OK
-            # complete the carried record with what it still needs, then go on in place
-            t = self.pending(n)
-            self.keep(p, t)
-            p += t
-            n -= t
-            rc = _walk_part(&self.w, self.carry, self.carry + self.clen, False, &used)
-            self.rc = rc
-            if rc == _REC_MORE:
-                if used == 0 and t == 0:
-                    self.rc = _REC_BAD_SIZE     # no progress: cannot happen (pending() takes what _walk_part needs)
-                    return 1
-                if used:
-                    memmove(self.carry, self.carry + used, self.clen - used)
-                    self.clen -= used
-            elif rc == _REC_OK:
-                self.clen = 0
-            else:
-                return 1
-        return 0
-
-    cdef int finish(self) except? -1:
-        """The walk's result once the decompression ended: a record cut by the end of the plaintext is an error."""
-        cdef Py_ssize_t used
-        if self.rc == _REC_MORE or self.rc == _REC_OK:
-            if self.clen:
-                self.rc = _walk_part(&self.w, self.carry, self.carry + self.clen, True, &used)
-            elif self.w.index < self.w.count:
-                self.rc = _REC_EOF
-            else:
-                self.rc = _REC_OK
-        free(self.carry)
-        self.carry = NULL
-        self.clen = self.ccap = 0
-        return self.rc
-
-
-cdef class _Collect(_Sink):
-    """A reader's sink: gathers the plaintext. Past the first _READ_CHUNK bytes it also walks the records as they
-    arrive, so a batch whose plaintext goes bad (a bomb of zeros, bytes after the last record) stops there rather
-    than at the limit; a batch up to _READ_CHUNK is walked once only, by its reader."""
-    cdef object first           # the only chunk so far
-    cdef bytearray buf          # from the second chunk on
-    cdef Py_ssize_t walked
-    cdef _WalkState w
-    cdef int rc
-
-    cdef int take(self, object chunk, Py_ssize_t n) except -1:
-        cdef Py_ssize_t used, size
-        cdef const unsigned char *p
-        cdef int rc
-        if self.buf is None:
-            if self.first is None:
-                self.first = chunk
-                return 0
-            self.buf = bytearray(self.first)
-            self.first = None
-        self.buf += chunk
-        if self.total <= _READ_CHUNK:
-            return 0
-        p = <const unsigned char *>PyByteArray_AS_STRING(self.buf)
-        size = PyByteArray_GET_SIZE(self.buf)
-        with nogil:
-            rc = _walk_part(&self.w, p + self.walked, p + size, False, &used)
-        self.walked += used
-        self.rc = rc
-        return rc != _REC_MORE and rc != _REC_OK
-
-    cdef object result(self):
-        if self.buf is not None:
-            return self.buf
-        return self.first if self.first is not None else b""
-
-
-cdef int _inflate_gzip(object src, Py_ssize_t n, _Sink sink, Py_ssize_t chunk) except -1:
-    cdef Py_ssize_t at = 0, start
-    while True:
-        d = zlib.decompressobj(47)      # 32 + 15: gzip or zlib header, detected
-        while not d.eof:
-            data = d.unconsumed_tail
-            if not data and at < n:
-                data = src[at:at + _IN_CHUNK]
-                at += len(data)
-            out = d.decompress(data, sink.room(chunk))
-            if out:
-                if sink.put(out):
-                    return 0
-            elif not d.eof and not d.unconsumed_tail and at >= n:
-                raise InvalidRecordError("truncated gzip stream")
-        # Java's GZIPInputStream reads concatenated members and ignores anything else that follows.
-        start = at - len(d.unused_data)
-        if n - start < 2 or src[start] != 0x1f or src[start + 1] != 0x8b:
-            return 0
-        at = start
-
-
-cdef Py_ssize_t _snappy_len(object block, Py_ssize_t blen) except -1:
-    """The decompressed length a raw snappy block declares, refused when the block cannot hold that much."""
-    cdef Py_ssize_t m = cramjam.snappy.decompress_raw_len(block)
-    if m > _SNAPPY_MAX_RATIO * blen:
-        raise InvalidRecordError(f"a snappy block of {blen} bytes declares {m} decompressed bytes, more than "
-                                 f"{_SNAPPY_MAX_RATIO} times its size (no snappy block expands that much)")
-    return m
-
-
-cdef int _snappy_into(object block, Py_ssize_t blen, object dst, Py_ssize_t m) except -1:
-    if cramjam.snappy.decompress_raw_into(block, dst) != m:
-        raise InvalidRecordError(f"a snappy block of {blen} bytes does not decompress to the {m} bytes it declares")
-    return 0
-
-
-cdef int _inflate_snappy(const unsigned char *p, Py_ssize_t n, object src, _Sink sink, bint whole) except -1:
-    """Raw snappy (one block) or xerial framing. whole (a reader): every block's declared length is checked
-    first, then one buffer holds them all; otherwise each block goes to the sink as it is decompressed."""
-    cdef Py_ssize_t pos = 0, total = 0, m
-    cdef int32_t blen
-    cdef bytearray scratch = None   # one buffer for every block (a walker keeps what it needs)
-    if n < 16 or memcmp8(p, b"\x82SNAPPY\x00"):
-        m = _snappy_len(src, n)     # raw snappy, one block
-        sink.reserve(m)
-        out = PyByteArray_FromStringAndSize(NULL, m)
-        _snappy_into(src, n, out, m)
-        sink.put(out)
-        return 0
-    blocks = []
-    while pos < n:
-        if n - pos >= 16 and not memcmp8(p + pos, b"\x82SNAPPY\x00"):
-            pos += 16           # xerial streams may be concatenated; each repeats the header
-            continue
-        if n - pos < 4:
-            raise InvalidRecordError("truncated snappy (xerial) block length")
-        blen = kl_load_i32(p + pos)
-        pos += 4
-        if blen < 0 or blen > n - pos:
-            raise InvalidRecordError(f"snappy (xerial) block of {blen} bytes runs past the records")
-        block = src[pos:pos + blen]
-        m = _snappy_len(block, blen)
-        if whole:
-            total += m
-            sink.reserve(total)
-            blocks.append((block, blen, m))
-        else:
-            sink.reserve(m)
-            if scratch is None or PyByteArray_GET_SIZE(scratch) < m:
-                scratch = PyByteArray_FromStringAndSize(NULL, m)
-            _snappy_into(block, blen, scratch, m)
-            if sink.put_ptr(<const unsigned char *>PyByteArray_AS_STRING(scratch), m):
-                return 0
-        pos += blen
-    if whole:
-        out = PyByteArray_FromStringAndSize(NULL, total)
-        dst = memoryview(out)
-        pos = 0
-        try:
-            for block, blen, m in blocks:
-                _snappy_into(block, blen, dst[pos:pos + m], m)
-                pos += m
-        finally:
-            dst.release()
-        sink.put(out)
-    return 0
-
-
-cdef inline bint memcmp8(const unsigned char *a, const char *b) noexcept:
-    cdef int i
-    for i in range(8):
-        if a[i] != <unsigned char>b[i]:
-            return True
-    return False
-
-
-cdef int _inflate_lz4(const unsigned char *p, Py_ssize_t n, object src, _Sink sink, Py_ssize_t chunk) except -1:
-    cdef unsigned char flg, bd
-    cdef Py_ssize_t at = 0, used
-    if n < 7 or kl_load_u32le(p) != _LZ4_MAGIC:
-        raise InvalidRecordError("lz4 records section does not start with an LZ4 frame")
-    flg = p[4]
-    bd = p[5]
-    if (flg >> 6) != 1 or (flg & 0x02) or (bd & 0x8F) or ((bd >> 4) & 7) < 4:
-        raise InvalidRecordError(f"unsupported LZ4 frame descriptor FLG 0x{flg:02x} BD 0x{bd:02x}")
-    if not (flg & 0x20):
-        raise InvalidRecordError("Dependent block stream is unsupported: the LZ4 frame uses linked blocks, "
-                                 "which Kafka rejects (write with block_linked=False)")
-    ctx = _lz4_frame.create_decompression_context()
-    while True:
-        # one frame, as lz4.frame.decompress reads it: what follows the end mark is ignored
-        out, used, eof = _lz4_frame.decompress_chunk(ctx, src[at:at + _IN_CHUNK], max_length=sink.room(chunk))
-        at += used
-        if out:
-            if sink.put(out):
-                return 0
-        elif used == 0 and not eof:
-            raise InvalidRecordError("truncated lz4 frame")
-        if eof:
-            return 0
-
-
-cdef enum:
-    _ZSTD_FRAMES_OK = 0
-    _ZSTD_TRUNCATED = 1
-    _ZSTD_NOT_A_FRAME = 2
-
-
-cdef int _zstd_frames(const unsigned char *p, Py_ssize_t n, Py_ssize_t *at, uint64_t *window) noexcept nogil:
-    """Walk the frame and block headers of a zstd stream (no decoding): whether it is whole frames, and the largest
-    window any frame declares. A streaming decoder returns what it has when a frame is cut short, silently."""
-    cdef Py_ssize_t pos = 0, size
-    cdef uint32_t magic, bh
-    cdef unsigned char fhd, wd
-    cdef uint64_t w, fcs
-    cdef int fcs_bytes, i
-    window[0] = 0
-    while pos < n:
-        at[0] = pos
-        if n - pos < 4:
-            return _ZSTD_TRUNCATED
-        magic = kl_load_u32le(p + pos)
-        if (magic & 0xFFFFFFF0u) == 0x184D2A50u:        # skippable frame
-            if n - pos < 8:
-                return _ZSTD_TRUNCATED
-            size = kl_load_u32le(p + pos + 4)
-            if size > n - pos - 8:
-                return _ZSTD_TRUNCATED
-            pos += 8 + size
-            continue
-        if magic != 0xFD2FB528u:
-            return _ZSTD_NOT_A_FRAME
-        pos += 4
-        if pos >= n:
-            return _ZSTD_TRUNCATED
-        fhd = p[pos]
-        pos += 1
-        if fhd & 0x08:                                  # reserved bit
-            return _ZSTD_NOT_A_FRAME
-        fcs_bytes = (1 if fhd & 0x20 else 0) if (fhd >> 6) == 0 else (1 << (fhd >> 6))
-        size = (0 if fhd & 0x20 else 1) + ((fhd & 3) if (fhd & 3) < 3 else 4) + fcs_bytes
-        if size > n - pos:
-            return _ZSTD_TRUNCATED
-        if fhd & 0x20:                                  # single segment: the window is the content size
-            fcs = 0
-            for i in range(fcs_bytes):
-                fcs |= (<uint64_t>p[pos + size - fcs_bytes + i]) << (8 * i)
-            if fcs_bytes == 2:
-                fcs += 256
-            w = fcs
-        else:
-            wd = p[pos]
-            w = (<uint64_t>1) << (10 + (wd >> 3))
-            w += (w >> 3) * (wd & 7)
-        if w > window[0]:
-            window[0] = w
-        pos += size
-        while True:
-            if n - pos < 3:
-                return _ZSTD_TRUNCATED
-            bh = p[pos] | (<uint32_t>p[pos + 1] << 8) | (<uint32_t>p[pos + 2] << 16)
-            pos += 3
-            if ((bh >> 1) & 3) == 3:                    # reserved block type
-                return _ZSTD_NOT_A_FRAME
-            size = 1 if ((bh >> 1) & 3) == 1 else (bh >> 3)     # an RLE block holds one byte
-            if size > n - pos:
-                return _ZSTD_TRUNCATED
-            pos += size
-            if bh & 1:                                  # last block
-                break
-        if fhd & 0x04:                                  # content checksum
-            if n - pos < 4:
-                return _ZSTD_TRUNCATED
-            pos += 4
-    return _ZSTD_FRAMES_OK
-
-
-cdef int _inflate_zstd(const unsigned char *p, Py_ssize_t n, object src, _Sink sink, Py_ssize_t chunk,
-                       bint checking) except -1:
-    cdef Py_ssize_t at = 0
-    cdef uint64_t window = 0
-    cdef int rc = _zstd_frames(p, n, &at, &window)
-    if rc == _ZSTD_TRUNCATED:
-        raise InvalidRecordError("truncated zstd frame")
-    if rc == _ZSTD_NOT_A_FRAME:
-        raise InvalidRecordError(f"byte {at} of the zstd records is not a zstd frame")
-    if checking and window > <uint64_t>_ZSTD_MAX_WINDOW:
-        raise InvalidRecordError(f"a zstd frame needs a {window}-byte window, above the {_ZSTD_MAX_WINDOW} bytes "
-                                 "accepted (zstd levels 20-22 of a streaming compressor)")
-    # Kafka streams zstd, so frames usually carry no content size; a reader across frames reads them all.
-    reader = (_zstd_checker() if checking else _zstd_decompressor()).stream_reader(src, read_across_frames=True)
-    while True:
-        out = reader.read(sink.room(chunk))
-        if not out or sink.put(out):
-            return 0
-
-
-cdef int _inflate(int codec, const unsigned char *p, Py_ssize_t n, const BatchHeader *h, Py_ssize_t pos,
-                  _Sink sink, Py_ssize_t chunk, bint checking) except -1:
-    """Decompress the records section [p, p + n) of a batch into sink, in steps of at most chunk bytes; errors name
-    the batch. checking: validation's stricter zstd window."""
-    sink.codec = _CODEC_NAMES.get(codec, str(codec))
-    src = PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ)
-    try:
-        if codec == KL_CODEC_GZIP:
-            _inflate_gzip(src, n, sink, chunk)
-        elif codec == KL_CODEC_SNAPPY:
-            _inflate_snappy(p, n, src, sink, isinstance(sink, _Collect))
-        elif codec == KL_CODEC_LZ4:
-            _inflate_lz4(p, n, src, sink, chunk)
-        elif codec == KL_CODEC_ZSTD:
-            _inflate_zstd(p, n, src, sink, chunk, checking)
-        else:
-            raise UnsupportedCompressionTypeError(f"{_where(h, pos)} uses unknown compression codec {codec}")
-    except RecordTooLargeError as e:
-        raise RecordTooLargeError(f"{_where(h, pos)}: {e}") from None
-    except InvalidRecordError as e:
-        raise InvalidRecordError(f"{_where(h, pos)}: {e}") from None
-    except UnsupportedCompressionTypeError:
-        raise
-    except (zlib.error, RuntimeError, ValueError, _zstd.ZstdError, cramjam.DecompressionError) as e:
-        raise InvalidRecordError(f"{_where(h, pos)}: cannot decompress {_CODEC_NAMES[codec]} records: {e}") from e
-    finally:
-        src.release()
-    return 0
-
-
-cdef object _decompress(int codec, const unsigned char *p, Py_ssize_t n, const BatchHeader *h, Py_ssize_t pos):
-    """A reader's plaintext records of a compressed batch, as a bytes-like object (at most _READ_LIMIT bytes)."""
-    cdef _Collect sink = _Collect()
-    sink.limit = _READ_LIMIT
-    sink.why = "the bound on one batch's plaintext"
-    _walk_init(&sink.w, h, False, PY_SSIZE_T_MAX)
-    sink.rc = _REC_MORE
-    _inflate(codec, p, n, h, pos, sink, _READ_CHUNK, False)
-    if sink.rc != _REC_MORE and sink.rc != _REC_OK:
-        raise InvalidRecordError(f"{_where(h, pos)}: {_record_message(sink.rc, sink.w.index, h.records_count)}")
-    return sink.result()
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Writing
-
-cdef struct BatchParams:
-    int64_t base_offset
-    int32_t partition_leader_epoch
-    int16_t attributes
-    int32_t count
-    int64_t base_timestamp
-    int64_t max_timestamp
-    int64_t producer_id
-    int16_t producer_epoch
-    int32_t base_sequence
-
-
-cdef void _write_header(unsigned char *p, Py_ssize_t size, const BatchParams *bp) noexcept nogil:
-    kl_store_i64(p + KL_BASE_OFFSET_OFFSET, bp.base_offset)
-    kl_store_i32(p + KL_LENGTH_OFFSET, <int32_t>(size - KL_LOG_OVERHEAD))
-    kl_store_i32(p + KL_PARTITION_LEADER_EPOCH_OFFSET, bp.partition_leader_epoch)
-    p[KL_MAGIC_OFFSET] = KL_MAGIC_V2
-    kl_store_i16(p + KL_ATTRIBUTES_OFFSET, bp.attributes)
-    kl_store_i32(p + KL_LAST_OFFSET_DELTA_OFFSET, bp.count - 1)
-    kl_store_i64(p + KL_BASE_TIMESTAMP_OFFSET, bp.base_timestamp)
-    kl_store_i64(p + KL_MAX_TIMESTAMP_OFFSET, bp.max_timestamp)
-    kl_store_i64(p + KL_PRODUCER_ID_OFFSET, bp.producer_id)
-    kl_store_i16(p + KL_PRODUCER_EPOCH_OFFSET, bp.producer_epoch)
-    kl_store_i32(p + KL_BASE_SEQUENCE_OFFSET, bp.base_sequence)
-    kl_store_i32(p + KL_RECORDS_COUNT_OFFSET, bp.count)
-    kl_store_u32(p + KL_CRC_OFFSET, kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET, size - KL_ATTRIBUTES_OFFSET))
-
-
-cdef inline void _write_header_big(unsigned char *p, Py_ssize_t size, const BatchParams *bp) noexcept:
-    if size >= _NOGIL_BYTES:
-        with nogil:
-            _write_header(p, size, bp)
-    else:
-        _write_header(p, size, bp)
-
 
 cdef bytes _seal(bytes raw_obj, const unsigned char *raw, Py_ssize_t raw_len, int codec, object level,
                  const BatchParams *bp):
@@ -1230,9 +83,9 @@ cdef bytes _seal(bytes raw_obj, const unsigned char *raw, Py_ssize_t raw_len, in
     if codec == KL_CODEC_NONE:
         out = raw_obj if raw_obj is not None else PyBytes_FromStringAndSize(<const char *>raw, raw_len)
         o = <unsigned char *>PyBytes_AS_STRING(out)
-        _write_header_big(o, raw_len, bp)
+        write_header_big(o, raw_len, bp)
         return out
-    comp = _compress(codec, level, raw + KL_RECORD_BATCH_OVERHEAD, raw_len - KL_RECORD_BATCH_OVERHEAD)
+    comp = compress(codec, level, raw + KL_RECORD_BATCH_OVERHEAD, raw_len - KL_RECORD_BATCH_OVERHEAD)
     PyObject_GetBuffer(comp, &v, PyBUF_SIMPLE)
     try:
         size = KL_RECORD_BATCH_OVERHEAD + v.len
@@ -1240,59 +93,24 @@ cdef bytes _seal(bytes raw_obj, const unsigned char *raw, Py_ssize_t raw_len, in
             raise RecordTooLargeError(f"compressed batch of {size} bytes exceeds 2 GiB")
         out = PyBytes_FromStringAndSize(NULL, size)
         o = <unsigned char *>PyBytes_AS_STRING(out)
-        if size >= _NOGIL_BYTES:
+        if size >= KL_NOGIL_BYTES:
             with nogil:
                 memcpy(o + KL_RECORD_BATCH_OVERHEAD, v.buf, v.len)
         else:
             memcpy(o + KL_RECORD_BATCH_OVERHEAD, v.buf, v.len)
-        _write_header_big(o, size, bp)
+        write_header_big(o, size, bp)
     finally:
         PyBuffer_Release(&v)
     return out
 
 
-cdef inline Py_ssize_t _slice_size(Slice s) noexcept nogil:
-    return kl_varint_size(<int32_t>s.n) + (s.n if s.n > 0 else 0)
-
-
-cdef inline unsigned char *_put_slice(unsigned char *w, Slice s) noexcept nogil:
-    w += kl_write_varint(w, <int32_t>s.n)
-    if s.n > 0:
-        memcpy(w, s.p, s.n)
-        w += s.n
-    return w
-
-
-cdef inline Py_ssize_t _body_size(int64_t ts_delta, int32_t offset_delta, Slice key, Slice value,
-                                  Py_ssize_t header_bytes) noexcept nogil:
-    return (1 + kl_varlong_size(ts_delta) + kl_varint_size(offset_delta) + _slice_size(key) + _slice_size(value)
-            + header_bytes)
-
-
-cdef inline unsigned char *_write_record(unsigned char *w, int32_t body, int64_t ts_delta, int32_t offset_delta,
-                                         Slice key, Slice value, const Slice *headers,
-                                         int32_t header_count) noexcept nogil:
-    cdef int32_t j
-    w += kl_write_varint(w, body)
-    w[0] = 0
-    w += 1
-    w += kl_write_varlong(w, ts_delta)
-    w += kl_write_varint(w, offset_delta)
-    w = _put_slice(w, key)
-    w = _put_slice(w, value)
-    w += kl_write_varint(w, header_count)
-    for j in range(2 * header_count):
-        w = _put_slice(w, headers[j])
-    return w
-
-
-cdef int _check_len(Py_ssize_t n, str what) except -1:
+cdef int check_len(Py_ssize_t n, str what) except -1:
     if n > KL_INT32_MAX:
         raise RecordTooLargeError(f"{what} of {n} bytes exceeds the 2 GiB a record batch can hold")
     return 0
 
 
-cdef class _HeaderTable(_Pins):
+cdef class _HeaderTable(Pins):
     """Header (key, value) slices of the records of one build, flattened."""
     cdef Slice *hs
     cdef Py_ssize_t nh, hcap
@@ -1321,9 +139,9 @@ cdef class _HeaderTable(_Pins):
                 raise TypeError(f"a header must be a (str, bytes | None) pair, not {pair!r}") from None
             self.header_key(k, &self.hs[self.nh])
             self.slice(v, &self.hs[self.nh + 1], "a header value")
-            _check_len(self.hs[self.nh].n, "a header key")
-            _check_len(self.hs[self.nh + 1].n, "a header value")
-            total += _slice_size(self.hs[self.nh]) + _slice_size(self.hs[self.nh + 1])
+            check_len(self.hs[self.nh].n, "a header key")
+            check_len(self.hs[self.nh + 1].n, "a header value")
+            total += slice_size(self.hs[self.nh]) + slice_size(self.hs[self.nh + 1])
             self.nh += 2
         count[0] = <int32_t>m
         return total + kl_varint_size(<int32_t>m)
@@ -1344,8 +162,8 @@ cdef void _write_records(unsigned char *raw, Py_ssize_t total, const _Rec *recs,
     cdef unsigned char *w = raw + KL_RECORD_BATCH_OVERHEAD
     cdef Py_ssize_t i
     for i in range(n):
-        w = _write_record(w, recs[i].body, recs[i].timestamp - base_ts, <int32_t>i, recs[i].key, recs[i].value,
-                          headers + recs[i].first_header, recs[i].header_count)
+        w = write_record(w, recs[i].body, recs[i].timestamp - base_ts, <int32_t>i, recs[i].key, recs[i].value,
+                         headers + recs[i].first_header, recs[i].header_count)
     KL_CHECK(w == raw + total)
 
 
@@ -1373,7 +191,7 @@ def build_batch(values, keys=None, timestamps=None, headers=None, *, int64_t bas
                 int64_t producer_id=-1, int producer_epoch=-1, int32_t base_sequence=-1,
                 int32_t partition_leader_epoch=-1, bint is_transactional=False):
     """One record batch v2 (bytes) holding ``values`` with their keys, timestamps and headers."""
-    cdef int codec = _codec_of(compression)
+    cdef int codec = codec_of(compression)
     cdef _HeaderTable pins = _HeaderTable()
     cdef Py_ssize_t n, i, total, body
     cdef PyObject **vitems
@@ -1387,10 +205,10 @@ def build_batch(values, keys=None, timestamps=None, headers=None, *, int64_t bas
     cdef unsigned char *w
     cdef bytes raw_obj = None
     cdef unsigned char *raw
-    level = _check_level(codec, compression_level)
+    level = check_level(codec, compression_level)
     bp.attributes = _attributes(codec, timestamp_type, is_transactional)
     if default_timestamp == -1:
-        default_timestamp = _now_ms()
+        default_timestamp = now_ms()
     elif default_timestamp < -1:
         raise InvalidTimestampError(f"invalid negative timestamp {default_timestamp}")
 
@@ -1443,15 +261,15 @@ def build_batch(values, keys=None, timestamps=None, headers=None, *, int64_t bas
         total = KL_RECORD_BATCH_OVERHEAD
         for i in range(n):
             r = &recs[i]
-            _check_len(r.key.n, "a key")
-            _check_len(r.value.n, "a value")
+            check_len(r.key.n, "a key")
+            check_len(r.value.n, "a value")
             if r.timestamp > max_ts:
                 max_ts = r.timestamp
-            body = _body_size(r.timestamp - base_ts, <int32_t>i, r.key, r.value, r.header_bytes)
-            _check_len(body, "a record")
+            body = body_size(r.timestamp - base_ts, <int32_t>i, r.key, r.value, r.header_bytes)
+            check_len(body, "a record")
             r.body = <int32_t>body
             total += kl_varint_size(r.body) + body
-            _check_len(total - KL_LOG_OVERHEAD, "the batch")
+            check_len(total - KL_LOG_OVERHEAD, "the batch")
         # Pass 2: write. Uncompressed, the records go straight into the bytes object returned.
         if codec == KL_CODEC_NONE:
             raw_obj = PyBytes_FromStringAndSize(NULL, total)
@@ -1461,7 +279,7 @@ def build_batch(values, keys=None, timestamps=None, headers=None, *, int64_t bas
             if raw == NULL:
                 raise MemoryError()
         try:
-            if total >= _NOGIL_BYTES:
+            if total >= KL_NOGIL_BYTES:
                 with nogil:
                     _write_records(raw, total, recs, n, base_ts, pins.hs)
             else:
@@ -1488,20 +306,6 @@ cdef class BatchBuilder:
     Records are encoded into an internal C buffer as they are appended; ``build()`` adds the header (and compresses).
     Not thread-safe: one builder belongs to one writer.
     """
-    cdef unsigned char *_buf    # KL_RECORD_BATCH_OVERHEAD bytes of header space, then the encoded records
-    cdef Py_ssize_t _len, _cap
-    cdef int32_t _count
-    cdef bint _closed                      # close() was called: stage() refuses
-    cdef public int64_t base_offset        # absolute offset of record 0, for stage()
-    cdef public Py_ssize_t max_batch_bytes  # stage()/append() refuse to grow the batch past this (max.message.bytes)
-    cdef public Py_ssize_t target_bytes     # ``full`` once the batch holds this many bytes (Kafka's batch.size)
-    cdef int64_t _first_ts, _max_ts
-    cdef int _codec
-    cdef object _level
-    cdef int16_t _attributes
-    cdef int64_t _producer_id
-    cdef int16_t _producer_epoch
-    cdef int32_t _base_sequence
 
     def __cinit__(self):
         self.max_batch_bytes = KL_INT32_MAX
@@ -1519,8 +323,8 @@ cdef class BatchBuilder:
 
     def __init__(self, compression=0, compression_level=None, int timestamp_type=0, int64_t producer_id=-1,
                  int producer_epoch=-1, int32_t base_sequence=-1, bint is_transactional=False):
-        self._codec = _codec_of(compression)
-        self._level = _check_level(self._codec, compression_level)
+        self._codec = codec_of(compression)
+        self._level = check_level(self._codec, compression_level)
         self._attributes = _attributes(self._codec, timestamp_type, is_transactional)
         self._producer_id = producer_id
         self._producer_epoch = <int16_t>producer_epoch
@@ -1567,7 +371,7 @@ cdef class BatchBuilder:
         cdef const Slice *hs = NULL
         cdef int64_t first_ts
         if timestamp == -1:
-            timestamp = _now_ms()
+            timestamp = now_ms()
         elif timestamp < -1:
             raise InvalidTimestampError(f"invalid negative timestamp {timestamp}")
         if self._count == KL_INT32_MAX:
@@ -1591,16 +395,16 @@ cdef class BatchBuilder:
                 k.n = PyBytes_GET_SIZE(key)
             else:
                 _get_buffer(key, &kv, &k, "a key")
-            _check_len(k.n, "a key")
-            _check_len(v.n, "a value")
+            check_len(k.n, "a key")
+            check_len(v.n, "a value")
             if headers is not None:
                 table = _HeaderTable()
                 header_bytes = table.add(headers, &header_count)
                 hs = table.hs
             first_ts = self._first_ts if self._count else timestamp
-            body = _body_size(timestamp - first_ts, self._count, k, v, header_bytes)
+            body = body_size(timestamp - first_ts, self._count, k, v, header_bytes)
             need = kl_varint_size(<int32_t>min(body, KL_INT32_MAX)) + body
-            _check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
+            check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
             if self._len + need > self.max_batch_bytes:
                 if self._count:
                     return -1
@@ -1609,8 +413,8 @@ cdef class BatchBuilder:
                                           f"{self.max_batch_bytes}")
             if self._cap - self._len < need:
                 self._reserve(need)
-            _write_record(self._buf + self._len, <int32_t>body, timestamp - first_ts, self._count, k, v,
-                          hs, header_count)
+            write_record(self._buf + self._len, <int32_t>body, timestamp - first_ts, self._count, k, v,
+                         hs, header_count)
         finally:
             PyBuffer_Release(&kv)
             PyBuffer_Release(&vv)
@@ -1898,19 +702,19 @@ cdef class ProducerBatch(BatchBuilder):
             k.p = <const unsigned char *>PyBytes_AS_STRING(key)
             k.n = PyBytes_GET_SIZE(key)
         if k.n > KL_INT32_MAX or v.n > KL_INT32_MAX:
-            _check_len(k.n, "a key")
-            _check_len(v.n, "a value")
+            check_len(k.n, "a key")
+            check_len(v.n, "a value")
         if self._nfacts == self._facts_cap:
             self._grow_facts()
         first_ts = self._first_ts if i else timestamp
-        body = _body_size(timestamp - first_ts, i, k, v, 1)  # 1: the HeaderCount varint of 0
+        body = body_size(timestamp - first_ts, i, k, v, 1)  # 1: the HeaderCount varint of 0
         need = kl_varint_size(<int32_t>min(body, KL_INT32_MAX)) + body
         if body > KL_INT32_MAX or self._len + need - KL_LOG_OVERHEAD > KL_INT32_MAX:
-            _check_len(body, "a record")
-            _check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
+            check_len(body, "a record")
+            check_len(self._len + need - KL_LOG_OVERHEAD, "the batch")
         if self._cap - self._len < need:
             self._reserve(need)
-        _write_record(self._buf + self._len, <int32_t>body, timestamp - first_ts, i, k, v, NULL, 0)
+        write_record(self._buf + self._len, <int32_t>body, timestamp - first_ts, i, k, v, NULL, 0)
         self._len += need
         self._first_ts = first_ts
         if i == 0 or timestamp > self._max_ts:
@@ -2012,7 +816,7 @@ cdef class ProducerBatch(BatchBuilder):
         bp.base_sequence = self._base_sequence
         self._exports += 1  # no append from here on, even before the view exists (the header write may drop the GIL)
         try:
-            _write_header_big(self._buf, self._len, &bp)
+            write_header_big(self._buf, self._len, &bp)
             return memoryview(self)
         finally:
             self._exports -= 1
@@ -2223,7 +1027,7 @@ cdef class RecordAccumulator:
             return self._send(topic, value, key, headers, partition, timestamp_ms)
         n = PyTuple_GET_SIZE(st.parts)
         if timestamp_ms is None:
-            ts = _now_ms()
+            ts = now_ms()
         else:
             ts = _plain_int(timestamp_ms, 0x7FFFFFFFFFFFFFFF)
             if ts < 0:
@@ -2404,7 +1208,7 @@ cdef list _headers_list(const unsigned char *p, int32_t count):
     cdef const unsigned char *v
     cdef int32_t kn = 0, vn = 0, i
     for i in range(count):
-        p = _next_header(p, &k, &kn, &v, &vn)
+        p = next_header(p, &k, &kn, &v, &vn)
         # Java decodes header keys with replacement characters; so do we.
         out.append((PyUnicode_DecodeUTF8(<const char *>k, kn, "replace"), _bytes_or_none(v, vn)))
     return out
@@ -2425,12 +1229,12 @@ cdef class RecordBatch:
         cdef const unsigned char *base
         cdef Py_ssize_t n
         cdef int rc
-        mv = _read_view(buffer, &base, &n)
+        mv = read_view(buffer, &base, &n)
         if offset < 0 or offset > n:
             raise ValueError(f"position {offset} is outside the buffer (0..{n})")
         rc = parse_batch_header(base + offset, n - offset, &self._h)
         if rc != KL_BATCH_OK:
-            raise _batch_error(rc, base + offset, n - offset, offset, &self._h)
+            raise batch_error(rc, base + offset, n - offset, offset, &self._h)
         self._mv = mv
         self._p = base + offset
         self._pos = offset
@@ -2527,7 +1331,7 @@ cdef class RecordBatch:
         cdef BatchHeader h
         cdef int rc
         cdef Py_ssize_t size = <Py_ssize_t>self._h.batch_length + KL_LOG_OVERHEAD
-        if size >= _NOGIL_BYTES:
+        if size >= KL_NOGIL_BYTES:
             with nogil:
                 rc = check_batch(self._p, size, &h)
         else:
@@ -2547,20 +1351,14 @@ cdef class RecordBatch:
         check_for_append is the stricter check of a produced batch.
         """
         cdef int rc = self._check()
-        cdef _Walker walker
+        cdef WalkState w
         if rc != KL_BATCH_OK:
-            raise _batch_error(rc, self._p, self.size_in_bytes, self._pos, &self._h)
+            raise batch_error(rc, self._p, self.size_in_bytes, self._pos, &self._h)
         if decompress and self.compression != KL_CODEC_NONE:
-            walker = _Walker()
-            walker.limit = _READ_LIMIT
-            walker.why = "the bound on one batch's plaintext"
-            _walk_init(&walker.w, &self._h, False, _READ_LIMIT)
-            walker.rc = _REC_MORE
-            _inflate(self.compression, self._p + KL_RECORD_BATCH_OVERHEAD,
-                     self.size_in_bytes - KL_RECORD_BATCH_OVERHEAD, &self._h, self._pos, walker, _CHECK_CHUNK, False)
-            rc = walker.finish()
-            if rc != _REC_OK:
-                raise _walk_error(rc, &walker.w, &self._h, self._pos, None, 0)
+            rc = walk_compressed(self.compression, self._p + KL_RECORD_BATCH_OVERHEAD,
+                                 self.size_in_bytes - KL_RECORD_BATCH_OVERHEAD, &self._h, self._pos, &w)
+            if rc != REC_OK:
+                raise walk_error(rc, &w, &self._h, self._pos, None, 0)
 
     def check_for_append(self, Py_ssize_t max_message_bytes):
         """Validate a batch a producer sent, in one pass over its records, and return (min_ts, max_ts) of its
@@ -2584,56 +1382,40 @@ cdef class RecordBatch:
         never read.
         """
         cdef const BatchHeader *h = &self._h
-        cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD, used = 0, limit, record_limit, per
+        cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD, used = 0
         cdef int codec = h.attributes & KL_COMPRESSION_CODEC_MASK
         cdef bint counted = <int64_t>h.records_count == <int64_t>h.last_offset_delta + 1
         cdef bint walked = False
-        cdef int rc, wrc = _REC_OK
-        cdef _WalkState w
-        cdef _Walker walker
-        if size >= _NOGIL_BYTES:
+        cdef int rc, wrc = REC_OK
+        cdef WalkState w
+        if size >= KL_NOGIL_BYTES:
             with nogil:     # CRC and the walk of plain records in one GIL-free stretch
-                rc = _check_fields(self._p, h)
+                rc = check_fields(self._p, h)
                 if rc == KL_BATCH_OK and counted and codec == KL_CODEC_NONE:
-                    _walk_init(&w, h, True, PY_SSIZE_T_MAX)
-                    wrc = _walk_part(&w, self._p + KL_RECORD_BATCH_OVERHEAD, self._p + size, True, &used)
+                    walk_init(&w, h, True, PY_SSIZE_T_MAX)
+                    wrc = walk_part(&w, self._p + KL_RECORD_BATCH_OVERHEAD, self._p + size, True, &used)
                     walked = True
         else:
-            rc = _check_fields(self._p, h)
+            rc = check_fields(self._p, h)
         if rc != KL_BATCH_OK:
-            raise _batch_error(rc, self._p, size, self._pos, h)
+            raise batch_error(rc, self._p, size, self._pos, h)
         if not counted:
-            raise InvalidRecordError(f"{_where(h, self._pos)} declares {h.records_count} records with last offset "
+            raise InvalidRecordError(f"{batch_where(h, self._pos)} declares {h.records_count} records with last offset "
                                      f"delta {h.last_offset_delta}: a produced batch has one record per offset")
         if codec == KL_CODEC_NONE:
             if not walked:
-                _walk_init(&w, h, True, PY_SSIZE_T_MAX)
-                wrc = _walk_part(&w, self._p + KL_RECORD_BATCH_OVERHEAD, self._p + size, True, &used)
-            if wrc != _REC_OK:
-                raise _walk_error(wrc, &w, h, self._pos, None, 0)
+                walk_init(&w, h, True, PY_SSIZE_T_MAX)
+                wrc = walk_part(&w, self._p + KL_RECORD_BATCH_OVERHEAD, self._p + size, True, &used)
+            if wrc != REC_OK:
+                raise walk_error(wrc, &w, h, self._pos, None, 0)
         else:
-            per = max_message_bytes if max_message_bytes > 0 else 1
-            limit = _PLAINTEXT_CAP if h.records_count >= _PLAINTEXT_CAP // per else h.records_count * per
-            if limit < _PLAINTEXT_FLOOR:
-                limit = _PLAINTEXT_FLOOR
-            record_limit = max_message_bytes if max_message_bytes > _RECORD_FLOOR else _RECORD_FLOOR
-            if record_limit > limit:
-                record_limit = limit
-            walker = _Walker()
-            walker.limit = limit
-            walker.why = (f"the bound for {h.records_count} records with max.message.bytes={max_message_bytes}: "
-                          "max(64 MiB, min(1 GiB, records x max.message.bytes))")
-            _walk_init(&walker.w, h, True, record_limit)
-            walker.rc = _REC_MORE
-            _inflate(codec, self._p + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, h, self._pos,
-                     walker, _CHECK_CHUNK, True)
-            rc = walker.finish()
-            w = walker.w
-            if rc != _REC_OK:
-                raise _walk_error(rc, &w, h, self._pos, _CODEC_NAMES[codec], max_message_bytes)
+            rc = walk_compressed_for_append(codec, self._p + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD,
+                                            h, self._pos, max_message_bytes, &w)
+            if rc != REC_OK:
+                raise walk_error(rc, &w, h, self._pos, _CODEC_NAMES[codec], max_message_bytes)
         return (<int64_t>w.min_ts if <int64_t>w.min_ts >= 0 else -1), (w.max_ts if w.index else -1)
 
-    cdef int _plaintext(self, _Pins pins, Slice *s) except -1:
+    cdef int _plaintext(self, Pins pins, Slice *s) except -1:
         """The records section, decompressed (and pinned) if needed."""
         cdef Py_ssize_t n = <Py_ssize_t>self._h.batch_length + KL_LOG_OVERHEAD - KL_RECORD_BATCH_OVERHEAD
         cdef int codec = self._h.attributes & KL_COMPRESSION_CODEC_MASK
@@ -2641,7 +1423,7 @@ cdef class RecordBatch:
             s.p = self._p + KL_RECORD_BATCH_OVERHEAD
             s.n = n
             return 0
-        return pins.pin(_decompress(codec, self._p + KL_RECORD_BATCH_OVERHEAD, n, &self._h, self._pos), s)
+        return pins.pin(decompress(codec, self._p + KL_RECORD_BATCH_OVERHEAD, n, &self._h, self._pos), s)
 
     def records(self):
         """Iterate the records lazily: decompressed once when iteration starts, then decoded one by one."""
@@ -2660,22 +1442,9 @@ cdef class RecordBatch:
                 f"size_in_bytes={self.size_in_bytes}, position={self._pos})")
 
 
-cdef object _walk_error(int rc, const _WalkState *w, const BatchHeader *h, Py_ssize_t pos, str codec,
-                        Py_ssize_t max_message_bytes):
-    """The exception for a _walk_part code; codec names the compressed records it was found in (None: plain)."""
-    cdef str where = _where(h, pos) if codec is None else f"{_where(h, pos)}, in its {codec} records"
-    if rc == _REC_BAD_OFFSET:
-        return InvalidRecordError(f"{where}: record {w.index} has offset delta {w.bad}, expected {w.index}: the "
-                                  f"records of a produced batch have offset deltas 0, 1, ... {h.last_offset_delta}")
-    if rc == _REC_TOO_LARGE:
-        return RecordTooLargeError(f"{where}: record {w.index} is {w.bad} bytes, above the {w.record_limit}-byte "
-                                   f"bound on one record: max(max.message.bytes={max_message_bytes}, 16 MiB)")
-    return InvalidRecordError(f"{where}: {_record_message(rc, w.index, w.count)}")
-
-
 cdef class _RecordIterator:
     cdef RecordBatch batch
-    cdef _Pins pins
+    cdef Pins pins
     cdef const unsigned char *p
     cdef const unsigned char *end
     cdef int32_t index
@@ -2702,26 +1471,26 @@ cdef class _RecordIterator:
         cdef int rc
         cdef const BatchHeader *h = &self.batch._h
         if not self.started:
-            self.pins = _Pins()
+            self.pins = Pins()
             self.batch._plaintext(self.pins, &s)
             self.p = s.p
             self.end = s.p + s.n
             self.started = True
             if h.records_count == 0 and self.p != self.end:
-                raise InvalidRecordError(f"{_where(h, self.batch._pos)}: {_record_message(_REC_LEFTOVER, 0, 0)}")
+                raise InvalidRecordError(f"{batch_where(h, self.batch._pos)}: {record_message(REC_LEFTOVER, 0, 0)}")
         if self.index >= h.records_count:
             return None
-        rc = _read_record(self.p, self.end, &r)
-        if rc == _REC_OK:
+        rc = read_record(self.p, self.end, &r)
+        if rc == REC_OK:
             self.p = r.end
             self.index += 1
             # Kafka checks for leftovers as soon as the last declared record is read.
             if self.index == h.records_count and self.p != self.end:
-                rc = _REC_LEFTOVER
-        if rc != _REC_OK:
+                rc = REC_LEFTOVER
+        if rc != REC_OK:
             self.index = h.records_count
-            raise InvalidRecordError(f"{_where(h, self.batch._pos)}: "
-                                     f"{_record_message(rc, self.index, h.records_count)}")
+            raise InvalidRecordError(f"{batch_where(h, self.batch._pos)}: "
+                                     f"{record_message(rc, self.index, h.records_count)}")
         rec = Record.__new__(Record)
         rec.offset = h.base_offset + r.offset_delta
         if self.log_append_time:
@@ -2752,7 +1521,7 @@ cdef class _BatchIterator:
             self.pos = self.end     # a partial batch can only be the tail: stop there for good
             raise StopIteration
         if rc != KL_BATCH_OK:
-            raise _batch_error(rc, self.base + self.pos, self.end - self.pos, self.pos, &h)
+            raise batch_error(rc, self.base + self.pos, self.end - self.pos, self.pos, &h)
         b = RecordBatch.__new__(RecordBatch)
         b._mv = self.mv
         b._p = self.base + self.pos
@@ -2770,10 +1539,10 @@ def iter_batches(buffer, Py_ssize_t start=0, end=None):
     cdef _BatchIterator it = _BatchIterator.__new__(_BatchIterator)
     cdef const unsigned char *base
     cdef Py_ssize_t n
-    it.mv = _read_view(buffer, &base, &n)
+    it.mv = read_view(buffer, &base, &n)
     it.base = base
     it.pos = start
-    it.end = _range_end(end, start, n)
+    it.end = range_end(end, start, n)
     return it
 
 
@@ -2923,14 +1692,14 @@ def count_records(buffer, Py_ssize_t start=0, end=None):
     cdef int64_t total = 0
     cdef BatchHeader h
     cdef int rc
-    mv = _read_view(buffer, &base, &n)
-    stop = _range_end(end, start, n)
+    mv = read_view(buffer, &base, &n)
+    stop = range_end(end, start, n)
     while True:
         rc = parse_batch_header(base + pos, stop - pos, &h)
         if rc == KL_BATCH_INCOMPLETE:
             return total
         if rc != KL_BATCH_OK:
-            raise _batch_error(rc, base + pos, stop - pos, pos, &h)
+            raise batch_error(rc, base + pos, stop - pos, pos, &h)
         total += h.records_count
         pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
 
@@ -2941,7 +1710,7 @@ def next_offset_after(buffer, int64_t default=-1):
     cdef Py_ssize_t n, pos = 0
     cdef BatchHeader h
     cdef int64_t out = default
-    mv = _read_view(buffer, &base, &n)
+    mv = read_view(buffer, &base, &n)
     while parse_batch_header(base + pos, n - pos, &h) == KL_BATCH_OK:
         out = h.base_offset + h.last_offset_delta + 1
         pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
@@ -2962,7 +1731,7 @@ cdef unsigned char *_writable_header(Py_buffer *v, object buf, Py_ssize_t pos, b
     if rc == KL_BATCH_INCOMPLETE and not whole and v.len - pos >= KL_RECORD_BATCH_OVERHEAD:
         rc = KL_BATCH_OK    # the fields outside the CRC need only the header
     if rc != KL_BATCH_OK:
-        err = _batch_error(rc, <unsigned char *>v.buf + pos, v.len - pos, pos, &h)
+        err = batch_error(rc, <unsigned char *>v.buf + pos, v.len - pos, pos, &h)
         PyBuffer_Release(v)
         raise err
     return <unsigned char *>v.buf + pos
@@ -2989,25 +1758,12 @@ def set_log_append_time(buf, Py_ssize_t pos, int64_t timestamp):
     """
     cdef Py_buffer v
     cdef unsigned char *p = _writable_header(&v, buf, pos, True)
-    if v.len - pos >= _NOGIL_BYTES:
+    if v.len - pos >= KL_NOGIL_BYTES:
         with nogil:
             stamp_log_append_time(p, v.len - pos, timestamp)
     else:
         stamp_log_append_time(p, v.len - pos, timestamp)
     PyBuffer_Release(&v)
-
-
-cdef int stamp_max_timestamp(unsigned char *p, Py_ssize_t avail, int64_t timestamp) noexcept nogil:
-    cdef BatchHeader h
-    cdef int rc = parse_batch_header(p, avail, &h)
-    if rc != KL_BATCH_OK:
-        return rc
-    if h.max_timestamp == timestamp:
-        return KL_BATCH_OK
-    kl_store_i64(p + KL_MAX_TIMESTAMP_OFFSET, timestamp)
-    kl_store_u32(p + KL_CRC_OFFSET, kl_crc32c(0, p + KL_ATTRIBUTES_OFFSET,
-                                             <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD - KL_ATTRIBUTES_OFFSET))
-    return KL_BATCH_OK
 
 
 def set_max_timestamp(buf, Py_ssize_t pos, int64_t timestamp):
@@ -3016,7 +1772,7 @@ def set_max_timestamp(buf, Py_ssize_t pos, int64_t timestamp):
     records. The existing CRC is not checked first."""
     cdef Py_buffer v
     cdef unsigned char *p = _writable_header(&v, buf, pos, True)
-    if v.len - pos >= _NOGIL_BYTES:
+    if v.len - pos >= KL_NOGIL_BYTES:
         with nogil:
             stamp_max_timestamp(p, v.len - pos, timestamp)
     else:
@@ -3029,7 +1785,7 @@ def crc32c(data, uint32_t crc=0):
     cdef Py_buffer v
     cdef uint32_t out
     PyObject_GetBuffer(data, &v, PyBUF_SIMPLE)
-    if v.len >= _NOGIL_BYTES:
+    if v.len >= KL_NOGIL_BYTES:
         with nogil:
             out = kl_crc32c(crc, <const unsigned char *>v.buf, v.len)
     else:
@@ -3127,13 +1883,13 @@ cdef inline int _put_var(_Grow *data, _Grow *offsets, _Grow *valid, const unsign
     cdef int32_t end
     if ok:
         if data.len + n > KL_INT32_MAX:
-            return _REC_OVERFLOW
+            return REC_OVERFLOW
         if _grow_put(data, p, n) < 0:
-            return _REC_NOMEM
+            return REC_NOMEM
     end = <int32_t>data.len
     if _grow_put(offsets, &end, 4) < 0 or (valid != NULL and _grow_put(valid, &ok, 1) < 0):
-        return _REC_NOMEM
-    return _REC_OK
+        return REC_NOMEM
+    return REC_OK
 
 
 cdef int _fill_columns(const _BatchRef *refs, Py_ssize_t nb, _Grow *g, Py_ssize_t *bad_batch,
@@ -3171,8 +1927,8 @@ cdef int _fill_columns(const _BatchRef *refs, Py_ssize_t nb, _Grow *g, Py_ssize_
         tstype = KL_TIMESTAMP_LOG_APPEND_TIME if append_time else 0
         for i in range(refs[b].h.records_count):
             bad_record[0] = i
-            rc = _read_record(p, end, &r)
-            if rc != _REC_OK:
+            rc = read_record(p, end, &r)
+            if rc != REC_OK:
                 return rc
             p = r.end
             offsets[n] = refs[b].h.base_offset + r.offset_delta
@@ -3188,26 +1944,26 @@ cdef int _fill_columns(const _BatchRef *refs, Py_ssize_t nb, _Grow *g, Py_ssize_
                 memcpy(values + value_len, r.value, r.value_len)
                 value_len += r.value_len
             if key_len > KL_INT32_MAX or value_len > KL_INT32_MAX:
-                return _REC_OVERFLOW
+                return REC_OVERFLOW
             n += 1
             key_offsets[n] = <int32_t>key_len
             value_offsets[n] = <int32_t>value_len
             hp = r.headers
             for j in range(r.header_count):
-                hp = _next_header(hp, &k, &kn, &v, &vn)
+                hp = next_header(hp, &k, &kn, &v, &vn)
                 rc = _put_var(&g[_C_HEADER_KEYS], &g[_C_HEADER_KEY_OFFSETS], NULL, k, kn)
-                if rc == _REC_OK:
+                if rc == REC_OK:
                     rc = _put_var(&g[_C_HEADER_VALUES], &g[_C_HEADER_VALUE_OFFSETS], &g[_C_HEADER_VALUE_VALID],
                                   v, vn)
-                if rc != _REC_OK:
+                if rc != REC_OK:
                     return rc
             nheaders += r.header_count
             if nheaders > KL_INT32_MAX:
-                return _REC_OVERFLOW
+                return REC_OVERFLOW
             header_offsets[n] = <int32_t>nheaders
         if p != end:
             bad_record[0] = refs[b].h.records_count
-            return _REC_LEFTOVER
+            return REC_LEFTOVER
     g[_C_OFFSET].len = n * 8
     g[_C_TIMESTAMP].len = n * 8
     g[_C_TIMESTAMP_TYPE].len = n
@@ -3218,7 +1974,7 @@ cdef int _fill_columns(const _BatchRef *refs, Py_ssize_t nb, _Grow *g, Py_ssize_
     g[_C_VALUE_VALID].len = n
     g[_C_KEYS].len = key_len
     g[_C_VALUES].len = value_len
-    return _REC_OK
+    return REC_OK
 
 
 def decode_columns(buffer, Py_ssize_t start=0, end=None):
@@ -3241,10 +1997,10 @@ def decode_columns(buffer, Py_ssize_t start=0, end=None):
     cdef BatchHeader h
     cdef int rc, codec
     cdef Slice s
-    cdef _Pins pins = _Pins()
+    cdef Pins pins = Pins()
     cdef _Columns cols = _Columns()
-    mv = _read_view(buffer, &base, &n)
-    stop = _range_end(end, start, n)
+    mv = read_view(buffer, &base, &n)
+    stop = range_end(end, start, n)
     try:
         # Pass 1: headers, CRCs, decompression; sizes every column.
         while True:
@@ -3252,13 +2008,13 @@ def decode_columns(buffer, Py_ssize_t start=0, end=None):
             if rc == KL_BATCH_INCOMPLETE:
                 break
             if rc == KL_BATCH_OK:
-                if h.batch_length >= _NOGIL_BYTES:
+                if h.batch_length >= KL_NOGIL_BYTES:
                     with nogil:
-                        rc = _check_fields(base + pos, &h)
+                        rc = check_fields(base + pos, &h)
                 else:
-                    rc = _check_fields(base + pos, &h)
+                    rc = check_fields(base + pos, &h)
             if rc != KL_BATCH_OK:
-                raise _batch_error(rc, base + pos, stop - pos, pos, &h)
+                raise batch_error(rc, base + pos, stop - pos, pos, &h)
             if h.attributes & KL_CONTROL_FLAG_MASK:  # a transaction marker (CRC checked above): not a record
                 pos += <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD
                 continue
@@ -3276,13 +2032,13 @@ def decode_columns(buffer, Py_ssize_t start=0, end=None):
             ref.records_len = size - KL_RECORD_BATCH_OVERHEAD
             codec = h.attributes & KL_COMPRESSION_CODEC_MASK
             if codec != KL_CODEC_NONE:
-                pins.pin(_decompress(codec, ref.records, ref.records_len, &h, pos), &s)
+                pins.pin(decompress(codec, ref.records, ref.records_len, &h, pos), &s)
                 ref.records = s.p
                 ref.records_len = s.n
             if h.records_count > ref.records_len // _MIN_RECORD_SIZE:
                 # cannot fit: name the same framing error iteration would, before sizing columns by the count
-                rc = _walk_records(ref.records, ref.records + ref.records_len, h.records_count, &bad_record)
-                raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, bad_record, h.records_count)}")
+                rc = walk_records(ref.records, ref.records + ref.records_len, h.records_count, &bad_record)
+                raise InvalidRecordError(f"{batch_where(&h, pos)}: {record_message(rc, bad_record, h.records_count)}")
             total_records += h.records_count
             total_bytes += ref.records_len
             nb += 1
@@ -3306,11 +2062,11 @@ def decode_columns(buffer, Py_ssize_t start=0, end=None):
         # Pass 2: decode into the columns, without the GIL.
         with nogil:
             rc = _fill_columns(refs, nb, cols.g, &bad_batch, &bad_record)
-        if rc == _REC_NOMEM:
+        if rc == REC_NOMEM:
             raise MemoryError()
-        if rc != _REC_OK:
-            raise InvalidRecordError(f"{_where(&refs[bad_batch].h, refs[bad_batch].pos)}: "
-                                     f"{_record_message(rc, bad_record, refs[bad_batch].h.records_count)}")
+        if rc != REC_OK:
+            raise InvalidRecordError(f"{batch_where(&refs[bad_batch].h, refs[bad_batch].pos)}: "
+                                     f"{record_message(rc, bad_record, refs[bad_batch].h.records_count)}")
     finally:
         free(refs)
     return {
@@ -3551,14 +2307,14 @@ cdef class OffsetMap:
         """Map ``key`` (bytes-like) to ``offset``; False when the map is full and ``key`` is new."""
         cdef const unsigned char *p
         cdef Py_ssize_t n
-        mv = _read_view(key, &p, &n)
+        mv = read_view(key, &p, &n)
         return bool(self._put(p, n, offset))
 
     def get(self, key):
         """The offset mapped for ``key``, or -1."""
         cdef const unsigned char *p
         cdef Py_ssize_t n
-        mv = _read_view(key, &p, &n)
+        mv = read_view(key, &p, &n)
         return self._get(p, n)
 
     def add_batches(self, buffer, int64_t start=0, int64_t stop=0x7fffffffffffffff, Py_ssize_t pos=0,
@@ -3578,7 +2334,7 @@ cdef class OffsetMap:
         cdef const unsigned char *rp
         cdef const unsigned char *rend
         cdef int32_t bad = -1
-        mv = _read_view(buffer, &p, &n)
+        mv = read_view(buffer, &p, &n)
         while pos < n and (max_bytes < 0 or taken == 0 or taken < max_bytes):
             rc = parse_batch_header(p + pos, n - pos, &h)
             if rc != KL_BATCH_OK:
@@ -3597,16 +2353,16 @@ cdef class OffsetMap:
                 rp = p + pos + KL_RECORD_BATCH_OVERHEAD
                 rend = p + pos + size
             else:
-                plain = _decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD,
-                                    &h, pos)
-                pmv = _read_view(plain, &rp, &psz)
+                plain = decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD,
+                                   &h, pos)
+                pmv = read_view(plain, &rp, &psz)
                 rend = rp + psz
             with nogil:
                 rc = self._map_records(rp, rend, &h, start, stop, &bad)
             if rc == 1:
                 return pos, h.base_offset
-            if rc != _REC_OK:
-                raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, bad, h.records_count)}")
+            if rc != REC_OK:
+                raise InvalidRecordError(f"{batch_where(&h, pos)}: {record_message(rc, bad, h.records_count)}")
             pos += size
             taken += size
             reached = max(reached, min(stop, h.base_offset + h.last_offset_delta + 1))
@@ -3614,14 +2370,14 @@ cdef class OffsetMap:
 
     cdef int _map_records(self, const unsigned char *rp, const unsigned char *rend, const BatchHeader *h,
                           int64_t start, int64_t stop, int32_t *bad) noexcept nogil:
-        """_REC_OK, 1 when the map is full, or a _read_record error (bad = the record's index)."""
+        """REC_OK, 1 when the map is full, or a read_record error (bad = the record's index)."""
         cdef RecordView r
         cdef int32_t i
         cdef int rc
         cdef int64_t off
         for i in range(h.records_count):
-            rc = _read_record(rp, rend, &r)
-            if rc != _REC_OK:
+            rc = read_record(rp, rend, &r)
+            if rc != REC_OK:
                 bad[0] = i
                 return rc
             off = h.base_offset + r.offset_delta
@@ -3629,7 +2385,7 @@ cdef class OffsetMap:
                 if not self._put(r.key, r.key_len, off):
                     return 1
             rp = r.end
-        return _REC_OK
+        return REC_OK
 
 
 cdef inline void _patch_header(unsigned char *o, Py_ssize_t size, int32_t count, int64_t max_ts,
@@ -3649,7 +2405,7 @@ def producer_last_offsets(buffer, dict into=None):
     cdef BatchHeader h
     cdef int rc
     out = {} if into is None else into
-    mv = _read_view(buffer, &p, &n)
+    mv = read_view(buffer, &p, &n)
     while pos < n:
         rc = parse_batch_header(p + pos, n - pos, &h)
         if rc != KL_BATCH_OK:
@@ -3669,7 +2425,7 @@ cdef struct _Kept:
 
 cdef int _choose_records(const unsigned char *rp, const unsigned char *rend, const BatchHeader *h, OffsetMap m,
                          bint drop_tombstones, unsigned char *keep, _Kept *k, int32_t *bad) noexcept nogil:
-    """Pass 1 of a batch (no GIL): keep[i] for every record, and what is kept. A _read_record code on error."""
+    """Pass 1 of a batch (no GIL): keep[i] for every record, and what is kept. A read_record code on error."""
     cdef RecordView r
     cdef int32_t i
     cdef int rc
@@ -3680,8 +2436,8 @@ cdef int _choose_records(const unsigned char *rp, const unsigned char *rend, con
     k.max_ts = h.max_timestamp if log_append else -1
     k.bytes = 0
     for i in range(h.records_count):
-        rc = _read_record(rp, rend, &r)
-        if rc != _REC_OK:
+        rc = read_record(rp, rend, &r)
+        if rc != REC_OK:
             bad[0] = i
             return rc
         off = h.base_offset + r.offset_delta
@@ -3698,7 +2454,7 @@ cdef int _choose_records(const unsigned char *rp, const unsigned char *rend, con
             if not log_append and h.base_timestamp + r.ts_delta > k.max_ts:
                 k.max_ts = h.base_timestamp + r.ts_delta
         rp = r.end
-    return _REC_OK
+    return REC_OK
 
 
 cdef Py_ssize_t _copy_records(const unsigned char *rp, const unsigned char *rend, const BatchHeader *h,
@@ -3713,14 +2469,14 @@ cdef Py_ssize_t _copy_records(const unsigned char *rp, const unsigned char *rend
     cdef Py_ssize_t rest
     cdef unsigned char *start = w
     for i in range(h.records_count):
-        _read_record(rp, rend, &r)
+        read_record(rp, rend, &r)
         if keep[i]:
             if not retime:
                 memcpy(w, rp, r.end - rp)
                 w += r.end - rp
             else:
-                k1 = _varint(rp, r.end, &body)
-                k2 = _varlong(rp + k1 + 1, r.end, &old_delta)
+                k1 = read_varint(rp, r.end, &body)
+                k2 = read_varlong(rp + k1 + 1, r.end, &old_delta)
                 rest = r.end - (rp + k1 + 1 + k2)  # offset delta, key, value, headers
                 w += kl_write_varint(w, <int32_t>(1 + kl_varlong_size(h.base_timestamp + r.ts_delta - new_base)
                                                   + rest))
@@ -3774,7 +2530,7 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
     cdef bint has_horizon, drop_tombstones, retime
     cdef int16_t attrs
     cdef Py_ssize_t first = pos
-    mv = _read_view(buffer, &p, &n)
+    mv = read_view(buffer, &p, &n)
     horizon = now_ms + delete_retention_ms if delete_retention_ms <= 0x7fffffffffffffff - now_ms else -1
     try:
         while pos < n and len(out) < out_limit and (in_limit < 0 or pos == first or pos - first < in_limit):
@@ -3792,9 +2548,9 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
                 rp = p + pos + KL_RECORD_BATCH_OVERHEAD
                 rend = p + pos + size
             else:
-                plain = _decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, &h,
-                                    pos)
-                pmv = _read_view(plain, &rp, &psz)
+                plain = decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, &h,
+                                   pos)
+                pmv = read_view(plain, &rp, &psz)
                 rend = rp + psz
             src = rp
             has_horizon = (h.attributes & KL_DELETE_HORIZON_FLAG_MASK) != 0
@@ -3806,8 +2562,8 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
             # pass 1: which records stay
             with nogil:
                 rc = _choose_records(rp, rend, &h, offset_map, drop_tombstones, keep, &kept, &bad)
-            if rc != _REC_OK:
-                raise InvalidRecordError(f"{_where(&h, pos)}: {_record_message(rc, bad, h.records_count)}")
+            if rc != REC_OK:
+                raise InvalidRecordError(f"{batch_where(&h, pos)}: {record_message(rc, bad, h.records_count)}")
             kept_n = kept.n
             kept_total += kept_n
             removed_total += h.records_count - kept_n
@@ -3826,7 +2582,7 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
                 if codec == KL_CODEC_NONE:
                     part = PyBytes_FromStringAndSize(<const char *>w, wlen)
                 else:
-                    part = bytes(_compress(codec, None, w, wlen))
+                    part = bytes(compress(codec, None, w, wlen))
                 m = len(out)
                 out += PyMemoryView_FromMemory(<char *>(p + pos), KL_RECORD_BATCH_OVERHEAD, PyBUF_READ)
                 out += part

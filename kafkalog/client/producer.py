@@ -34,8 +34,8 @@ import weakref
 from collections import deque
 from itertools import count
 
+from .._engine.framing import RECORD_BATCH_OVERHEAD
 from .._engine.records import (
-    RECORD_BATCH_OVERHEAD,
     AccumulatorPartition,
     AccumulatorTopic,
     FutureRecordMetadata,

@@ -19,6 +19,7 @@ import pytest
 import zstandard
 
 from kafkalog._engine import records as R
+from kafkalog._engine.codecs import _CODEC_NAMES
 from kafkalog.errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError
 
 from .test_records import varint  # zigzag varint, as records carry it
@@ -205,7 +206,7 @@ def test_bomb_is_refused_with_bounded_memory(bomb_file, child_env, name):
     assert out.get("error") in _REFUSED, out
     assert out["appended"] == 0, out
     msg = out["message"]
-    assert "offset 0" in msg and R._CODEC_NAMES[BOMBS[name][0]] in msg, msg
+    assert "offset 0" in msg and _CODEC_NAMES[BOMBS[name][0]] in msg, msg
 
 
 @pytest.mark.parametrize("mode", ["records", "columns"])
