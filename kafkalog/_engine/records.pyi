@@ -10,18 +10,16 @@ Codecs: 0 none, 1 gzip, 2 snappy (xerial framing), 3 lz4 (Kafka's frame), 4 zstd
 """
 
 from collections.abc import Container, Iterable, Iterator, Sequence
-from typing import Final, Literal, TypeAlias, TypedDict
+from typing import Final, Literal, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
 from typing_extensions import Buffer
 
 from .codecs import Compression
 
 __all__ = [
-    "BatchBuilder", "Record", "RecordBatch", "OffsetMap", "build_batch", "count_records", "crc32c", "decode_columns",
-    "filter_batches", "iter_batches", "producer_last_offsets", "set_base_offset", "set_log_append_time",
-    "set_max_timestamp", "set_partition_leader_epoch",
+    "BatchBuilder", "Record", "RecordBatch", "OffsetMap", "build_batch", "count_records", "crc32c", "filter_batches",
+    "iter_batches", "producer_last_offsets", "set_base_offset", "set_log_append_time", "set_max_timestamp",
+    "set_partition_leader_epoch",
 ]
 
 Header: TypeAlias = tuple[str, bytes | None]
@@ -284,30 +282,6 @@ def set_log_append_time(buf: Buffer, pos: int, timestamp: int) -> None:
 
 def set_max_timestamp(buf: Buffer, pos: int, timestamp: int) -> None:
     """Set MaxTimestamp of the complete batch at buf[pos], recomputing its CRC (nothing written when equal)."""
-
-class Columns(TypedDict):
-    offset: npt.NDArray[np.int64]
-    timestamp: npt.NDArray[np.int64]
-    timestamp_type: npt.NDArray[np.int8]
-    key_offsets: npt.NDArray[np.int32]  # n + 1, Arrow binary layout
-    key_valid: npt.NDArray[np.bool_]  # False = null key
-    keys: npt.NDArray[np.uint8]
-    value_offsets: npt.NDArray[np.int32]
-    value_valid: npt.NDArray[np.bool_]
-    values: npt.NDArray[np.uint8]
-    header_offsets: npt.NDArray[np.int32]  # n + 1: record i owns headers [header_offsets[i], header_offsets[i+1])
-    header_key_offsets: npt.NDArray[np.int32]  # h + 1; header keys are never null (UTF-8)
-    header_keys: npt.NDArray[np.uint8]
-    header_value_offsets: npt.NDArray[np.int32]  # h + 1
-    header_value_valid: npt.NDArray[np.bool_]
-    header_values: npt.NDArray[np.uint8]
-    batches: int
-    next_position: int  # byte position after the last complete batch decoded
-
-def decode_columns(buffer: Buffer, start: int = 0, end: int | None = None) -> Columns:
-    """Every record of the consecutive batches in buffer[start:end] as numpy columns, without per-record Python
-    objects. Checks each batch's CRC, decompresses any codec, stops silently at an incomplete tail batch."""
-
 
 class RecordStream(Iterator[Record]):
     def __iter__(self) -> RecordStream: ...

@@ -34,13 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .._engine.columns import decode_columns
 from .._engine.records import (
     BatchBuilder,
     RecordBatch,
     build_batch,
     chain_records,
     count_records,
-    decode_columns,
     iter_batches,
     next_offset_after,
     set_base_offset,

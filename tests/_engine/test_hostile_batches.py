@@ -20,6 +20,7 @@ import zstandard
 
 from kafkalog._engine import records as R
 from kafkalog._engine.codecs import _CODEC_NAMES
+from kafkalog._engine.columns import decode_columns
 from kafkalog.errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError
 
 from .test_records import varint  # zigzag varint, as records carry it
@@ -128,7 +129,8 @@ BOMBS = {
 _CHILD = r"""
 import json, resource, sys, tempfile
 import kafkalog
-from kafkalog._engine.records import RecordBatch, build_batch, decode_columns
+from kafkalog._engine.columns import decode_columns
+from kafkalog._engine.records import RecordBatch, build_batch
 
 path, mode, mmb = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with open(path, "rb") as f:
@@ -297,7 +299,7 @@ def test_compacted_batches_with_gaps_still_read(codec):
     b = R.RecordBatch(raw)
     b.validate(decompress=True)
     assert [r.offset for r in b] == [0, 4]
-    assert list(R.decode_columns(raw)["offset"]) == [0, 4]
+    assert list(decode_columns(raw)["offset"]) == [0, 4]
     with pytest.raises(InvalidRecordError):
         b.check_for_append(1 << 20)
 
