@@ -17,6 +17,7 @@ EXTENSIONS = [
     ("kafkalog._engine.codecs", ["kafkalog/_engine/codecs.pyx"]),
     ("kafkalog._engine.records", ["kafkalog/_engine/records.pyx"]),
     ("kafkalog._engine.columns", ["kafkalog/_engine/columns.pyx"]),
+    ("kafkalog._engine.compaction", ["kafkalog/_engine/compaction.pyx"]),
     ("kafkalog._engine.index", ["kafkalog/_engine/index.pyx"]),
     ("kafkalog._engine.segment", ["kafkalog/_engine/segment.pyx"]),
     ("kafkalog.broker._wire", ["kafkalog/broker/_wire.pyx"]),

@@ -9,7 +9,7 @@ Big-endian; CRC-32C over [Attributes, end); with a codec only the records sectio
 Codecs: 0 none, 1 gzip, 2 snappy (xerial framing), 3 lz4 (Kafka's frame), 4 zstd.
 """
 
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final, Literal, TypeAlias
 
 from typing_extensions import Buffer
@@ -17,9 +17,8 @@ from typing_extensions import Buffer
 from .codecs import Compression
 
 __all__ = [
-    "BatchBuilder", "Record", "RecordBatch", "OffsetMap", "build_batch", "count_records", "crc32c", "filter_batches",
-    "iter_batches", "producer_last_offsets", "set_base_offset", "set_log_append_time", "set_max_timestamp",
-    "set_partition_leader_epoch",
+    "BatchBuilder", "Record", "RecordBatch", "build_batch", "count_records", "crc32c", "iter_batches",
+    "set_base_offset", "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
 ]
 
 Header: TypeAlias = tuple[str, bytes | None]
@@ -303,27 +302,3 @@ def chain_records(chunks: Iterable[tuple[BytesLike, int, int]]) -> RecordStream:
 
 def next_offset_after(buffer: BytesLike, default: int = -1) -> int:
     """Offset after the last complete batch in buffer (headers only); default when there is none."""
-
-class OffsetMap:
-    """Key -> latest offset in bounded memory, for the cleaner (Kafka's SkimpyOffsetMap)."""
-    size: int
-    max_entries: int
-    full: bool
-    latest_offset: int
-    capacity: int
-    memory_bytes: int
-    max_capacity: int
-    def __init__(self, memory_bytes: int, load_factor: float = 0.9, initial_bytes: int | None = None) -> None: ...
-    def clear(self) -> None: ...
-    def put(self, key: BytesLike, offset: int) -> bool: ...
-    def get(self, key: BytesLike) -> int: ...
-    def add_batches(self, buffer: BytesLike, start: int = 0, stop: int = ..., pos: int = 0,
-                    max_bytes: int = -1) -> tuple[int, int]: ...
-
-def producer_last_offsets(buffer: BytesLike, into: dict[int, int] | None = None) -> dict[int, int]:
-    """producer id -> last offset of its last batch in ``buffer`` (headers only)."""
-
-def filter_batches(buffer: BytesLike, pos: int, offset_map: OffsetMap, now_ms: int, delete_retention_ms: int,
-                   keep_empty: Container[int] = (), out_limit: int = 4194304,
-                   in_limit: int = -1) -> tuple[bytes, int, int, int]:
-    """The cleaner's copy of whole batches from byte ``pos``: (output, next position, kept, removed)."""
