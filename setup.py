@@ -16,6 +16,7 @@ EXTENSIONS = [
     ("kafkalog._engine.framing", ["kafkalog/_engine/framing.pyx"]),
     ("kafkalog._engine.codecs", ["kafkalog/_engine/codecs.pyx"]),
     ("kafkalog._engine.records", ["kafkalog/_engine/records.pyx"]),
+    ("kafkalog._engine.accumulator", ["kafkalog/_engine/accumulator.pyx"]),
     ("kafkalog._engine.columns", ["kafkalog/_engine/columns.pyx"]),
     ("kafkalog._engine.compaction", ["kafkalog/_engine/compaction.pyx"]),
     ("kafkalog._engine.index", ["kafkalog/_engine/index.pyx"]),

@@ -6,7 +6,7 @@ There is no pure-Python fallback: importing kafkalog without the built extension
 from ..errors import EngineNotBuiltError
 
 try:
-    from . import codecs, columns, compaction, framing, index, records, segment  # noqa: F401
+    from . import accumulator, codecs, columns, compaction, framing, index, records, segment  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised by the packaging test in a clean tree
     raise EngineNotBuiltError(
         f"kafkalog's compiled engine is not built ({e}). Install with `pip install .` (or build in place with "
