@@ -1,11 +1,11 @@
 # The producer's accumulator (Kafka's RecordAccumulator, ProducerBatch, FutureRecordMetadata): the compiled half of
-# KafkaProducer.send, which kafkalog/client/producer.py subclasses. A ProducerBatch is a BatchBuilder (records.pxd)
+# KafkaProducer.send, which kafkalog/client/producer.py subclasses. A ProducerBatch is a BatchBuilder (batch.pxd)
 # that also keeps, per record, what its RecordMetadata reports (_RecordFacts); the thread-safety contract of the
 # GIL-atomic send() is at the top of accumulator.pyx.
 cimport cython
 from libc.stdint cimport int32_t, int64_t
 
-from .records cimport BatchBuilder
+from .batch cimport BatchBuilder
 
 
 cdef struct _RecordFacts:

@@ -9,7 +9,7 @@ from typing import TypeAlias
 
 from typing_extensions import Buffer
 
-from .records import BatchBuilder
+from .batch import BatchBuilder
 
 __all__ = [
     "AccumulatorPartition", "AccumulatorTopic", "FutureRecordMetadata", "ProducerBatch", "RecordAccumulator", "murmur2",

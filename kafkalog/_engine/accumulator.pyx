@@ -2,7 +2,7 @@
 #
 # Kafka's producer appends each record to its partition's open batch (RecordAccumulator.append) and returns a
 # FutureRecordMetadata. Here the record is encoded into the batch's records section at once (BatchBuilder's
-# encoding, records.pyx: bytes are copied, nothing pins the caller's objects), and the facts RecordMetadata reports
+# encoding, batch.pyx: bytes are copied, nothing pins the caller's objects), and the facts RecordMetadata reports
 # later go to a side array, so a future is a (batch, index) pair and costs no Python work:
 #
 #   _RecordFacts => Timestamp => Int64 | KeySize => Int32 | ValueSize => Int32 | HeaderSize => Int32
@@ -36,7 +36,7 @@ cimport cython
 
 from .clib cimport KL_CODEC_NONE, KL_INT32_MAX, KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, kl_load_u32le, kl_varint_size
 from .framing cimport BatchParams, Slice, body_size, write_header_big, write_record
-from .records cimport BatchBuilder, check_len, now_ms
+from .batch cimport BatchBuilder, check_len, now_ms
 
 import functools
 

@@ -44,7 +44,7 @@ from .index cimport OffsetIndex, TimeIndex
 from .framing cimport KL_BATCH_INCOMPLETE, BatchHeader, batch_error_message, check_batch, parse_batch_header
 
 from kafkalog.errors import CorruptRecordError, IndexFullError, InvalidOffsetError, InvalidRecordError, storage_error
-from kafkalog._engine.records import RecordBatch
+from kafkalog._engine.batch import RecordBatch
 
 cdef extern from "sys/mman.h" nogil:
     int madvise(void *addr, size_t length, int advice)

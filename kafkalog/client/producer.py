@@ -41,8 +41,8 @@ from .._engine.accumulator import (
     ProducerBatch,
     RecordAccumulator,
 )
+from .._engine.batch import RecordBatch, iter_batches
 from .._engine.framing import RECORD_BATCH_OVERHEAD
-from .._engine.records import RecordBatch, iter_batches
 from ..errors import (
     InvalidConfigError,
     InvalidTimestampError,

@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from .._engine.batch import next_offset_after
 from .._engine.columns import decode_columns
-from .._engine.records import next_offset_after
 from ..errors import OffsetOutOfRangeError
 from .offsets import report_data_loss
 

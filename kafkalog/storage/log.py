@@ -34,8 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._engine.columns import decode_columns
-from .._engine.records import (
+from .._engine.batch import (
     BatchBuilder,
     RecordBatch,
     build_batch,
@@ -47,6 +46,7 @@ from .._engine.records import (
     set_log_append_time,
     set_max_timestamp,
 )
+from .._engine.columns import decode_columns
 from .._engine.segment import LogSegment, segment_file_name
 from ..config import LONG_MAX, Config
 from ..errors import (

@@ -18,7 +18,7 @@ import lz4.frame
 import pytest
 import zstandard
 
-from kafkalog._engine import records as R
+from kafkalog._engine import batch as R
 from kafkalog._engine.codecs import _CODEC_NAMES
 from kafkalog._engine.columns import decode_columns
 from kafkalog.errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError
@@ -130,7 +130,7 @@ _CHILD = r"""
 import json, resource, sys, tempfile
 import kafkalog
 from kafkalog._engine.columns import decode_columns
-from kafkalog._engine.records import RecordBatch, build_batch
+from kafkalog._engine.batch import RecordBatch, build_batch
 
 path, mode, mmb = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with open(path, "rb") as f:

@@ -1,5 +1,5 @@
-"""kafkalog._engine.records: golden bytes, real peers as oracles (aiokafka, kafka-python), corruption, in-place
-rewrites, column decode and round-trip properties.
+"""kafkalog._engine.batch and columns: golden bytes, real peers as oracles (aiokafka, kafka-python), corruption,
+in-place rewrites, column decode and round-trip properties.
 
 Batches made here by hand (``_batch``) use only ``struct`` and the bitwise CRC-32C below, never the module under test.
 """
@@ -19,7 +19,7 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkalog._engine import records as R
+from kafkalog._engine import batch as R
 from kafkalog._engine.columns import decode_columns
 from kafkalog.errors import (
     CorruptRecordError,

@@ -66,7 +66,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafkalog
-from kafkalog._engine.records import iter_batches
+from kafkalog._engine.batch import iter_batches
 
 from .lab import KafkalogServer, LabError
 from .test_disk_format import (

@@ -1,8 +1,17 @@
-# Record batch v2 (magic 2): the batch layout, in Kafka notation, opens framing.pyx (whose framing.pxd holds the C
-# readers and writers used here); compressed records sections and their bounds are in codecs.pyx. This module is
-# what Python sees of batches: build them, view and iterate them, rewrite the fields a log owns in place.
-# BatchBuilder is declared in records.pxd so that the producer's batch extends it (accumulator.pyx); Spark's columnar
-# reads are in columns.pyx, the cleaner's kernels in compaction.pyx.
+# Record batches as Python sees them: build (build_batch, BatchBuilder), view (RecordBatch, Record), iterate
+# (iter_batches, iter_records, RecordStream) and rewrite in place the fields a log owns. The layout, in Kafka
+# notation, opens framing.pyx; what this module writes of it after a batch is built:
+#
+#   BaseOffset => Int64             set_base_offset: outside the CRC, so a log assigns offsets without a CRC pass
+#   PartitionLeaderEpoch => Int32   set_partition_leader_epoch: outside the CRC too
+#   Attributes => Int16             set_log_append_time: bit 3 (LogAppendTime), CRC recomputed
+#   MaxTimestamp => Int64           set_log_append_time, set_max_timestamp (as Kafka's LogValidator), CRC recomputed
+#
+# Records are encoded and decoded by the inline writers and readers of framing.pxd, compressed and decompressed
+# (within bounds) by codecs.pyx. A RecordBatch is a view of its buffer (bytes, mmap, memoryview): no copy, and no
+# Python object per record unless records are asked for. BatchBuilder is declared in batch.pxd so that the
+# producer's batch extends it (accumulator.pyx); Spark's columnar reads are in columns.pyx, the cleaner's kernels in
+# compaction.pyx.
 """Record batch v2: build, view, validate and iterate Kafka record batches."""
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
@@ -46,8 +55,9 @@ from kafkalog.errors import (
 )
 
 __all__ = [
-    "BatchBuilder", "Record", "RecordBatch", "build_batch", "count_records", "crc32c", "iter_batches",
-    "set_base_offset", "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
+    "BatchBuilder", "Record", "RecordBatch", "RecordStream", "build_batch", "chain_records", "count_records", "crc32c",
+    "iter_batches", "iter_records", "next_offset_after", "set_base_offset", "set_log_append_time", "set_max_timestamp",
+    "set_partition_leader_epoch", "take_consumer_records",
 ]
 
 

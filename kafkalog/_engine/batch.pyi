@@ -1,12 +1,9 @@
-"""Record batches: what Python sees of records.pyx (the layout is framing's, compressed records codecs').
+"""Record batches: what Python sees of batch.pyx.
 
-RecordBatch => BaseOffset Int64 | BatchLength Int32 | PartitionLeaderEpoch Int32 | Magic Int8 | CRC Uint32 |
-    Attributes Int16 | LastOffsetDelta Int32 | BaseTimestamp Int64 | MaxTimestamp Int64 | ProducerId Int64 |
-    ProducerEpoch Int16 | BaseSequence Int32 | RecordsCount Int32 | Records
-Record => Length Varint | Attributes Int8 | TimestampDelta Varlong | OffsetDelta Varint | Key (Varint length, -1 null) |
-    Value (Varint length, -1 null) | HeaderCount Varint | [HeaderKey String | HeaderValue Bytes]
-Big-endian; CRC-32C over [Attributes, end); with a codec only the records section is compressed.
-Codecs: 0 none, 1 gzip, 2 snappy (xerial framing), 3 lz4 (Kafka's frame), 4 zstd.
+Build (build_batch, BatchBuilder), view (RecordBatch, Record), iterate (iter_batches, iter_records, chain_records) and
+rewrite in place the fields a log owns: BaseOffset and PartitionLeaderEpoch (outside the CRC), the LogAppendTime bit
+of Attributes and MaxTimestamp (CRC recomputed). The layout is framing's (framing.pyi), the codecs codecs'
+(0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
 """
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -17,8 +14,9 @@ from typing_extensions import Buffer
 from .codecs import Compression
 
 __all__ = [
-    "BatchBuilder", "Record", "RecordBatch", "build_batch", "count_records", "crc32c", "iter_batches",
-    "set_base_offset", "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
+    "BatchBuilder", "Record", "RecordBatch", "RecordStream", "build_batch", "chain_records", "count_records", "crc32c",
+    "iter_batches", "iter_records", "next_offset_after", "set_base_offset", "set_log_append_time", "set_max_timestamp",
+    "set_partition_leader_epoch", "take_consumer_records",
 ]
 
 Header: TypeAlias = tuple[str, bytes | None]
