@@ -294,17 +294,7 @@ cdef class ProducerBatch(BatchBuilder):
             return self.build()
         if self._dropped:
             raise ValueError("the batch was written: its records were dropped")
-        if self._count == 0:
-            raise ValueError("a record batch needs at least one record")
-        bp.base_offset = 0
-        bp.partition_leader_epoch = -1
-        bp.attributes = self._attributes
-        bp.count = self._count
-        bp.base_timestamp = self._first_ts
-        bp.max_timestamp = self._max_ts
-        bp.producer_id = self._producer_id
-        bp.producer_epoch = self._producer_epoch
-        bp.base_sequence = self._base_sequence
+        self._params(&bp, 0, -1)
         self._exports += 1  # no append from here on, even before the view exists (the header write may drop the GIL)
         try:
             write_header_big(self._buf, self._len, &bp)

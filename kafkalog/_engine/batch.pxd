@@ -3,6 +3,8 @@
 from libc.stdint cimport int16_t, int32_t, int64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
+from .framing cimport BatchParams
+
 
 cdef class BatchBuilder:
     cdef unsigned char *_buf                # KL_RECORD_BATCH_OVERHEAD bytes of header space, then the encoded records
@@ -25,6 +27,8 @@ cdef class BatchBuilder:
     cdef int _reserve(self, Py_ssize_t extra) except -1     # room for extra more bytes at _buf + _len
     # Encode one record (timestamp -1 = now); its offset delta, or -1 when it would pass max_batch_bytes.
     cdef int64_t _append(self, value, key, int64_t timestamp, headers) except -2
+    # The header fields of a batch of the records so far (ValueError when there is none).
+    cdef int _params(self, BatchParams *bp, int64_t base_offset, int32_t partition_leader_epoch) except -1
 
 
 # RecordTooLargeError when n bytes of `what` (a key, a value, a record, the batch) pass the 2 GiB a batch can hold.

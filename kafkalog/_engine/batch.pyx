@@ -453,9 +453,7 @@ cdef class BatchBuilder:
     def compression(self):
         return self._codec
 
-    def build(self, int64_t base_offset=0, int32_t partition_leader_epoch=-1):
-        """The batch (bytes) of the records appended so far; the builder keeps them until reset()."""
-        cdef BatchParams bp
+    cdef int _params(self, BatchParams *bp, int64_t base_offset, int32_t partition_leader_epoch) except -1:
         if self._count == 0:
             raise ValueError("a record batch needs at least one record")
         bp.base_offset = base_offset
@@ -467,6 +465,12 @@ cdef class BatchBuilder:
         bp.producer_id = self._producer_id
         bp.producer_epoch = self._producer_epoch
         bp.base_sequence = self._base_sequence
+        return 0
+
+    def build(self, int64_t base_offset=0, int32_t partition_leader_epoch=-1):
+        """The batch (bytes) of the records appended so far; the builder keeps them until reset()."""
+        cdef BatchParams bp
+        self._params(&bp, base_offset, partition_leader_epoch)
         return _seal(None, self._buf, self._len, self._codec, self._level, &bp)
 
     # Log.append's fast path stages records without a Python lock: stage(), take(), reserve() and close() each

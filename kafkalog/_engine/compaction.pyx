@@ -115,6 +115,22 @@ cdef void _key_digest(const unsigned char *p, Py_ssize_t n, uint64_t *out) noexc
     out[1] = h2
 
 
+cdef object _records_of(const unsigned char *b, const BatchHeader *h, Py_ssize_t pos, const unsigned char **rp,
+                        const unsigned char **rend):
+    """[rp, rend) = the records of the batch at b (position pos), decompressed when compressed; returns what keeps
+    them alive (None: they are b's)."""
+    cdef int codec = h.attributes & KL_COMPRESSION_CODEC_MASK
+    cdef Py_ssize_t size = <Py_ssize_t>h.batch_length + KL_LOG_OVERHEAD, n
+    if codec == KL_CODEC_NONE:
+        rp[0] = b + KL_RECORD_BATCH_OVERHEAD
+        rend[0] = b + size
+        return None
+    plain = decompress(codec, b + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, h, pos)
+    mv = read_view(plain, rp, &n)
+    rend[0] = rp[0] + n
+    return mv
+
+
 cdef class OffsetMap:
     """Key -> latest offset in bounded memory, for the cleaner (Kafka's SkimpyOffsetMap).
 
@@ -259,9 +275,9 @@ cdef class OffsetMap:
         offset (``full`` is then True; some of its keys may be in the map, which only ever names offsets that
         exist)."""
         cdef const unsigned char *p
-        cdef Py_ssize_t n, size, psz, taken = 0
+        cdef Py_ssize_t n, size, taken = 0
         cdef BatchHeader h
-        cdef int rc, codec
+        cdef int rc
         cdef int64_t reached = start
         cdef const unsigned char *rp
         cdef const unsigned char *rend
@@ -279,16 +295,7 @@ cdef class OffsetMap:
                 taken += size
                 reached = max(reached, min(stop, h.base_offset + h.last_offset_delta + 1))
                 continue
-            codec = h.attributes & KL_COMPRESSION_CODEC_MASK
-            plain = None
-            if codec == KL_CODEC_NONE:
-                rp = p + pos + KL_RECORD_BATCH_OVERHEAD
-                rend = p + pos + size
-            else:
-                plain = decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD,
-                                   &h, pos)
-                pmv = read_view(plain, &rp, &psz)
-                rend = rp + psz
+            plain = _records_of(p + pos, &h, pos, &rp, &rend)
             with nogil:
                 rc = self._map_records(rp, rend, &h, start, stop, &bad)
             if rc == 1:
@@ -438,7 +445,7 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
     cdef const unsigned char *rp
     cdef const unsigned char *rend
     cdef const unsigned char *src
-    cdef Py_ssize_t n, size, m, psz
+    cdef Py_ssize_t n, size, m
     cdef BatchHeader h
     cdef RecordView r
     cdef int32_t kept_n
@@ -468,15 +475,7 @@ def filter_batches(buffer, Py_ssize_t pos, OffsetMap offset_map, int64_t now_ms,
                 pos += size
                 continue
             codec = h.attributes & KL_COMPRESSION_CODEC_MASK
-            plain = None
-            if codec == KL_CODEC_NONE:
-                rp = p + pos + KL_RECORD_BATCH_OVERHEAD
-                rend = p + pos + size
-            else:
-                plain = decompress(codec, p + pos + KL_RECORD_BATCH_OVERHEAD, size - KL_RECORD_BATCH_OVERHEAD, &h,
-                                   pos)
-                pmv = read_view(plain, &rp, &psz)
-                rend = rp + psz
+            plain = _records_of(p + pos, &h, pos, &rp, &rend)
             src = rp
             has_horizon = (h.attributes & KL_DELETE_HORIZON_FLAG_MASK) != 0
             drop_tombstones = has_horizon and now_ms >= h.base_timestamp
