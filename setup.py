@@ -1,7 +1,7 @@
 """Build of kafkalog's compiled engine.
 
 KAFKALOG_DEBUG=1 turns on Cython bounds/wraparound checks, line tracing and the C-level KL_CHECK asserts.
-KAFKALOG_ONLY=records,index builds a subset in place while developing one module (the list below is the product).
+KAFKALOG_ONLY=batch,index builds a subset in place while developing one module (the list below is the product).
 """
 import os
 
@@ -13,7 +13,12 @@ DEBUG = os.environ.get("KAFKALOG_DEBUG", "") not in ("", "0")
 
 EXTENSIONS = [
     # (module, sources)
-    ("kafkalog._engine.records", ["kafkalog/_engine/records.pyx"]),
+    ("kafkalog._engine.framing", ["kafkalog/_engine/framing.pyx"]),
+    ("kafkalog._engine.codecs", ["kafkalog/_engine/codecs.pyx"]),
+    ("kafkalog._engine.batch", ["kafkalog/_engine/batch.pyx"]),
+    ("kafkalog._engine.accumulator", ["kafkalog/_engine/accumulator.pyx"]),
+    ("kafkalog._engine.columns", ["kafkalog/_engine/columns.pyx"]),
+    ("kafkalog._engine.compaction", ["kafkalog/_engine/compaction.pyx"]),
     ("kafkalog._engine.index", ["kafkalog/_engine/index.pyx"]),
     ("kafkalog._engine.segment", ["kafkalog/_engine/segment.pyx"]),
     ("kafkalog.broker._wire", ["kafkalog/broker/_wire.pyx"]),

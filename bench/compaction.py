@@ -298,7 +298,7 @@ def best_of(reps, fn, before=None):
 
 
 def reads(args, path, info):
-    from kafkalog._engine.records import next_offset_after
+    from kafkalog._engine.batch import next_offset_after
     from kafkalog.storage.store import LogStore
     pdir = info["dir"]
     files = [p for p in seg_files(pdir) if os.path.getsize(p) > 0]

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
-from kafkalog._engine.records import build_batch  # noqa: E402
+from kafkalog._engine.batch import build_batch  # noqa: E402
 from kafkalog.broker import Broker  # noqa: E402
 
 

@@ -656,7 +656,7 @@ def _open_raw(path: Path):
 
 def _walk_log(path: Path):
     """Yield (position, batch or None, problem or None) over a .log file, stopping at the first problem."""
-    from ._engine.records import RecordBatch
+    from ._engine.batch import RecordBatch
     data = _open_raw(path)
     n = len(data)
     pos = 0

@@ -65,7 +65,7 @@ def test_import_without_compiled_engine_fails_loudly(tmp_path):
 
 def test_typing_files_shipped():
     eng = Path(kafkalog.__file__).resolve().parent / "_engine"
-    for mod in ("records", "index", "segment"):
+    for mod in ("framing", "codecs", "batch", "accumulator", "columns", "compaction", "index", "segment"):
         assert (eng / f"{mod}.pyi").exists(), mod
         assert (eng / f"{mod}.pxd").exists(), mod
     assert (eng.parent / "py.typed").exists()

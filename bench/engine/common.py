@@ -32,7 +32,7 @@ def load_kafkalog(path: str) -> None:
     try:
         kafkalog = importlib.import_module("kafkalog")
         LogStore = kafkalog.LogStore
-        build_batch = importlib.import_module("kafkalog._engine.records").build_batch
+        build_batch = importlib.import_module("kafkalog._engine.batch").build_batch
         KAFKALOG_ERROR = None
     except Exception as e:
         kafkalog = LogStore = build_batch = None

@@ -1,4 +1,4 @@
-/* Constants of Kafka's storage formats; the one place they are defined (reached from Cython via constants.pxd). */
+/* Constants of Kafka's storage formats; the one place they are defined (reached from Cython via clib.pxd). */
 #ifndef KL_CONSTANTS_H
 #define KL_CONSTANTS_H
 
@@ -49,4 +49,7 @@
 #define KL_INDEX_WARM_BYTES 8192   /* tail of an index kept hot by the two-section binary search */
 
 #define KL_INT32_MAX 2147483647LL
+
+/* Below this many bytes, releasing the GIL around a C pass (CRC, copy, walk) costs more than it frees. */
+#define KL_NOGIL_BYTES 65536
 #endif

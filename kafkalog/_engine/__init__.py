@@ -1,4 +1,5 @@
-"""kafkalog's compiled engine (Cython): record batches, segment indexes, one segment's files.
+"""kafkalog's compiled engine (Cython): record batches (framing, codecs, batch), the producer's accumulator, columnar
+decoding, the cleaner's kernels (compaction), segment indexes, one segment's files.
 
 There is no pure-Python fallback: importing kafkalog without the built extension fails here, loudly.
 """
@@ -6,10 +7,10 @@ There is no pure-Python fallback: importing kafkalog without the built extension
 from ..errors import EngineNotBuiltError
 
 try:
-    from . import index, records, segment  # noqa: F401
+    from . import accumulator, batch, codecs, columns, compaction, framing, index, segment  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised by the packaging test in a clean tree
     raise EngineNotBuiltError(
         f"kafkalog's compiled engine is not built ({e}). Install with `pip install .` (or build in place with "
         "`python setup.py build_ext --inplace`); kafkalog has no slow pure-Python fallback.") from e
 
-DEBUG_BUILD = bool(records.debug_build()) if hasattr(records, "debug_build") else False
+DEBUG_BUILD = bool(framing.debug_build())

@@ -72,3 +72,4 @@ cdef extern from "kafkalog/kl_constants.h" nogil:
     int KL_TIME_INDEX_ENTRY
     int KL_INDEX_WARM_BYTES
     long long KL_INT32_MAX
+    int KL_NOGIL_BYTES

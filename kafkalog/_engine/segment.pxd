@@ -2,7 +2,7 @@
 from libc.stdint cimport int64_t
 
 from .index cimport OffsetIndex, TimeIndex
-from .records cimport BatchHeader
+from .framing cimport BatchHeader
 
 
 cdef class Mapping:

@@ -3,8 +3,8 @@
 from collections.abc import Iterator
 from pathlib import Path
 
+from .batch import RecordBatch
 from .index import OffsetIndex, TimeIndex
-from .records import RecordBatch
 
 def segment_file_name(base_offset: int, suffix: str = ".log") -> str: ...
 

@@ -41,10 +41,10 @@ from .clib cimport (KL_CHECK, KL_CODEC_NONE, KL_COMPRESSION_CODEC_MASK, KL_HEADE
                     KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_TYPE_MASK, kl_next_uvarint,
                     kl_unzigzag)
 from .index cimport OffsetIndex, TimeIndex
-from .records cimport KL_BATCH_INCOMPLETE, BatchHeader, batch_error_message, check_batch, parse_batch_header
+from .framing cimport KL_BATCH_INCOMPLETE, BatchHeader, batch_error_message, check_batch, parse_batch_header
 
 from kafkalog.errors import CorruptRecordError, IndexFullError, InvalidOffsetError, InvalidRecordError, storage_error
-from kafkalog._engine.records import RecordBatch
+from kafkalog._engine.batch import RecordBatch
 
 cdef extern from "sys/mman.h" nogil:
     int madvise(void *addr, size_t length, int advice)

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 
-from .._engine.records import RecordBatch
+from .._engine.batch import RecordBatch
 from ..errors import (
     ClusterAuthorizationFailedError,
     InvalidPartitionsError,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from .._engine.records import iter_batches
+from .._engine.batch import iter_batches
 from ..errors import InvalidProducerEpochError, KafkaError, OutOfOrderSequenceNumberError
 from ..storage.files import atomic_write, make_durable_dir
 

@@ -29,7 +29,7 @@ import re
 import threading
 import time
 
-from .._engine.records import iter_records, next_offset_after, take_consumer_records
+from .._engine.batch import iter_records, next_offset_after, take_consumer_records
 from ..errors import (
     CommitFailedError,
     IllegalStateError,

@@ -24,11 +24,11 @@ from __future__ import annotations
 import random
 import threading
 
-from .._engine.records import murmur2
+from .._engine.accumulator import murmur2
 
 __all__ = ["StickyPartitioner", "hash_partition", "murmur2"]
 
-# murmur2 is compiled (kafkalog/_engine/records.pyx): ~20 ns for a short key, so nothing is memoized. The producer's
+# murmur2 is compiled (kafkalog/_engine/accumulator.pyx): ~20 ns for a short key, so nothing is memoized. The producer's
 # compiled send() path hashes bytes keys with the same C function.
 
 

@@ -16,7 +16,7 @@ encoded into its batch when it is sent (its bytes are copied: nothing pins the c
 ``send()`` is compiled: KafkaProducer derives from the engine's ``RecordAccumulator``, whose ``send`` appends a plain
 record (bytes, no headers, default partitioner, known topic, room in the open batch) to its batch in C, without the
 producer's lock, and hands everything else to ``_send`` here. That fast path is atomic under the GIL (see
-kafkalog/_engine/records.pyx, "Producer accumulation"); the Python code below keeps its side of the contract: an
+kafkalog/_engine/accumulator.pyx, "Thread safety"); the Python code below keeps its side of the contract: an
 open batch is detached from its partition (``part.batch = None``, under the lock) before it is built, and every
 append (``ProducerBatch.add``) is one C call.
 """
@@ -34,16 +34,15 @@ import weakref
 from collections import deque
 from itertools import count
 
-from .._engine.records import (
-    RECORD_BATCH_OVERHEAD,
+from .._engine.accumulator import (
     AccumulatorPartition,
     AccumulatorTopic,
     FutureRecordMetadata,
     ProducerBatch,
     RecordAccumulator,
-    RecordBatch,
-    iter_batches,
 )
+from .._engine.batch import RecordBatch, iter_batches
+from .._engine.framing import RECORD_BATCH_OVERHEAD
 from ..errors import (
     InvalidConfigError,
     InvalidTimestampError,

@@ -112,7 +112,7 @@ from collections import deque
 from itertools import repeat
 from operator import itemgetter
 
-from .._engine.records import crc32c, iter_records, next_offset_after
+from .._engine.batch import crc32c, iter_records, next_offset_after
 from ..errors import (
     InvalidConfigError,
     InvalidPartitionsError,

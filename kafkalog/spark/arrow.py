@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .._engine.records import decode_columns, next_offset_after
+from .._engine.batch import next_offset_after
+from .._engine.columns import decode_columns
 from ..errors import OffsetOutOfRangeError
 from .offsets import report_data_loss
 

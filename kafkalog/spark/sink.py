@@ -52,7 +52,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
-from .._engine.records import build_batch, iter_batches
+from .._engine.batch import build_batch, iter_batches
 from ..client.partitioner import murmur2
 from ..errors import (
     IllegalStateError,

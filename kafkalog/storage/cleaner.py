@@ -46,7 +46,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .._engine.records import OffsetMap, filter_batches, producer_last_offsets
+from .._engine.compaction import OffsetMap, filter_batches, producer_last_offsets
 from .._engine.segment import LogSegment, segment_file_name
 from ..errors import storage_error
 from . import failpoints

@@ -34,19 +34,19 @@ from pathlib import Path
 
 import numpy as np
 
-from .._engine.records import (
+from .._engine.batch import (
     BatchBuilder,
     RecordBatch,
     build_batch,
     chain_records,
     count_records,
-    decode_columns,
     iter_batches,
     next_offset_after,
     set_base_offset,
     set_log_append_time,
     set_max_timestamp,
 )
+from .._engine.columns import decode_columns
 from .._engine.segment import LogSegment, segment_file_name
 from ..config import LONG_MAX, Config
 from ..errors import (

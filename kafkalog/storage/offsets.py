@@ -51,7 +51,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from .._engine.records import crc32c, iter_batches
+from .._engine.batch import crc32c, iter_batches
 from ..config import INT_MAX, LONG_MAX
 from ..errors import (
     KafkaStorageError,

@@ -18,7 +18,9 @@ import lz4.frame
 import pytest
 import zstandard
 
-from kafkalog._engine import records as R
+from kafkalog._engine import batch as R
+from kafkalog._engine.codecs import _CODEC_NAMES
+from kafkalog._engine.columns import decode_columns
 from kafkalog.errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError
 
 from .test_records import varint  # zigzag varint, as records carry it
@@ -127,7 +129,8 @@ BOMBS = {
 _CHILD = r"""
 import json, resource, sys, tempfile
 import kafkalog
-from kafkalog._engine.records import RecordBatch, build_batch, decode_columns
+from kafkalog._engine.columns import decode_columns
+from kafkalog._engine.batch import RecordBatch, build_batch
 
 path, mode, mmb = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with open(path, "rb") as f:
@@ -205,7 +208,7 @@ def test_bomb_is_refused_with_bounded_memory(bomb_file, child_env, name):
     assert out.get("error") in _REFUSED, out
     assert out["appended"] == 0, out
     msg = out["message"]
-    assert "offset 0" in msg and R._CODEC_NAMES[BOMBS[name][0]] in msg, msg
+    assert "offset 0" in msg and _CODEC_NAMES[BOMBS[name][0]] in msg, msg
 
 
 @pytest.mark.parametrize("mode", ["records", "columns"])
@@ -296,7 +299,7 @@ def test_compacted_batches_with_gaps_still_read(codec):
     b = R.RecordBatch(raw)
     b.validate(decompress=True)
     assert [r.offset for r in b] == [0, 4]
-    assert list(R.decode_columns(raw)["offset"]) == [0, 4]
+    assert list(decode_columns(raw)["offset"]) == [0, 4]
     with pytest.raises(InvalidRecordError):
         b.check_for_append(1 << 20)
 

@@ -1,5 +1,5 @@
-"""kafkalog._engine.records: golden bytes, real peers as oracles (aiokafka, kafka-python), corruption, in-place
-rewrites, column decode and round-trip properties.
+"""kafkalog._engine.batch and columns: golden bytes, real peers as oracles (aiokafka, kafka-python), corruption,
+in-place rewrites, column decode and round-trip properties.
 
 Batches made here by hand (``_batch``) use only ``struct`` and the bitwise CRC-32C below, never the module under test.
 """
@@ -19,7 +19,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkalog._engine import records as R
+from kafkalog._engine import batch as R
+from kafkalog._engine.columns import decode_columns
 from kafkalog.errors import (
     CorruptRecordError,
     InvalidConfigError,
@@ -273,7 +274,7 @@ def test_peer_batches_parse_with_ours(codec, builder):
     assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (5, 1, 40)
     assert batch.record_count == len(batch) == len(SAMPLE)
     assert _records_of(theirs) == _sample_expected()
-    assert _columns_records(R.decode_columns(theirs)) == _sample_expected()
+    assert _columns_records(decode_columns(theirs)) == _sample_expected()
     if codec == 0:  # no codec: nothing left to choose, the bytes must be the same
         # (kafka-python stamps PartitionLeaderEpoch 0 where Java and aiokafka write -1)
         ours = _sample_batch(0, producer_id=5, producer_epoch=1, base_sequence=40,
@@ -429,7 +430,7 @@ def test_crc_mismatch_detected():
     with pytest.raises(CorruptRecordError, match=r"offset 7 .*CRC"):
         batch.validate()
     with pytest.raises(CorruptRecordError, match="CRC"):
-        R.decode_columns(buf)
+        decode_columns(buf)
 
 
 @pytest.mark.parametrize("codec", CODECS, ids=CODEC_IDS)
@@ -462,7 +463,7 @@ def test_declared_count_mismatch(codec, declared):
     with pytest.raises(InvalidRecordError, match="Incorrect declared batch size"):
         list(batch)
     with pytest.raises(InvalidRecordError, match="Incorrect declared batch size"):
-        R.decode_columns(buf)
+        decode_columns(buf)
     with pytest.raises(InvalidRecordError, match="offset 0"):
         batch.validate(decompress=True)
     # without decompressing, only an uncompressed batch's framing can be checked
@@ -495,7 +496,7 @@ def test_malformed_records_rejected(codec, records, message):
     with pytest.raises(InvalidRecordError, match=message):
         list(batch)
     with pytest.raises(InvalidRecordError, match=message):
-        R.decode_columns(buf)
+        decode_columns(buf)
     with pytest.raises(InvalidRecordError, match="offset 33"):
         batch.validate(decompress=True)
 
@@ -504,7 +505,7 @@ def test_empty_batch_and_negative_count():
     empty = _batch(b"", 0, last_offset_delta=4)  # what compaction leaves of a batch: count 0, offsets kept
     batch = R.RecordBatch(empty)
     assert batch.is_valid() and list(batch) == [] and batch.next_offset == 5
-    assert len(R.decode_columns(empty)["offset"]) == 0
+    assert len(decode_columns(empty)["offset"]) == 0
     bad = R.RecordBatch(_batch(record_bytes(0, 0, None, b"v"), -1, last_offset_delta=0))
     assert not bad.is_valid()
     with pytest.raises(InvalidRecordError, match="-1 records"):
@@ -538,7 +539,7 @@ def test_unknown_codec():
     with pytest.raises(UnsupportedCompressionTypeError):
         list(batch)
     with pytest.raises(UnsupportedCompressionTypeError):
-        R.decode_columns(buf)
+        decode_columns(buf)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -591,7 +592,7 @@ def test_foreign_framings_decode(codec, compress):
     buf = _batch(compress(_plain_records()), 5, codec=codec, base_offset=100)
     assert R.RecordBatch(buf).is_valid()
     assert _records_of(buf) == _expected_plain(base_offset=100)
-    assert _columns_records(R.decode_columns(buf)) == _expected_plain(base_offset=100)
+    assert _columns_records(decode_columns(buf)) == _expected_plain(base_offset=100)
 
 
 def test_zstd_frame_has_no_content_size_when_streamed():
@@ -605,7 +606,7 @@ def test_lz4_linked_blocks_rejected():
     with pytest.raises(InvalidRecordError, match="Dependent block stream is unsupported"):
         list(R.RecordBatch(buf))
     with pytest.raises(InvalidRecordError, match="Dependent block"):
-        R.decode_columns(buf)
+        decode_columns(buf)
     ok = _batch(lz4.frame.compress(data, block_linked=False), 40, codec=3)
     assert _records_of(ok) == _expected_plain(n=40, size=4000)
 
@@ -668,7 +669,7 @@ def test_set_log_append_time(codec):
     assert batch.max_timestamp == 1_900_000_000_000
     assert batch.base_timestamp == SAMPLE[0][2]  # untouched: only attributes, MaxTimestamp and CRC change
     assert {(r.timestamp, r.timestamp_type) for r in batch} == {(1_900_000_000_000, 1)}
-    cols = R.decode_columns(buf)
+    cols = decode_columns(buf)
     assert set(cols["timestamp"].tolist()) == {1_900_000_000_000} and set(cols["timestamp_type"].tolist()) == {1}
     again = bytearray(buf)
     R.set_log_append_time(again, 0, 1_900_000_000_000)
@@ -733,7 +734,7 @@ def test_iter_batches_stops_at_incomplete_tail_and_counts():
     assert [b.position for b in R.iter_batches(data)] == [sum(map(len, batches[:i])) for i in range(5)]
     start = len(batches[0])
     assert [b.base_offset for b in R.iter_batches(data, start, start + len(batches[1]))] == [20]
-    assert R.decode_columns(data, start)["offset"].tolist()[:2] == [20, 21]
+    assert decode_columns(data, start)["offset"].tolist()[:2] == [20, 21]
 
 
 def test_iter_batches_raises_at_illegal_length():
@@ -748,7 +749,7 @@ def test_iter_batches_raises_at_illegal_length():
 def test_decode_columns_layout():
     batches = [_sample_batch(c, base_offset=100 * c) for c in CODECS]
     data = b"".join(batches) + batches[0][:30]
-    cols = R.decode_columns(data)
+    cols = decode_columns(data)
     n = len(SAMPLE) * len(CODECS)
     assert cols["batches"] == len(CODECS) and cols["next_position"] == len(data) - 30
     assert cols["offset"].dtype == np.int64 and cols["timestamp"].dtype == np.int64
@@ -761,7 +762,7 @@ def test_decode_columns_layout():
     expected = [rec for c in CODECS for rec in _sample_expected(100 * c)]
     assert _columns_records(cols) == expected
     assert cols["values"].nbytes == sum(len(r[1] or b"") for r in SAMPLE) * len(CODECS)
-    empty = R.decode_columns(b"")
+    empty = decode_columns(b"")
     assert empty["offset"].shape == (0,) and empty["key_offsets"].tolist() == [0]
 
 
@@ -787,14 +788,14 @@ def test_round_trip_property(recs, base_offset):
         assert (view.base_timestamp, view.max_timestamp) == (stamps[0], max(stamps))
         assert view.last_offset == base_offset + len(recs) - 1
         assert _records_of(batch) == expected
-        assert _columns_records(R.decode_columns(batch)) == expected
+        assert _columns_records(decode_columns(batch)) == expected
         builder = R.BatchBuilder(compression=codec)
         for k, v, ts, h in recs:
             builder.append(v, k, ts, h)
         assert builder.build(base_offset) == batch
         assert builder.size_in_bytes == plain_size
         batches.append(batch)
-    assert _columns_records(R.decode_columns(b"".join(batches))) == expected * len(CODECS)
+    assert _columns_records(decode_columns(b"".join(batches))) == expected * len(CODECS)
 
 
 def _control_batch(base_offset: int, commit: bool = True) -> bytes:
@@ -819,6 +820,6 @@ def test_control_batches_are_skipped_by_record_readers_as_kafka_consumers_skip_t
         b.validate()
     assert [(r.offset, r.value) for r in R.iter_records(buf)] == [(0, b"a"), (1, b"b"), (3, b"c")]
     assert [(r.offset, r.value) for r in R.iter_records(buf, min_offset=2)] == [(3, b"c")]
-    cols = R.decode_columns(buf)
+    cols = decode_columns(buf)
     assert list(cols["offset"]) == [0, 1, 3] and list(cols["values"][:3]) == list(b"abc")
     assert R.next_offset_after(buf) == 5  # a reader moves on past the last marker

@@ -1,6 +1,6 @@
 """LogSegment on its own (Kafka's LogSegmentTest): reads and truncation around offset gaps."""
 
-from kafkalog._engine.records import build_batch, iter_batches
+from kafkalog._engine.batch import build_batch, iter_batches
 from kafkalog._engine.segment import LogSegment
 
 T0 = 1_700_000_000_000

@@ -58,7 +58,7 @@ import lz4.frame
 import zstandard
 
 import kafkalog
-from kafkalog._engine.records import build_batch, crc32c, iter_batches
+from kafkalog._engine.batch import build_batch, crc32c, iter_batches
 from kafkalog.broker import protocol, schemas
 from kafkalog.broker.api import ADVERTISED
 

@@ -158,7 +158,7 @@ def test_frames_cover_every_advertised_version():
 
 def test_bad_batches_are_crc_valid():
     """The 'CRC-valid but wrong inside' batches really carry a right CRC (else they test only the CRC check)."""
-    from kafkalog._engine.records import crc32c
+    from kafkalog._engine.batch import crc32c
     pool = fuzz.RecordsPool(fuzz.random.Random(1), big=False)
     checked = 0
     for label, data in pool.bad:

@@ -172,7 +172,7 @@ def _fetch_req(session_id: int, epoch: int, parts: list[tuple[str, int, int]], f
 
 
 def _records(resp) -> dict:
-    from kafkalog._engine.records import iter_batches
+    from kafkalog._engine.batch import iter_batches
     out = {}
     for t in resp["responses"]:
         for p in t["partitions"]:

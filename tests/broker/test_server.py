@@ -58,7 +58,7 @@ def _healthy(broker, topic="t", expect=None):
 
 
 def _records(data):
-    from kafkalog._engine.records import iter_records
+    from kafkalog._engine.batch import iter_records
     return list(iter_records(bytes(data)))
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafkalog._engine.records import build_batch
+from kafkalog._engine.batch import build_batch
 from kafkalog.broker import _wire, protocol
 from kafkalog.errors import InvalidRequestError, UnsupportedVersionError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from kafkalog._engine.records import build_batch
+from kafkalog._engine.batch import build_batch
 from kafkalog.broker import protocol
 
 

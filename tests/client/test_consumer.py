@@ -271,7 +271,7 @@ def test_a_consumer_moves_past_transaction_markers_of_a_kafka_log(tmp_path):
     import struct
 
     from kafkalog import LogStore
-    from kafkalog._engine import records as R
+    from kafkalog._engine import batch as R
     with LogStore(tmp_path, exclusive=True) as store:
         store.create_topic("tx", 1)
         store.log("tx", 0).append_records(R.build_batch([b"a", b"b"]))

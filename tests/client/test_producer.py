@@ -19,7 +19,8 @@ from kafka.producer.future import RecordMetadata as KafkaRecordMetadata
 from kafka.serializer import JsonSerializer
 
 import kafkalog
-from kafkalog._engine.records import ProducerBatch, build_batch, iter_batches
+from kafkalog._engine.accumulator import ProducerBatch
+from kafkalog._engine.batch import build_batch, iter_batches
 from kafkalog.client.partitioner import StickyPartitioner, hash_partition, murmur2
 from kafkalog.client.producer import IGNORED_CONFIGS, FutureRecordMetadata, KafkaProducer
 from kafkalog.errors import (

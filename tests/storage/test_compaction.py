@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kafkalog
-from kafkalog._engine.records import OffsetMap, RecordBatch, build_batch, filter_batches, iter_batches
+from kafkalog._engine.batch import RecordBatch, build_batch, iter_batches
+from kafkalog._engine.compaction import OffsetMap, filter_batches
 from kafkalog.errors import InvalidRecordError
 
 T0 = 1_700_000_000_000

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kafkalog
-from kafkalog._engine.records import build_batch, iter_batches
+from kafkalog._engine.batch import build_batch, iter_batches
 from kafkalog.errors import (
     InvalidConfigError,
     InvalidRecordError,

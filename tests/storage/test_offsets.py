@@ -487,7 +487,7 @@ def test_damaged_snapshot_falls_back_to_the_log(data_dir, open_store, damage, ca
     else:  # a valid snapshot at an offset the log does not reach (e.g. the log was restored from an older copy)
         body = bytearray(data[14:])
         body[0:8] = struct.pack(">q", 10**6)
-        from kafkalog._engine.records import crc32c
+        from kafkalog._engine.batch import crc32c
         snap.write_bytes(data[:10] + struct.pack(">I", crc32c(bytes(body))) + bytes(body))
     store = open_store()
     offsets = OffsetStore(store, snapshot_interval_records=10**6)

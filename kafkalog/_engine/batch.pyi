@@ -1,37 +1,26 @@
-"""Record batch v2 (magic 2): what Python sees of records.pyx.
+"""Record batches: what Python sees of batch.pyx.
 
-RecordBatch => BaseOffset Int64 | BatchLength Int32 | PartitionLeaderEpoch Int32 | Magic Int8 | CRC Uint32 |
-    Attributes Int16 | LastOffsetDelta Int32 | BaseTimestamp Int64 | MaxTimestamp Int64 | ProducerId Int64 |
-    ProducerEpoch Int16 | BaseSequence Int32 | RecordsCount Int32 | Records
-Record => Length Varint | Attributes Int8 | TimestampDelta Varlong | OffsetDelta Varint | Key (Varint length, -1 null) |
-    Value (Varint length, -1 null) | HeaderCount Varint | [HeaderKey String | HeaderValue Bytes]
-Big-endian; CRC-32C over [Attributes, end); with a codec only the records section is compressed.
-Codecs: 0 none, 1 gzip, 2 snappy (xerial framing), 3 lz4 (Kafka's frame), 4 zstd.
+Build (build_batch, BatchBuilder), view (RecordBatch, Record), iterate (iter_batches, iter_records, chain_records) and
+rewrite in place the fields a log owns: BaseOffset and PartitionLeaderEpoch (outside the CRC), the LogAppendTime bit
+of Attributes and MaxTimestamp (CRC recomputed). The layout is framing's (framing.pyi), the codecs codecs'
+(0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd).
 """
 
-from collections.abc import Container, Iterable, Iterator, Sequence
-from typing import Final, Literal, TypeAlias, TypedDict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final, Literal, TypeAlias
 
-import numpy as np
-import numpy.typing as npt
 from typing_extensions import Buffer
 
+from .codecs import Compression
+
 __all__ = [
-    "COMPRESSION_CODECS", "LOG_OVERHEAD", "RECORD_BATCH_OVERHEAD", "BatchBuilder", "Record", "RecordBatch",
-    "build_batch", "count_records", "crc32c", "debug_build", "decode_columns", "iter_batches", "set_base_offset",
-    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
+    "BatchBuilder", "Record", "RecordBatch", "RecordStream", "build_batch", "chain_records", "count_records", "crc32c",
+    "iter_batches", "iter_records", "next_offset_after", "set_base_offset", "set_log_append_time", "set_max_timestamp",
+    "set_partition_leader_epoch", "take_consumer_records",
 ]
 
-RECORD_BATCH_OVERHEAD: Final[int]  # 61: the v2 batch header
-LOG_OVERHEAD: Final[int]  # 12: BaseOffset + BatchLength, the bytes BatchLength does not count
-COMPRESSION_CODECS: Final[dict[str, int]]  # {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-
-Compression: TypeAlias = int | Literal["none", "gzip", "snappy", "lz4", "zstd"] | None
 Header: TypeAlias = tuple[str, bytes | None]
 BytesLike: TypeAlias = Buffer
-
-def debug_build() -> bool:
-    """True when compiled with KAFKALOG_DEBUG=1 (bounds checks and C-level KL_CHECK asserts)."""
 
 def crc32c(data: Buffer, crc: int = 0) -> int:
     """CRC-32C (Castagnoli) of data; pass a previous result as crc to continue over more bytes."""
@@ -115,73 +104,6 @@ class BatchBuilder:
         """The batch of the records so far (ValueError when empty); the records stay until reset()."""
     def reset(self) -> None: ...
     def __len__(self) -> int: ...
-
-def murmur2(data: Buffer) -> int:
-    """Kafka's murmur2 (Utils.murmur2, seed 0x9747b28c) of data as an unsigned 32-bit int (Java's int's bits)."""
-
-class ProducerBatch(BatchBuilder):
-    """A producer's batch for one partition: records encoded as they are added, plus each record's RecordMetadata
-    facts. Not thread-safe by itself (the producer appends under its lock or through RecordAccumulator.send)."""
-
-    size: int  # the producer's batch.size accounting, grown by add()
-    def add(self, value: BytesLike | None, key: BytesLike | None = None, timestamp: int = 0,
-            headers: Sequence[tuple[str | bytes, BytesLike | None]] | None = None, header_size: int = -1,
-            size: int = 0) -> int:
-        """Encode one record (timestamp ms >= 0); returns its index. header_size: kafka-python's
-        serialized_header_size (-1: none); size is added to ``size``."""
-    def add_facts(self, timestamp: int, key_size: int, value_size: int, header_size: int) -> int:
-        """Keep a record's facts without encoding it (a record refused before it joined a batch)."""
-    def facts(self, i: int) -> tuple[int, int, int, int]:
-        """(timestamp, serialized key size, value size, header size) of record i (-1: null / no headers)."""
-    @property
-    def records_count(self) -> int: ...
-    @property
-    def dropped(self) -> bool:
-        """drop_records() was called."""
-    def drop_records(self) -> None:
-        """Free the encoded records once written (the buffer is recycled for later batches); facts stay."""
-    def build_view(self) -> memoryview | bytes:
-        """The finished batch (base offset 0) as a view of the batch's own buffer (bytes when compressed), writable
-        so that a log can stamp BaseOffset in place. No record can be added afterwards."""
-    def __buffer__(self, flags: int) -> memoryview: ...
-
-class FutureRecordMetadata:
-    """kafka-python's FutureRecordMetadata: a (batch, index) pair; the producer's batch subclass answers."""
-
-    @property
-    def is_done(self) -> bool: ...
-    def succeeded(self) -> bool: ...
-    def failed(self) -> bool: ...
-    def retriable(self) -> bool: ...
-    @property
-    def exception(self) -> BaseException | None: ...
-    @property
-    def value(self) -> object: ...
-    def get(self, timeout: float | None = None) -> object:
-        """The record's RecordMetadata once acknowledged (waits up to timeout s; None: forever), or raise its error."""
-    def add_callback(self, f: object, *args: object, **kwargs: object) -> FutureRecordMetadata: ...
-    def add_errback(self, f: object, *args: object, **kwargs: object) -> FutureRecordMetadata: ...
-    def add_both(self, f: object, *args: object, **kwargs: object) -> FutureRecordMetadata: ...
-    def chain(self, future: object) -> FutureRecordMetadata: ...
-
-class AccumulatorPartition:
-    batch: ProducerBatch | None  # the open batch
-    limit: int  # batch_size of the partition's batches
-
-class AccumulatorTopic:
-    parts: tuple[AccumulatorPartition, ...] | None
-    sticky: AccumulatorPartition | None
-
-class RecordAccumulator:
-    """The compiled hot path of KafkaProducer.send (KafkaProducer derives from it); anything it does not handle goes
-    to the subclass's ``_send``."""
-
-    _topics: dict[str, AccumulatorTopic]
-    _fast: bool
-    def _init_fast_path(self, record_overhead: int, max_record: int) -> None: ...
-    def _topics_changed(self) -> None: ...
-    def send(self, topic: str, value: object = None, key: object = None, headers: object = None,
-             partition: int | None = None, timestamp_ms: int | None = None) -> FutureRecordMetadata: ...
 
 class Record:
     """One decoded record. timestamp is the batch MaxTimestamp for LogAppendTime batches."""
@@ -291,30 +213,6 @@ def set_log_append_time(buf: Buffer, pos: int, timestamp: int) -> None:
 def set_max_timestamp(buf: Buffer, pos: int, timestamp: int) -> None:
     """Set MaxTimestamp of the complete batch at buf[pos], recomputing its CRC (nothing written when equal)."""
 
-class Columns(TypedDict):
-    offset: npt.NDArray[np.int64]
-    timestamp: npt.NDArray[np.int64]
-    timestamp_type: npt.NDArray[np.int8]
-    key_offsets: npt.NDArray[np.int32]  # n + 1, Arrow binary layout
-    key_valid: npt.NDArray[np.bool_]  # False = null key
-    keys: npt.NDArray[np.uint8]
-    value_offsets: npt.NDArray[np.int32]
-    value_valid: npt.NDArray[np.bool_]
-    values: npt.NDArray[np.uint8]
-    header_offsets: npt.NDArray[np.int32]  # n + 1: record i owns headers [header_offsets[i], header_offsets[i+1])
-    header_key_offsets: npt.NDArray[np.int32]  # h + 1; header keys are never null (UTF-8)
-    header_keys: npt.NDArray[np.uint8]
-    header_value_offsets: npt.NDArray[np.int32]  # h + 1
-    header_value_valid: npt.NDArray[np.bool_]
-    header_values: npt.NDArray[np.uint8]
-    batches: int
-    next_position: int  # byte position after the last complete batch decoded
-
-def decode_columns(buffer: Buffer, start: int = 0, end: int | None = None) -> Columns:
-    """Every record of the consecutive batches in buffer[start:end] as numpy columns, without per-record Python
-    objects. Checks each batch's CRC, decompresses any codec, stops silently at an incomplete tail batch."""
-
-
 class RecordStream(Iterator[Record]):
     def __iter__(self) -> RecordStream: ...
     def __next__(self) -> Record: ...
@@ -335,27 +233,3 @@ def chain_records(chunks: Iterable[tuple[BytesLike, int, int]]) -> RecordStream:
 
 def next_offset_after(buffer: BytesLike, default: int = -1) -> int:
     """Offset after the last complete batch in buffer (headers only); default when there is none."""
-
-class OffsetMap:
-    """Key -> latest offset in bounded memory, for the cleaner (Kafka's SkimpyOffsetMap)."""
-    size: int
-    max_entries: int
-    full: bool
-    latest_offset: int
-    capacity: int
-    memory_bytes: int
-    max_capacity: int
-    def __init__(self, memory_bytes: int, load_factor: float = 0.9, initial_bytes: int | None = None) -> None: ...
-    def clear(self) -> None: ...
-    def put(self, key: BytesLike, offset: int) -> bool: ...
-    def get(self, key: BytesLike) -> int: ...
-    def add_batches(self, buffer: BytesLike, start: int = 0, stop: int = ..., pos: int = 0,
-                    max_bytes: int = -1) -> tuple[int, int]: ...
-
-def producer_last_offsets(buffer: BytesLike, into: dict[int, int] | None = None) -> dict[int, int]:
-    """producer id -> last offset of its last batch in ``buffer`` (headers only)."""
-
-def filter_batches(buffer: BytesLike, pos: int, offset_map: OffsetMap, now_ms: int, delete_retention_ms: int,
-                   keep_empty: Container[int] = (), out_limit: int = 4194304,
-                   in_limit: int = -1) -> tuple[bytes, int, int, int]:
-    """The cleaner's copy of whole batches from byte ``pos``: (output, next position, kept, removed)."""
