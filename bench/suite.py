@@ -103,9 +103,9 @@ def main() -> int:
     runs = []
     for i in range(1 + a.beside):
         log = open(out / f"run{i}.log", "wb")
-        env = dict(os.environ, PYTEST_ADDOPTS=f"--basetemp={out / f'tmp{i}'}")
-        p = subprocess.Popen([sys.executable, "-m", "pytest", *a.pytest_args], cwd=REPO, stdout=log,
-                             stderr=subprocess.STDOUT, env=env)
+        # --basetemp on the command line, not in PYTEST_ADDOPTS: a test that runs an inner pytest must not inherit it
+        p = subprocess.Popen([sys.executable, "-m", "pytest", f"--basetemp={out / f'tmp{i}'}", *a.pytest_args],
+                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         runs.append((p, log, time.monotonic()))
     sampler = TreeSampler([p.pid for p, _, _ in runs])
     ends: dict[int, float] = {}

@@ -117,6 +117,7 @@ def test_a_killed_test_run_leaves_no_process_behind(tmp_path, child_env):
     with_kafka = _kafka_available()
     env = dict(child_env, KAFKALOG_REPO=str(REPO), KAFKALOG_PIDS=str(pids_file),
                KAFKALOG_WITH_KAFKA="1" if with_kafka else "0")
+    env.pop("PYTEST_ADDOPTS", None)  # the outer run's options (a --basetemp above the inner cwd) are not the inner's
     out = tmp_path / "inner.out"
     with open(out, "wb") as f:
         run = children.popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "-c",

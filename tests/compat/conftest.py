@@ -35,6 +35,7 @@ import shutil
 import signal
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -56,24 +57,57 @@ def _stop_and_clean(server, workdir):
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+# The session's two brokers, stopped as soon as the last test of tests/compat is done (``pytest_runtest_teardown``
+# below): Apache Kafka's JVM holds about 500 MB that the Spark tests after it need more (issue 21: the suite stays
+# under 4 GB). A compat test that comes later after all (an unusual order on the command line) starts them again.
+_SESSION_SERVERS: dict[str, tuple] = {}   # fixture name -> (server, workdir)
+_PAUSED: set[str] = set()
+
+
+def _session_server(name, server, workdir):
+    _start_or_fail(server, workdir)
+    _SESSION_SERVERS[name] = (server, workdir)
+    try:
+        yield server
+    finally:
+        _SESSION_SERVERS.pop(name, None)
+        _PAUSED.discard(name)
+        _stop_and_clean(server, workdir)
+
+
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
-    """Apache Kafka 4.4.0, one KRaft node, for the whole session."""
-    workdir = tmp_path_factory.mktemp("kafka")
-    broker = KafkaBroker()
-    _start_or_fail(broker, workdir)
-    yield broker
-    _stop_and_clean(broker, workdir)
+    """Apache Kafka 4.4.0, one KRaft node, for the session's compat tests."""
+    yield from _session_server("kafka", KafkaBroker(), tmp_path_factory.mktemp("kafka"))
 
 
 @pytest.fixture(scope="session")
 def kafkalog(tmp_path_factory):
-    """`kafkalog serve` over a fresh data dir, for the whole session."""
-    workdir = tmp_path_factory.mktemp("kafkalog")
-    server = KafkalogServer()
-    _start_or_fail(server, workdir)
-    yield server
-    _stop_and_clean(server, workdir)
+    """`kafkalog serve` over a fresh data dir, for the session's compat tests."""
+    yield from _session_server("kafkalog", KafkalogServer(), tmp_path_factory.mktemp("kafkalog"))
+
+
+def _is_compat(item) -> bool:
+    return item is not None and Path(str(item.path)).resolve().is_relative_to(Path(__file__).resolve().parent)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if not _is_compat(nextitem):
+        for name, (server, workdir) in list(_SESSION_SERVERS.items()):
+            if server.running():
+                server.stop()
+                shutil.rmtree(workdir, ignore_errors=True)
+                _PAUSED.add(name)
+
+
+@pytest.fixture(autouse=True)
+def _resume_session_servers():
+    """Start again what the teardown hook stopped, for a compat test that comes after other packages' tests."""
+    for name in list(_PAUSED):
+        server, workdir = _SESSION_SERVERS[name]
+        _PAUSED.discard(name)
+        _start_or_fail(server, workdir)
+    yield
 
 
 def _target(server) -> Target:
