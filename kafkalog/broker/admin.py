@@ -107,8 +107,10 @@ def _group_ids(s) -> list[str]:
     return sorted(ids)
 
 
-def _group_view(s, gid: str, with_members: bool = True) -> dict:
-    """{"state", "protocol_type", "protocol", "members": [...]} as Kafka's DescribeGroups describes a group."""
+def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None = None) -> dict:
+    """{"state", "protocol_type", "protocol", "members": [...]} as Kafka's DescribeGroups describes a group.
+    ``joined_ids``: the data dir's ``known_groups`` when the caller has listed them already (ListGroups: listing them
+    again for each group read every group's id file once per group, quadratic in the groups of the data dir)."""
     cg = s.groups.classic.groups.get(gid)
     if cg is not None and cg.members:
         state = {"CompletingRebalance": "CompletingRebalance"}.get(cg.state, cg.state)
@@ -123,7 +125,9 @@ def _group_view(s, gid: str, with_members: bool = True) -> dict:
         d = {"state": "Empty", "members": [], "protocol": None}
     else:
         d = describe_group(s.store, gid)
-    joined = gid in set(known_groups(s.store.path)) or bool(d["members"])
+    if joined_ids is None:
+        joined_ids = set(known_groups(s.store.path))
+    joined = gid in joined_ids or bool(d["members"])
     if not joined and gid not in s.store.offsets.groups():
         return {"state": "Dead", "protocol_type": "", "protocol": "", "members": []}
     stable = d["state"] == "Stable"
@@ -157,7 +161,7 @@ def _listed_groups(s, ids, states) -> list:
             view = {"state": "Empty", "protocol_type": ""}
         else:
             try:
-                view = _group_view(s, gid, False)
+                view = _group_view(s, gid, False, joined)
             except KafkaError as e:  # a group whose files cannot be read now: left out, the listing goes on
                 log.warning("ListGroups: group %r: %s", gid, e)
                 continue

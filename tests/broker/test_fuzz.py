@@ -201,3 +201,28 @@ def test_a_topic_name_ending_in_a_newline_is_refused_and_splits_no_checkpoint(tm
         code, _ = b.terminate()
     assert code == 0
     assert "malformed" not in (tmp_path / "broker.log").read_text()
+
+
+def test_list_groups_lists_the_data_dirs_groups_once(tmp_path, monkeypatch):
+    """Found by the 1,000,000-frame run: ListGroups listed the data dir's groups (reading every long id's file)
+    again for each joined group, quadratic in the groups; with the ~900 groups the fuzzer's JoinGroups leave the
+    broker spent most of its CPU there and its throughput fell from ~600 to ~80 frames/s. One listing per ListGroups."""
+    from types import SimpleNamespace
+
+    import kafkalog
+    from kafkalog.broker import admin
+    from kafkalog.client import group
+
+    calls = []
+    real = admin.known_groups
+    monkeypatch.setattr(admin, "known_groups", lambda path: calls.append(path) or real(path))
+    with kafkalog.LogStore(tmp_path / "data", exclusive=True, maintenance=False) as store:
+        ids = [f"g{i}" for i in range(40)] + ["x" * 300 + str(i) for i in range(40)]  # short and long (h-) ids
+        for gid in ids:
+            group._make_group_dir(group.group_dir(store.path, gid), gid)
+        s = SimpleNamespace(store=store, groups=SimpleNamespace(groups={}, classic=SimpleNamespace(groups={}),
+                                                                hosts={}))
+        listed = admin._listed_groups(s, ids, set())
+    assert sorted(g["group_id"] for g in listed) == sorted(ids)
+    assert {g["group_state"] for g in listed} == {"Empty"}
+    assert len(calls) == 1, f"known_groups listed {len(calls)} times for one ListGroups of {len(ids)} groups"
