@@ -61,9 +61,24 @@ async function step (op, fn, extra = {}) {
   }
 }
 
-async function endOffsets (admin) {
+// A partition just created may not have its leader everywhere yet (Apache Kafka answers NOT_LEADER_OR_FOLLOWER for a
+// moment after CreatePartitions): retry that retriable error a bounded number of times, as a user's code would.
+async function fetchTopicOffsetsRetrying (admin, attempts) {
+  for (let i = 1; ; i++) {
+    try {
+      return await admin.fetchTopicOffsets(topic)
+    } catch (e) {
+      const retriable = e && (e.type === 'NOT_LEADER_FOR_PARTITION' || e.type === 'LEADER_NOT_AVAILABLE' ||
+        e.type === 'UNKNOWN_TOPIC_OR_PARTITION')
+      if (!retriable || i >= attempts) throw e
+      await new Promise((resolve) => setTimeout(resolve, 200))
+    }
+  }
+}
+
+async function endOffsets (admin, attempts = 1) {
   await step('end_offsets', async () => {
-    const offs = await admin.fetchTopicOffsets(topic)
+    const offs = await fetchTopicOffsetsRetrying(admin, attempts)
     const offsets = {}
     for (const o of offs) offsets[String(o.partition)] = Number(o.high)
     emit({ op: 'end_offsets', offsets })
@@ -238,7 +253,7 @@ async function main () {
           const md = await admin.fetchTopicMetadata({ topics: [topic] })
           emit({ op: 'topic_metadata', partitions: md.topics[0].partitions.map((p) => p.partitionId).sort((a, b) => a - b) })
         })
-        await endOffsets(admin)
+        await endOffsets(admin, 25)
       })
     case 'configs':
       return withAdmin(async (admin) => {
