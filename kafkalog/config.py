@@ -233,6 +233,14 @@ CONFIG_KEYS = _keys(
               low=1, high=INT_MAX),
     ConfigKey("transaction.state.log.min.isr", int, 1, "Accepted for compatibility.", scope=BROKER, low=1,
               high=INT_MAX),
+    ConfigKey("transaction.max.timeout.ms", int, 900000, "The largest transaction.timeout.ms a transactional "
+              "producer may ask for (InitProducerId answers INVALID_TRANSACTION_TIMEOUT above it).", scope=BROKER,
+              low=1, high=INT_MAX),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10000,
+              "How often the transaction coordinator aborts transactions open longer than their timeout.",
+              scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("transaction.state.log.num.partitions", int, 50, "Accepted for compatibility: kafkalog creates "
+              "__transaction_state with one partition (one node).", scope=BROKER, low=1, high=INT_MAX),
     ConfigKey("num.network.threads", int, 3, "Accepted for compatibility (one asyncio loop).", scope=BROKER, low=1,
               high=INT_MAX),
     ConfigKey("num.io.threads", int, 8, "Accepted for compatibility (one asyncio loop).", scope=BROKER, low=1,

@@ -163,6 +163,21 @@ InvalidFetchSessionEpochError = _define("InvalidFetchSessionEpochError", 71, "IN
                                         retriable=True)
 MemberIdRequiredError = _define("MemberIdRequiredError", 79, "MEMBER_ID_REQUIRED")
 
+# transactions (KIP-98, KIP-447, KIP-890)
+InvalidTxnStateError = _define("InvalidTxnStateError", 48, "INVALID_TXN_STATE")
+InvalidProducerIdMappingError = _define("InvalidProducerIdMappingError", 49, "INVALID_PRODUCER_ID_MAPPING")
+InvalidTransactionTimeoutError = _define("InvalidTransactionTimeoutError", 50, "INVALID_TRANSACTION_TIMEOUT",
+                                         bases=(ValueError,))
+ConcurrentTransactionsError = _define("ConcurrentTransactionsError", 51, "CONCURRENT_TRANSACTIONS", retriable=True)
+TransactionCoordinatorFencedError = _define("TransactionCoordinatorFencedError", 52,
+                                            "TRANSACTION_COORDINATOR_FENCED")
+OperationNotAttemptedError = _define("OperationNotAttemptedError", 55, "OPERATION_NOT_ATTEMPTED")
+UnstableOffsetCommitError = _define("UnstableOffsetCommitError", 88, "UNSTABLE_OFFSET_COMMIT", retriable=True)
+ProducerFencedError = _define("ProducerFencedError", 90, "PRODUCER_FENCED")
+TransactionalIdNotFoundError = _define("TransactionalIdNotFoundError", 105, "TRANSACTIONAL_ID_NOT_FOUND",
+                                       bases=(LookupError,))
+TransactionAbortableError = _define("TransactionAbortableError", 120, "TRANSACTION_ABORTABLE")
+
 
 def storage_error(exc: OSError, operation: str, path) -> KafkaStorageError:
     """Wrap an OSError so it names the operation and the path (OSError never leaves storage/ raw)."""

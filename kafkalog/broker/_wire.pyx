@@ -277,8 +277,10 @@ def encode_fetch_response(int version, int32_t correlation_id, int32_t throttle_
                           int32_t session_id, topics):
     """FetchResponse v4-11 → [bytes, record buffer, ..., bytes] for writelines: size prefix and header v0 first,
     each partition's record buffers handed over uncopied; topics = [(name, [(partition, error_code, high_watermark,
-    last_stable_offset, log_start_offset, records), ...]), ...], records = None, a buffer or a list of buffers.
-    aborted_transactions is always an empty array and preferred_read_replica -1."""
+    last_stable_offset, log_start_offset, records[, aborted]), ...]), ...], records = None, a buffer or a list of
+    buffers; aborted (read_committed) = [(producer id, first offset), ...], or None / absent: an empty array (kafkalog
+    answered an empty array to read_uncommitted fetches before it served transactions, and clients take both).
+    preferred_read_replica is -1."""
     if version < 4 or version > 11:
         raise UnsupportedVersionError(f"Fetch v{version} is not supported (supported 4-11)")
     cdef Py_ssize_t part_size = 4 + 2 + 8 + 8 + (8 if version >= 5 else 0) + 4 + (4 if version >= 11 else 0) + 4
@@ -292,6 +294,9 @@ def encode_fetch_response(int version, int32_t correlation_id, int32_t throttle_
         name, parts = topic
         _utf8(name, &name_len)
         meta += 2 + name_len + 4 + part_size * len(parts)
+        for part in parts:
+            if len(part) > 6 and part[6]:
+                meta += 16 * len(part[6])
     scratch = <unsigned char *>malloc(meta)
     if scratch == NULL:
         raise MemoryError()
@@ -313,14 +318,21 @@ def encode_fetch_response(int version, int32_t correlation_id, int32_t throttle_
                 p += name_len
                 p = _put_i32(p, <int32_t>len(parts))
                 for part in parts:
-                    partition, part_error, high_watermark, last_stable_offset, log_start_offset, records = part
+                    partition, part_error, high_watermark, last_stable_offset, log_start_offset, records = part[:6]
+                    aborted = part[6] if len(part) > 6 else None
                     p = _put_i32(p, partition)
                     p = _put_i16(p, part_error)
                     p = _put_i64(p, high_watermark)
                     p = _put_i64(p, last_stable_offset)
                     if version >= 5:
                         p = _put_i64(p, log_start_offset)
-                    p = _put_i32(p, 0)  # aborted_transactions: empty, not null (clients iterate it)
+                    if aborted:
+                        p = _put_i32(p, <int32_t>len(aborted))
+                        for producer_id, first_offset in aborted:
+                            p = _put_i64(p, producer_id)
+                            p = _put_i64(p, first_offset)
+                    else:
+                        p = _put_i32(p, 0)  # aborted_transactions: empty, not null (clients iterate it)
                     if version >= 11:
                         p = _put_i32(p, -1)  # preferred_read_replica: none, read from the leader
                     if records is None:

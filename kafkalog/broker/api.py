@@ -16,29 +16,35 @@ import asyncio
 import base64
 import functools
 import logging
+import re
 import struct
 import threading
 import time
 import uuid
 
-from .._engine.batch import RecordBatch
+from .._engine.batch import RecordBatch, iter_batches
 from ..errors import (
     ClusterAuthorizationFailedError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
     LogClosedError,
+    OperationNotAttemptedError,
     PolicyViolationError,
+    ProducerFencedError,
     TopicAlreadyExistsError,
-    TransactionalIdAuthorizationFailedError,
+    TransactionalIdNotFoundError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
     UnsupportedVersionError,
 )
 from ..storage.store import validate_topic_name
+from ..storage.transactions import TransactionCoordinator
 from ..structs import OffsetAndMetadata, TopicPartition
 from . import _wire, security
 from . import admin as _admin
@@ -68,7 +74,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     2: (1, 7),    # ListOffsets (7: max timestamp, KIP-734)
     3: (0, 12),   # Metadata (10+: topic ids)
     8: (2, 3),    # OffsetCommit
-    9: (1, 3),    # OffsetFetch
+    9: (1, 7),    # OffsetFetch (7: RequireStable, KIP-447)
     10: (0, 2),   # FindCoordinator
     11: (0, 5),   # JoinGroup
     12: (0, 3),   # Heartbeat
@@ -79,15 +85,20 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     19: (2, 7),   # CreateTopics (5+: what was made; 7: topic id)
     20: (1, 3),   # DeleteTopics
     21: (0, 1),   # DeleteRecords
-    22: (0, 1),   # InitProducerId
+    22: (0, 5),   # InitProducerId (transactional ids; 3+: KIP-360 epoch bump)
+    24: (0, 3),   # AddPartitionsToTxn (the client forms; 4+ is broker to broker)
+    25: (0, 4),   # AddOffsetsToTxn
+    26: (0, 4),   # EndTxn (5 is transactions v2, KIP-890 part 2: not advertised, the feature is not)
+    28: (0, 4),   # TxnOffsetCommit
+    61: (0, 0),   # DescribeProducers
+    65: (0, 0),   # DescribeTransactions
+    66: (0, 2),   # ListTransactions
     36: (0, 1),   # SaslAuthenticate
     48: (0, 0),   # DescribeClientQuotas
     49: (0, 0),   # AlterClientQuotas
 }
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
-TRANSACTIONS_UNSUPPORTED = ("kafkalog does not support Kafka transactions (transactional.id): use the idempotent "
-                            "producer (enable.idempotence=true, no transactional.id), which kafkalog serves")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 AUTO_CREATE_PER_REQUEST = 32  # topics one Metadata request may auto-create
 LEADER_NOT_AVAILABLE = 5
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
@@ -206,6 +217,12 @@ class Services:
             self.authorizer = security.Authorizer(acls_path, super_users=config["super.users"],
                                                   allow_everyone_if_no_acl_found=config[
                                                       "allow.everyone.if.no.acl.found"])
+        self.txn = TransactionCoordinator(
+            store, self.producers.new_producer_id, self.log,
+            lambda group: TopicPartition("__consumer_offsets", store.offsets.partition_for(group)),
+            max_timeout_ms=config["transaction.max.timeout.ms"])
+        self._txn_expiry_s = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000.0
+        self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
         self._sweeper = None
 
     def advertise(self, host: str, port: int) -> None:
@@ -233,6 +250,12 @@ class Services:
                 self.groups.sweep()
             except Exception as e:
                 log.error("group sweep failed: %r", e)
+            if time.monotonic() >= self._txn_expiry_due:
+                self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
+                try:
+                    self.txn.expire()
+                except Exception as e:
+                    log.error("aborting timed-out transactions failed: %r", e)
             idle = self.config["connections.max.idle.ms"] / 1000.0
             receive = self.config["request.receive.timeout.ms"] / 1000.0
             now = time.monotonic()
@@ -484,8 +507,7 @@ def _authorized_bits(s: Services, ctx, resource_type: str, name: str) -> int:
 def produce(s: Services, ctx, header, frame, offset):
     # hot path: the batches are memoryviews of the frame as received, stamped and written in place by the engine
     txn, acks, _timeout, topic_data = _wire.parse_produce(frame, offset, header.api_version)
-    if txn is not None:
-        raise InvalidRequestError(f"transactional produce (transactional id {txn!r}) is not supported by kafkalog")
+    txn_denied = txn is not None and not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn)
     responses = []
     failed = False
     auth = s.authorizer is not None
@@ -500,14 +522,16 @@ def produce(s: Services, ctx, header, frame, offset):
                 yield
             code = 0
             base = append_time = lso = -1
-            if denied:
-                parts.append((idx, security.DENIAL_ERROR_CODE["TOPIC"], base, append_time, lso))
+            if denied or txn_denied:
+                parts.append((idx, security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID" if txn_denied else "TOPIC"], base,
+                              append_time, lso))
                 failed = True
                 continue
             try:
                 lg = s.log(name, idx)
                 if records is None or not len(records):
                     raise InvalidRequestError(f"produce to {name}-{idx} carries no record batch")
+                _check_transactional(s, txn, name, idx, records)
                 dup = s.producers.check(name, idx, lg, records)
                 if dup is not None:
                     base = dup
@@ -546,6 +570,21 @@ def produce(s: Services, ctx, header, frame, offset):
         return Pipelined(_produce_synced(s, ctx, header, responses, synced, ctx.throttle_time_ms))
     return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
                                           ctx.throttle_time_ms)]
+
+
+def _check_transactional(s: Services, txn, topic: str, partition: int, records) -> None:
+    """Transactional batches only from the current producer of an open transaction that holds the partition
+    (Kafka's verification, KIP-890 part 1); transactional batches only with a transactional id, and the other way
+    round."""
+    for batch in iter_batches(records):
+        if batch.is_transactional:
+            if txn is None:
+                raise InvalidTxnStateError(f"a transactional batch for {topic}-{partition} came without a "
+                                           f"transactional id")
+            s.txn.check_produce(txn, batch.producer_id, batch.producer_epoch, TopicPartition(topic, partition))
+        elif txn is not None:
+            raise InvalidTxnStateError(f"a produce with transactional id {txn!r} carries a batch for "
+                                       f"{topic}-{partition} that is not transactional")
 
 
 class Pipelined:
@@ -600,7 +639,8 @@ def fetch(s: Services, ctx, header, frame, offset):
         denied = {t for t, _p in parts if not_allowed(s, ctx, "READ", "TOPIC", t)}
         if denied:
             req["denied"] = denied
-    result, size = yield from _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"))
+    result, size = yield from _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"),
+                                          req.get("isolation_level", 0) == 1)
     max_wait = req["max_wait_ms"] / 1000.0
     if size >= max(req["min_bytes"], 1) or max_wait <= 0 or any(r["error_code"] for r in result.values()):
         return _fetch_response(s, header, ctx, req, result)
@@ -629,7 +669,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                     s.waiters.setdefault(tp, set()).add(fut)
             if _any_new(s, parts):
                 result, size = await finish(_fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF),
-                                                        req.get("denied")))
+                                                        req.get("denied"), req.get("isolation_level", 0) == 1))
                 if size >= req["min_bytes"] or any(r["error_code"] for r in result.values()):
                     return _fetch_response(s, header, ctx, req, result)
     finally:
@@ -639,7 +679,8 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 w.discard(fut)
                 if not w:
                     del s.waiters[tp]
-    result, _ = await finish(_fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied")))
+    result, _ = await finish(_fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"),
+                                         req.get("isolation_level", 0) == 1))
     return _fetch_response(s, header, ctx, req, result)
 
 
@@ -653,8 +694,9 @@ def _any_new(s, parts) -> bool:
     return False
 
 
-def _fetch_once(s, parts, max_bytes, denied=None):
-    """(result per partition, bytes) of one read of every partition; a generator (time slices)."""
+def _fetch_once(s, parts, max_bytes, denied=None, read_committed=False):
+    """(result per partition, bytes) of one read of every partition; a generator (time slices). read_committed:
+    each partition's records end at its last stable offset, with the aborted transactions they may hold."""
     result = {}
     total = 0
     sl = Slice()
@@ -663,7 +705,7 @@ def _fetch_once(s, parts, max_bytes, denied=None):
             yield
         idx = p["partition"]
         r = {"error_code": 0, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
-             "records": b""}  # empty, not null: kafka-python reads len() of it
+             "records": b"", "aborted": None}  # records empty, not null: kafka-python reads len() of it
         if denied and topic in denied:
             r["error_code"] = security.DENIAL_ERROR_CODE["TOPIC"]
             result[(topic, idx)] = r
@@ -672,13 +714,14 @@ def _fetch_once(s, parts, max_bytes, denied=None):
             lg = s.log(topic, idx)
             budget = min(p["partition_max_bytes"], max_bytes - total)
             # KIP-74: the first partition with data returns at least one whole batch, whatever the budget
-            lso, hwm, data = lg.fetch(p["fetch_offset"], max(budget, 1) if total == 0 else budget)
+            start, hwm, lso, data, aborted = lg.fetch_isolated(
+                p["fetch_offset"], max(budget, 1) if total == 0 else budget, read_committed)
             if data is not None and total > 0 and len(data) > budget:
                 data = None
             if data is not None:
                 total += len(data)
-            r.update(high_watermark=hwm, last_stable_offset=hwm, log_start_offset=lso,
-                     records=data if data is not None else b"")
+            r.update(high_watermark=hwm, last_stable_offset=lso, log_start_offset=start,
+                     records=data if data is not None else b"", aborted=aborted if data is not None else None)
         except KafkaError as e:
             r["error_code"] = error_code(e)
         result[(topic, idx)] = r
@@ -698,7 +741,8 @@ def _fetch_response(s, header, ctx, req, result):
             sid = fctx.throttled_response()
             return _wire.encode_fetch_response(v, header.correlation_id, throttle, fctx.error_code, sid, [])
     sid, out = fctx.build_response({tp: PartitionResult(r["error_code"], r["high_watermark"], r["last_stable_offset"],
-                                                        r["log_start_offset"], r["records"], len(r["records"]))
+                                                        r["log_start_offset"], r["records"], len(r["records"]),
+                                                        r.get("aborted"))
                                     for tp, r in result.items()})
     if fctx.error_code:  # a stale incremental request (a duplicate that was overtaken): INVALID_FETCH_SESSION_EPOCH
         return _wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, fctx.error_code, sid, [])
@@ -709,7 +753,8 @@ def _fetch_response(s, header, ctx, req, result):
         if lst is None:
             lst = by_topic[topic] = []
             topics.append((topic, lst))
-        lst.append((idx, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records))
+        lst.append((idx, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
+                    r.aborted))
     # header bytes, then the segment slices themselves: no copy of record data
     return _wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, 0, sid, topics)
 
@@ -718,14 +763,20 @@ def _fetch_response(s, header, ctx, req, result):
 
 def list_offsets(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
+    committed = req.get("isolation_level", 0) == 1
 
     def lookup(lg, _topic, p, r):
         ts = p["timestamp"]
         if ts < -3 or (ts == -3 and header.api_version < 7):
             # -3 (the record of the largest timestamp, KIP-734) from v7; -4/-5 (tiered storage) are not served
             raise UnsupportedVersionError(f"ListOffsets timestamp {ts} is not supported at v{header.api_version}")
+        if committed and ts == -1:  # LATEST for read_committed: the last stable offset
+            r["offset"] = lg.last_stable_offset
+            return
         found = lg.offset_for_time(ts)  # the engine's time index: -1 latest, -2 earliest, -3 max timestamp
         if found is not None:
+            if committed and ts >= 0 and found.offset >= lg.last_stable_offset:
+                return  # not readable by a read_committed consumer yet: no offset (Kafka's answer)
             r["offset"] = found.offset
             r["timestamp"] = found.timestamp
     sl = Slice()
@@ -878,9 +929,21 @@ def delete_topics(s: Services, ctx, header, frame, offset):
 
 def init_producer_id(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
-    if req.get("transactional_id") is not None:
-        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
-                              "producer_id": -1, "producer_epoch": -1})
+    v = header.api_version
+    txn = req.get("transactional_id")
+    if txn is not None:
+        if not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn):
+            code, pid, epoch = security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"], -1, -1
+        else:
+            try:
+                pid, epoch = s.txn.init_producer_id(txn, req["transaction_timeout_ms"], req.get("producer_id", -1),
+                                                    req.get("producer_epoch", -1))
+                code = 0
+            except KafkaError as e:
+                code, pid, epoch = _txn_code(e, v, 4), -1, -1
+                _log_txn_refusal(ctx, "InitProducerId", txn, e)
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code, "producer_id": pid,
+                              "producer_epoch": epoch})
     if s.authorizer is not None and not allowed(s, ctx, "IDEMPOTENT_WRITE", "CLUSTER", security.CLUSTER_NAME) \
             and not s.authorizer.authorize_by_resource_type(ctx.principal, ctx.connection.peer_host, "WRITE", "TOPIC"):
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
@@ -890,23 +953,242 @@ def init_producer_id(s: Services, ctx, header, frame, offset):
                           "producer_epoch": 0})
 
 
+# ---------------------------------------------------------------------------------------------------- transactions
+
+def _txn_code(e: KafkaError, version: int, fenced_from: int) -> int:
+    """The wire code of a coordinator error: PRODUCER_FENCED (90) exists from ``fenced_from`` on (KIP-588); older
+    versions get INVALID_PRODUCER_EPOCH (47), which their clients take for fencing."""
+    if isinstance(e, ProducerFencedError) and version < fenced_from:
+        return 47
+    return error_code(e)
+
+
+def _log_txn_refusal(ctx, api: str, txn: str, e: KafkaError) -> None:
+    if not getattr(e, "retriable", False):
+        log.info("%s from %s for transactional id %r refused: %s", api, ctx.peer, txn, e)
+
+
+def add_partitions_to_txn(s: Services, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    txn = req["v3_and_below_transactional_id"]
+    pid, epoch = req["v3_and_below_producer_id"], req["v3_and_below_producer_epoch"]
+    wanted = [(t["name"], list(t["partitions"])) for t in req["v3_and_below_topics"]]
+    codes: dict[tuple[str, int], int] = {}
+    if not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn):
+        codes = {(n, i): security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"] for n, ps in wanted for i in ps}
+    else:
+        # a partition that cannot be added fails the request; the others are answered OPERATION_NOT_ATTEMPTED
+        for name, ps in wanted:
+            code = TOPIC_DENIED if not_allowed(s, ctx, "WRITE", "TOPIC", name) else 0
+            n = s.partitions(name) if not code else 0
+            for i in ps:
+                if not code and not 0 <= i < n:
+                    codes[(name, i)] = UnknownTopicOrPartitionError.code
+                elif code:
+                    codes[(name, i)] = code
+        if codes:
+            for name, ps in wanted:
+                for i in ps:
+                    codes.setdefault((name, i), OperationNotAttemptedError.code)
+        else:
+            try:
+                s.txn.add_partitions(txn, pid, epoch, [TopicPartition(n, i) for n, ps in wanted for i in ps])
+                code = 0
+            except KafkaError as e:
+                code = _txn_code(e, header.api_version, 2)
+                _log_txn_refusal(ctx, "AddPartitionsToTxn", txn, e)
+            codes = {(n, i): code for n, ps in wanted for i in ps}
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results_by_topic_v3_and_below": [
+        {"name": n, "results_by_partition": [{"partition_index": i, "partition_error_code": codes[(n, i)]}
+                                             for i in ps]}
+        for n, ps in wanted]})
+
+
+def add_offsets_to_txn(s: Services, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    txn = req["transactional_id"]
+    if not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn):
+        code = security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"]
+    elif not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
+        code = GROUP_DENIED
+    else:
+        try:
+            s.txn.add_offsets(txn, req["producer_id"], req["producer_epoch"], req["group_id"])
+            code = 0
+        except KafkaError as e:
+            code = _txn_code(e, header.api_version, 2)
+            _log_txn_refusal(ctx, "AddOffsetsToTxn", txn, e)
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code})
+
+
+def end_txn(s: Services, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    txn = req["transactional_id"]
+    if not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn):
+        code = security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"]
+    else:
+        try:
+            s.txn.end_txn(txn, req["producer_id"], req["producer_epoch"], bool(req["committed"]))
+            code = 0
+        except KafkaError as e:
+            code = _txn_code(e, header.api_version, 2)
+            _log_txn_refusal(ctx, "EndTxn", txn, e)
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code})
+
+
+def txn_offset_commit(s: Services, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    txn, group = req["transactional_id"], req["group_id"]
+    code = 0
+    if not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn):
+        code = security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"]
+    elif not_allowed(s, ctx, "READ", "GROUP", group):
+        code = GROUP_DENIED
+    else:
+        try:
+            s.txn.check_offsets(txn, req["producer_id"], req["producer_epoch"], group)
+        except KafkaError as e:
+            code = _txn_code(e, header.api_version, 3)
+            _log_txn_refusal(ctx, "TxnOffsetCommit", txn, e)
+        member, generation = req.get("member_id") or "", req.get("generation_id", -1)
+        if not code and (member or generation >= 0):  # KIP-447: a group member's commit is fenced by generation
+            code = s.groups.check_commit(group, member, generation)
+    topics, offsets = [], {}
+    for t in req["topics"]:
+        name = t["name"]
+        topic_code = code or (TOPIC_DENIED if not_allowed(s, ctx, "READ", "TOPIC", name) else 0)
+        n = s.partitions(name) if not topic_code else 0
+        parts = []
+        for p in t["partitions"]:
+            idx = p["partition_index"]
+            pc = topic_code
+            if not pc and not 0 <= idx < n:
+                pc = UnknownTopicOrPartitionError.code
+            elif not pc:
+                try:
+                    offsets[TopicPartition(name, idx)] = s.store.offsets.check_offset(
+                        OffsetAndMetadata(p["committed_offset"], p.get("committed_metadata") or "", None),
+                        name, idx, any_offset=True)
+                except KafkaError as e:
+                    pc = error_code(e)
+            parts.append({"partition_index": idx, "error_code": pc})
+        topics.append({"name": name, "partitions": parts})
+    if offsets:
+        try:
+            s.store.offsets.commit_transactional(group, offsets, req["producer_id"], req["producer_epoch"])
+        except KafkaError as e:
+            for t in topics:
+                for p in t["partitions"]:
+                    if TopicPartition(t["name"], p["partition_index"]) in offsets:
+                        p["error_code"] = error_code(e)
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+
+
+def describe_transactions(s: Services, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    out = []
+    for txn in req["transactional_ids"]:
+        entry = {"error_code": 0, "transactional_id": txn, "transaction_state": "", "transaction_timeout_ms": 0,
+                 "transaction_start_time_ms": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+        meta = s.txn.describe(txn) if txn else None
+        if not txn:
+            entry["error_code"] = InvalidRequestError.code
+        elif not_allowed(s, ctx, "DESCRIBE", "TRANSACTIONAL_ID", txn):
+            entry["error_code"] = security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"]
+        elif meta is None:
+            entry["error_code"] = TransactionalIdNotFoundError.code
+        else:
+            by_topic: dict[str, list[int]] = {}
+            for tp in sorted(meta.partitions):
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            entry.update(transaction_state=meta.state_name, transaction_timeout_ms=meta.timeout_ms,
+                         transaction_start_time_ms=meta.start_ms, producer_id=meta.producer_id,
+                         producer_epoch=meta.epoch,
+                         topics=[{"topic": t, "partitions": ps} for t, ps in by_topic.items()])
+        out.append(entry)
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "transaction_states": out})
+
+
+def list_transactions(s: Services, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    known = {"Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+             "PrepareEpochFence"}
+    states = set(req["state_filters"])
+    pids = set(req["producer_id_filters"])
+    duration = req.get("duration_filter", -1)
+    pattern = req.get("transactional_id_pattern")
+    try:
+        rx = re.compile(pattern) if pattern else None
+    except re.error:
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
+                              "unknown_state_filters": [], "transaction_states": []})
+    now = int(time.time() * 1000)
+    out = []
+    for meta in sorted(s.txn.txns.values(), key=lambda m: m.txn_id):
+        if (states and meta.state_name not in states) or (pids and meta.producer_id not in pids):
+            continue
+        if duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms < duration):
+            continue
+        if rx is not None and not rx.fullmatch(meta.txn_id):
+            continue
+        if not allowed(s, ctx, "DESCRIBE", "TRANSACTIONAL_ID", meta.txn_id):
+            continue
+        out.append({"transactional_id": meta.txn_id, "producer_id": meta.producer_id,
+                    "transaction_state": meta.state_name})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0,
+                          "unknown_state_filters": sorted(states - known), "transaction_states": out})
+
+
+def describe_producers(s: Services, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    topics = []
+    for t in req["topics"]:
+        name = t["name"]
+        denied = not_allowed(s, ctx, "READ", "TOPIC", name)
+        n = s.partitions(name) if not denied else 0
+        parts = []
+        for idx in t["partition_indexes"]:
+            r = {"partition_index": idx, "error_code": 0, "error_message": None, "active_producers": []}
+            if denied:
+                r["error_code"] = TOPIC_DENIED
+            elif not 0 <= idx < n:
+                r["error_code"] = UnknownTopicOrPartitionError.code
+            else:
+                try:
+                    lg = s.log(name, idx)
+                    open_txns = lg.open_transactions()
+                    for pid, (epoch, last_seq, last_ts) in sorted(s.producers.active(name, idx, lg).items()):
+                        r["active_producers"].append({
+                            "producer_id": pid, "producer_epoch": epoch, "last_sequence": last_seq,
+                            "last_timestamp": last_ts, "coordinator_epoch": s.txn.coordinator_epoch if pid in open_txns
+                            else -1, "current_txn_start_offset": open_txns.get(pid, -1)})
+                    for pid, first in sorted(open_txns.items()):
+                        if not any(a["producer_id"] == pid for a in r["active_producers"]):
+                            r["active_producers"].append({
+                                "producer_id": pid, "producer_epoch": -1, "last_sequence": -1, "last_timestamp": -1,
+                                "coordinator_epoch": s.txn.coordinator_epoch, "current_txn_start_offset": first})
+                except KafkaError as e:
+                    r["error_code"] = error_code(e)
+                    r["error_message"] = str(e)
+            parts.append(r)
+        topics.append({"name": name, "partitions": parts})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
+
+
 # ---------------------------------------------------------------------------------------------------- groups
 
 def find_coordinator(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
-    if req.get("key_type", 0) != 0:
-        # Not COORDINATOR_NOT_AVAILABLE: that is retriable, and a transactional producer would hunt for a coordinator
-        # until its timeout (60 s). A non-retriable code ends initTransactions() at once, with this message.
-        # librdkafka (confluent-kafka, kcat, ...) retries every code here but TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-        # and prints this message after it; the Java client (ApiVersions v3+ names it "apache-kafka-java", KIP-511)
-        # prints only a fixed text for that code but this message for INVALID_REQUEST, so it gets that one
-        log.warning("%s: a transactional producer (transactional.id %r) was refused: transactions are not "
-                    "implemented", ctx.peer, req["key"])
-        code = InvalidRequestError.code if ctx.client_software == "apache-kafka-java" else \
-            TransactionalIdAuthorizationFailedError.code
-        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code,
-                              "error_message": TRANSACTIONS_UNSUPPORTED, "node_id": -1, "host": "", "port": -1})
-    if not_allowed(s, ctx, "DESCRIBE", "GROUP", req["key"]):
+    key_type = req.get("key_type", 0)
+    if key_type not in (0, 1):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
+                              "error_message": f"coordinator key type {key_type} is not served", "node_id": -1,
+                              "host": "", "port": -1})
+    if key_type == 1 and not_allowed(s, ctx, "DESCRIBE", "TRANSACTIONAL_ID", req["key"]):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
+                              "error_code": security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"], "error_message": None,
+                              "node_id": -1, "host": "", "port": -1})
+    if key_type == 0 and not_allowed(s, ctx, "DESCRIBE", "GROUP", req["key"]):
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,
                               "error_message": None, "node_id": -1, "host": "", "port": -1})
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
@@ -1000,6 +1282,8 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
                                                 "error_code": GROUP_DENIED} for i in t["partition_indexes"]]}
             for t in wanted]})
     committed = s.store.offsets.committed_all(group)
+    # KIP-447: a read_committed consumer must not start from an offset a transaction may still replace
+    unstable = s.store.offsets.pending(group) if req.get("require_stable") else ()
     wanted = req.get("topics")
     if wanted is None:
         pairs = sorted(tp for tp in committed if allowed(s, ctx, "DESCRIBE", "TOPIC", tp.topic))
@@ -1022,7 +1306,12 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
         for idx in t["partition_indexes"]:
             if sl.due():
                 yield
-            om = committed.get(TopicPartition(t["name"], idx))
+            tp = TopicPartition(t["name"], idx)
+            if tp in unstable:
+                parts.append({"partition_index": idx, "committed_offset": -1, "metadata": "",
+                              "error_code": UnstableOffsetCommitError.code})
+                continue
+            om = committed.get(tp)
             parts.append({"partition_index": idx, "committed_offset": om.offset if om else -1,
                           "metadata": (om.metadata if om else "") or "", "error_code": 0})
         topics.append({"name": t["name"], "partitions": parts})
@@ -1156,7 +1445,9 @@ API_HANDLERS = {
     0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch, 10: find_coordinator,
     11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group, 17: sasl_handshake, 18: api_versions,
     19: create_topics, 36: sasl_authenticate,
-    20: delete_topics, 21: delete_records, 22: init_producer_id, 48: describe_client_quotas,
+    20: delete_topics, 21: delete_records, 22: init_producer_id, 24: add_partitions_to_txn,
+    25: add_offsets_to_txn, 26: end_txn, 28: txn_offset_commit, 61: describe_producers, 65: describe_transactions,
+    66: list_transactions, 48: describe_client_quotas,
     49: alter_client_quotas,
 }
 

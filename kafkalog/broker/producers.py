@@ -132,6 +132,12 @@ class ProducerStates:
                     f"producer {pid} epoch {epoch} sent sequence {seq} to {topic}-{partition}, expected {expected}")
         return None
 
+    def active(self, topic: str, partition: int, log) -> dict[int, tuple[int, int, int]]:
+        """{producer id: (epoch, last sequence, last timestamp or -1)} of the producers this broker knows on the
+        partition (DescribeProducers)."""
+        return {pid: (st.epoch, st.batches[-1][1] if st.batches else -1, -1)
+                for pid, st in self._partition(topic, partition, log).items()}
+
     def appended(self, topic: str, partition: int, records, first_offset: int) -> None:
         states = self._parts.get((topic, partition))
         offset = first_offset

@@ -190,13 +190,14 @@ OFFSET_COMMIT = {
 }
 
 OFFSET_FETCH = {
-    "key": 9, "name": "OffsetFetch", "versions": (1, 3), "flexible": 6,
+    "key": 9, "name": "OffsetFetch", "versions": (1, 7), "flexible": 6,
     "request": (
         ("group_id", "string", "0-7", {}),
         ("topics", "[]OffsetFetchRequestTopic", "0-7", {"nullable": "2-7"}, (
             ("name", "string", "0-7", {}),
             ("partition_indexes", "[]int32", "0-7", {}),
         )),
+        ("require_stable", "bool", "7+", {"default": False}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "3+", {}),
@@ -205,6 +206,7 @@ OFFSET_FETCH = {
             ("partitions", "[]OffsetFetchResponsePartition", "0-7", {}, (
                 ("partition_index", "int32", "0-7", {}),
                 ("committed_offset", "int64", "0-7", {}),
+                ("committed_leader_epoch", "int32", "5-7", {"default": -1}),
                 ("metadata", "string", "0-7", {"nullable": "0-7"}),
                 ("error_code", "int16", "0-7", {}),
             )),
@@ -425,16 +427,175 @@ DELETE_RECORDS = {
 }
 
 INIT_PRODUCER_ID = {
-    "key": 22, "name": "InitProducerId", "versions": (0, 1), "flexible": 2,
+    "key": 22, "name": "InitProducerId", "versions": (0, 5), "flexible": 2,
     "request": (
         ("transactional_id", "string", "0+", {"nullable": "0+"}),
         ("transaction_timeout_ms", "int32", "0+", {}),
+        ("producer_id", "int64", "3+", {"default": -1}),
+        ("producer_epoch", "int16", "3+", {"default": -1}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "0+", {}),
         ("error_code", "int16", "0+", {}),
         ("producer_id", "int64", "0+", {"default": -1}),
         ("producer_epoch", "int16", "0+", {}),
+    ),
+}
+
+# -- transactions (KIP-98, KIP-447, KIP-664): the client forms, before KIP-890 part 2 ---------------------------------
+
+ADD_PARTITIONS_TO_TXN = {
+    "key": 24, "name": "AddPartitionsToTxn", "versions": (0, 3), "flexible": 3,
+    "request": (
+        ("v3_and_below_transactional_id", "string", "0-3", {}),
+        ("v3_and_below_producer_id", "int64", "0-3", {}),
+        ("v3_and_below_producer_epoch", "int16", "0-3", {}),
+        ("v3_and_below_topics", "[]AddPartitionsToTxnTopic", "0-3", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]int32", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("results_by_topic_v3_and_below", "[]AddPartitionsToTxnTopicResult", "0-3", {}, (
+            ("name", "string", "0+", {}),
+            ("results_by_partition", "[]AddPartitionsToTxnPartitionResult", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("partition_error_code", "int16", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+ADD_OFFSETS_TO_TXN = {
+    "key": 25, "name": "AddOffsetsToTxn", "versions": (0, 4), "flexible": 3,
+    "request": (
+        ("transactional_id", "string", "0+", {}),
+        ("producer_id", "int64", "0+", {}),
+        ("producer_epoch", "int16", "0+", {}),
+        ("group_id", "string", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+    ),
+}
+
+END_TXN = {
+    "key": 26, "name": "EndTxn", "versions": (0, 4), "flexible": 3,
+    "request": (
+        ("transactional_id", "string", "0+", {}),
+        ("producer_id", "int64", "0+", {}),
+        ("producer_epoch", "int16", "0+", {}),
+        ("committed", "bool", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+    ),
+}
+
+TXN_OFFSET_COMMIT = {
+    "key": 28, "name": "TxnOffsetCommit", "versions": (0, 4), "flexible": 3,
+    "request": (
+        ("transactional_id", "string", "0+", {}),
+        ("group_id", "string", "0+", {}),
+        ("producer_id", "int64", "0+", {}),
+        ("producer_epoch", "int16", "0+", {}),
+        ("generation_id", "int32", "3+", {"default": -1}),
+        ("member_id", "string", "3+", {"default": ""}),
+        ("group_instance_id", "string", "3+", {"nullable": "3+", "default": None}),
+        ("topics", "[]TxnOffsetCommitRequestTopic", "0+", {}, (
+            ("name", "string", "0-5", {}),
+            ("partitions", "[]TxnOffsetCommitRequestPartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("committed_offset", "int64", "0+", {}),
+                ("committed_leader_epoch", "int32", "2+", {"default": -1}),
+                ("committed_metadata", "string", "0+", {"nullable": "0+"}),
+            )),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("topics", "[]TxnOffsetCommitResponseTopic", "0+", {}, (
+            ("name", "string", "0-5", {}),
+            ("partitions", "[]TxnOffsetCommitResponsePartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+DESCRIBE_PRODUCERS = {
+    "key": 61, "name": "DescribeProducers", "versions": (0, 0), "flexible": 0,
+    "request": (
+        ("topics", "[]TopicRequest", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partition_indexes", "[]int32", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("topics", "[]TopicResponse", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]PartitionResponse", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("error_message", "string", "0+", {"nullable": "0+"}),
+                ("active_producers", "[]ProducerState", "0+", {}, (
+                    ("producer_id", "int64", "0+", {}),
+                    ("producer_epoch", "int32", "0+", {}),
+                    ("last_sequence", "int32", "0+", {"default": -1}),
+                    ("last_timestamp", "int64", "0+", {"default": -1}),
+                    ("coordinator_epoch", "int32", "0+", {}),
+                    ("current_txn_start_offset", "int64", "0+", {"default": -1}),
+                )),
+            )),
+        )),
+    ),
+}
+
+DESCRIBE_TRANSACTIONS = {
+    "key": 65, "name": "DescribeTransactions", "versions": (0, 0), "flexible": 0,
+    "request": (
+        ("transactional_ids", "[]string", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("transaction_states", "[]TransactionState", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("transactional_id", "string", "0+", {}),
+            ("transaction_state", "string", "0+", {}),
+            ("transaction_timeout_ms", "int32", "0+", {}),
+            ("transaction_start_time_ms", "int64", "0+", {}),
+            ("producer_id", "int64", "0+", {}),
+            ("producer_epoch", "int16", "0+", {}),
+            ("topics", "[]TopicData", "0+", {}, (
+                ("topic", "string", "0+", {}),
+                ("partitions", "[]int32", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+LIST_TRANSACTIONS = {
+    "key": 66, "name": "ListTransactions", "versions": (0, 2), "flexible": 0,
+    "request": (
+        ("state_filters", "[]string", "0+", {}),
+        ("producer_id_filters", "[]int64", "0+", {}),
+        ("duration_filter", "int64", "1+", {"default": -1}),
+        ("transactional_id_pattern", "string", "2+", {"nullable": "2+", "default": None}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("unknown_state_filters", "[]string", "0+", {}),
+        ("transaction_states", "[]TransactionState", "0+", {}, (
+            ("transactional_id", "string", "0+", {}),
+            ("producer_id", "int64", "0+", {}),
+            ("transaction_state", "string", "0+", {}),
+        )),
     ),
 }
 
@@ -964,6 +1125,13 @@ APIS = {
     20: DELETE_TOPICS,
     21: DELETE_RECORDS,
     22: INIT_PRODUCER_ID,
+    24: ADD_PARTITIONS_TO_TXN,
+    25: ADD_OFFSETS_TO_TXN,
+    26: END_TXN,
+    28: TXN_OFFSET_COMMIT,
+    61: DESCRIBE_PRODUCERS,
+    65: DESCRIBE_TRANSACTIONS,
+    66: LIST_TRANSACTIONS,
     36: SASL_AUTHENTICATE,
     48: DESCRIBE_CLIENT_QUOTAS,
     49: ALTER_CLIENT_QUOTAS,

@@ -77,6 +77,7 @@ class PartitionResult(NamedTuple):
     log_start_offset: int
     records: object
     records_size: int
+    aborted: object = None  # read_committed: [(producer id, first offset)] of aborted transactions in ``records``
 
 
 class CachedPartition:

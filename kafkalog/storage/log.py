@@ -67,6 +67,8 @@ from .checkpoints import Checkpoints
 from .files import FileLock, fsync_dir
 from .files import fsync_path as _fsync_path
 from .files import unlink_if_exists as _unlink
+from .txnformat import TxnIndex, build_marker_batch, txn_index_path
+from .txnstate import TXN_MARKER_FILE, PartitionTxns
 
 EXCLUSIVE, SHARED, READ = "exclusive", "shared", "read"
 CODECS = {None: 0, "none": 0, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -125,6 +127,9 @@ class Log:
         self._gen_fd = -1  # the partition's clean generation file (other processes' cleaners), opened lazily
         self._clean_gen = 0
         self._cleaning = threading.Lock()
+        self._txns: PartitionTxns | None = None  # open and aborted transactions, built when first needed
+        self._txn_known = False  # True once the partition is known to have held a transactional batch
+        self._txn_probed = False  # Kafka's .txnindex files looked for (once)
         self._apply_config(config)
         self._plock = None
         try:
@@ -302,7 +307,7 @@ class Log:
         for b in self._list_bases():
             if b >= base:
                 break
-            for suffix in (".log", ".index", ".timeindex"):
+            for suffix in (".log", ".index", ".timeindex", ".txnindex"):
                 p = self.dir / segment_file_name(b, suffix)
                 try:
                     os.replace(p, p.with_name(p.name + ".deleted"))
@@ -730,6 +735,7 @@ class Log:
         batches = []
         total = len(buf)
         pos = 0
+        transactional = False
         for batch in iter_batches(buf):
             # Kafka's order: the compressed size first, so that nothing larger is decompressed
             if batch.size_in_bytes > self._max_message_bytes:
@@ -744,6 +750,7 @@ class Log:
                                          f"delta {batch.last_offset_delta}")
             if batch.is_control:
                 raise InvalidRecordError(f"batch at byte {pos}: control batches cannot be produced")
+            transactional |= batch.is_transactional
             if not self._log_append_time:
                 if batch.timestamp_type == 1:
                     raise InvalidTimestampError(f"batch at byte {pos}: LogAppendTime set by the producer on a "
@@ -764,6 +771,8 @@ class Log:
                 max_ts = -1
                 if self._topic_codec is not None and any(b.compression != self._topic_codec for _, b, _ in batches):
                     buf, batches = _recompress(batches, self._topic_codec)
+                if transactional:
+                    self._txn_state(create=True)  # caught up to the log end before the write
                 first = nxt = self._claim(sum(b.record_count for _, b, _ in batches), len(buf))
                 for pos, batch, records_max in batches:
                     set_base_offset(buf, pos, nxt)
@@ -774,6 +783,9 @@ class Log:
                     max_ts = max(max_ts, now if self._log_append_time else records_max)
                     nxt += batch.record_count
                 self._write(buf, nxt - 1, max_ts, nxt - first)
+                txns = self._txns
+                if txns is not None and txns.scanned == first:
+                    txns.observe(buf, first)  # our own batches: no need to read them back
                 return first, nxt - 1
 
     def append_built(self, batch, count: int, max_timestamp: int) -> int:
@@ -1028,6 +1040,121 @@ class Log:
                 self._sync()
             return list(self._segments)
 
+    # ------------------------------------------------------------------------------------------------ transactions
+
+    def _txn_state(self, create: bool = False) -> PartitionTxns | None:
+        """The partition's transactions, caught up to the log end (lock held, view synced); None when the partition
+        never held a transactional batch. ``create``: a transactional batch is about to be written: mark the
+        partition durably first, so that every process (and every later open) knows to look (txnstate.py)."""
+        t = self._txns
+        if t is None:
+            if not self._txn_known:
+                marker = os.path.join(self._dir_str, TXN_MARKER_FILE)
+                if create:
+                    if not os.path.exists(marker):
+                        fd = os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644)
+                        try:
+                            os.fsync(fd)
+                        finally:
+                            os.close(fd)
+                        fsync_dir(self.dir)
+                    self._txn_known = True
+                elif os.path.exists(marker):
+                    self._txn_known = True
+                elif not self._txn_probed:
+                    self._txn_probed = True  # a log written by Kafka: its aborted transactions left .txnindex files
+                    self._txn_known = any(n.endswith(".txnindex") for n in os.listdir(self.dir))
+                if not self._txn_known:
+                    return None
+            t = self._txns = PartitionTxns()
+        if t.scanned < 0 or t.scanned > self._leo:  # not built yet, or the log was cut below what was seen
+            t.reset(self._lso)
+        elif t.scanned < self._lso:
+            t.scanned = self._lso  # records below the start are gone; their open transactions stay open
+        t.trim(self._lso)
+        pos = t.scanned
+        while pos < self._leo:
+            view = self._read_locked(pos, 8 << 20)
+            if not len(view):
+                break
+            nxt = t.observe(view, pos)
+            if nxt <= pos:
+                break
+            pos = nxt
+        return t
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the earliest open transaction, else the high watermark (Kafka's LSO): a
+        read_committed reader sees only records below it."""
+        with self._lock:
+            self._check_open()
+            self._sync()
+            t = self._txn_state()
+            return self._leo if t is None else t.last_stable_offset(self._lso, self._leo)
+
+    def open_transactions(self) -> dict[int, int]:
+        """{producer id: first offset} of the transactions open on this partition."""
+        with self._lock:
+            self._check_open()
+            self._sync()
+            t = self._txn_state()
+            return {} if t is None else dict(t.ongoing)
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
+        """Append the COMMIT or ABORT marker (a control batch, Kafka's bytes) that ends ``producer_id``'s
+        transaction on this partition; returns its offset. An ABORT marker that ends an open transaction adds its
+        entry to the segment's ``.txnindex`` (fsynced). Durable like any append: ``flush()`` makes it survive power
+        loss. A marker for a producer without an open transaction (a coordinator completing again after a crash)
+        is written and changes nothing."""
+        with self._lock:
+            self._check_writable()
+            with self._locked_append():
+                self._drain()
+                t = self._txn_state(create=True)
+                now = _now_ms()
+                data = build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
+                base = self._claim(1, len(data))
+                set_base_offset(data, 0, base)
+                self._write(data, base, now, 1)
+                if t.scanned == base:
+                    entry = t.complete(producer_id, commit, base)
+                    t.scanned = base + 1
+                    if entry is not None:
+                        idx = TxnIndex(txn_index_path(self.dir, self._segments[-1].base_offset))
+                        try:
+                            idx.append(entry)
+                            idx.flush()
+                        finally:
+                            idx.close()
+                return base
+
+    def fetch_isolated(self, offset: int, max_bytes: int, read_committed: bool):
+        """A Fetch's look at the partition with its isolation level: (log start offset, high watermark, last stable
+        offset, whole batches from ``offset`` or None, aborted transactions). read_committed: the batches end
+        before the last stable offset, and the aborted list holds (producer id, first offset) of every aborted
+        transaction the batches may hold records of (the reader drops those records); read_uncommitted: as
+        ``fetch``, and the aborted list is None. OffsetOutOfRangeError outside [log start, high watermark]."""
+        with self._lock:
+            self._check_open()
+            self._sync()
+            start, hwm = self._lso, self._leo
+            if offset < start or offset > hwm:
+                raise OffsetOutOfRangeError(f"fetch offset {offset} is outside [{start}, {hwm}] of "
+                                            f"{self.topic}-{self.partition}")
+            t = self._txn_state()
+            lso = hwm if t is None else t.last_stable_offset(start, hwm)
+            limit = lso if read_committed else hwm
+            aborted = [] if read_committed else None
+            if offset >= limit or max_bytes <= 0:
+                return start, hwm, lso, None, aborted
+            data = self._read_locked(offset, max_bytes)
+            if read_committed and limit < hwm:
+                data = _cut_before(data, limit)
+            if read_committed and t is not None and len(data):
+                aborted = t.aborted_between(offset, next_offset_after(data, offset))
+            return start, hwm, lso, data, aborted
+
     def _read_locked(self, offset: int, max_bytes: int) -> memoryview:
         if offset < self._lso or offset > self._leo:
             raise OffsetOutOfRangeError(
@@ -1215,6 +1342,10 @@ class Log:
     def _remove_files(self, seg: LogSegment, delay: bool = True) -> None:
         """Crash-safe delete: rename to ``.deleted`` first; unlink now or after file.delete.delay.ms."""
         renamed = seg.rename_deleted()
+        txn_index = txn_index_path(self.dir, seg.base_offset)
+        if self._txn_known and txn_index.exists():
+            os.replace(txn_index, txn_index.with_name(txn_index.name + ".deleted"))
+            renamed.append(txn_index.with_name(txn_index.name + ".deleted"))
         failpoints.hit("delete:after-rename")
         if delay and self._delete_delay_s > 0:
             due = time.monotonic() + self._delete_delay_s
@@ -1284,6 +1415,11 @@ class Log:
         if self._closed or self.mode == READ or not self._compact or self.topic == "__consumer_offsets":
             # __consumer_offsets is bounded by the OffsetStore's snapshots and delete-before instead: a tombstone
             # removed above a snapshot would bring back the offset it deleted (storage/offsets.py)
+            return None
+        if self._txn_known or os.path.exists(os.path.join(self._dir_str, TXN_MARKER_FILE)):
+            # a partition that holds transactions is not compacted (yet): the cleaner's offset map would take an
+            # aborted record for its key's latest value and remove the committed one before it. Kept whole.
+            self._txn_known = True
             return None
         if not self._cleaning.acquire(blocking=False):
             return None
@@ -1421,6 +1557,14 @@ class _Noop:
 
 
 _NOOP = _Noop()
+
+
+def _cut_before(view: memoryview, limit: int) -> memoryview:
+    """The batches of ``view`` that start below ``limit`` (a last stable offset is always a batch's base)."""
+    for batch in iter_batches(view):
+        if batch.base_offset >= limit:
+            return view[:batch.position]
+    return view
 
 
 def _index_missing(dir: Path, base: int) -> bool:

@@ -51,7 +51,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from .._engine.batch import crc32c, iter_batches
+from .._engine.batch import build_batch, crc32c, iter_batches
 from ..config import INT_MAX, LONG_MAX
 from ..errors import (
     KafkaStorageError,
@@ -67,6 +67,7 @@ from ..structs import OffsetAndMetadata, TopicPartition
 from . import failpoints
 from .files import FileLock, atomic_write
 from .log import READ, Log
+from .txnformat import marker_of_batch
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION", "OFFSETS_TOPIC", "OFFSET_COMMIT_KEY_VERSION", "OFFSET_COMMIT_VALUE_VERSION",
@@ -305,7 +306,7 @@ class _Partition:
     """State of one ``__consumer_offsets`` partition as of log offset ``next_offset`` (everything below applied)."""
 
     __slots__ = ("index", "log", "snapshot_path", "file_lock", "next_offset", "snapshot_offset", "bytes_since",
-                 "offsets", "others", "replayed")
+                 "offsets", "others", "replayed", "pending", "pending_first")
 
     def __init__(self, index: int, log: Log, writable: bool):
         self.index = index
@@ -320,12 +321,39 @@ class _Partition:
         # group -> key bytes -> value bytes: records of key version >= 2 (group metadata), verbatim
         self.others: dict[str, dict[bytes, bytes]] = {}
         self.replayed = 0
+        # transactional commits (TxnOffsetCommit) waiting for their producer's marker: producer id -> records, and
+        # the offset of the first one (a snapshot never covers them: see OffsetStore._snapshot)
+        self.pending: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        self.pending_first: dict[int, int] = {}
 
     def reset(self) -> None:
         self.offsets = {}
         self.others = {}
+        self.pending = {}
+        self.pending_first = {}
         self.replayed = 0
         self.bytes_since = 0
+
+    def end_transaction(self, producer_id: int, commit: bool) -> None:
+        """The COMMIT or ABORT marker of ``producer_id``: its pending commits take effect, or are dropped."""
+        records = self.pending.pop(producer_id, ())
+        self.pending_first.pop(producer_id, None)
+        if commit:
+            for key, value in records:
+                self.apply(key, value)
+
+    def pending_for(self, group: str) -> set[TopicPartition]:
+        """The partitions ``group`` has a transactional commit pending for (KIP-447's unstable offsets)."""
+        out = set()
+        for records in self.pending.values():
+            for key, _value in records:
+                try:
+                    k = decode_key(key)
+                except ValueError:
+                    continue
+                if k.version < GROUP_METADATA_KEY_VERSION and k.group == group:
+                    out.add(TopicPartition(k.topic, k.partition))
+        return out
 
     def apply(self, key, value) -> None:
         """Apply one record (key/value bytes or None) in log order: the one place records become state."""
@@ -449,6 +477,42 @@ class OffsetStore:
         with self._lock:
             self._check_writable()
             self._append(self._partition_of(group, create=True), keys, values, now, sync, (group, entries))
+
+    def commit_transactional(self, group: str, offsets: Mapping, producer_id: int, producer_epoch: int, *,
+                             sync: bool = True) -> None:
+        """TxnOffsetCommit: ``offsets`` as ``commit`` takes them, written as one transactional batch of
+        ``producer_id`` (Kafka's bytes): they take effect when the transaction's COMMIT marker lands on the same
+        partition, and never if it aborts. Until then ``pending(group)`` names them."""
+        _check_group(group)
+        now = _now_ms()
+        keys, values = [], []
+        for tp, value in offsets.items():
+            topic, partition = _check_tp(tp)
+            om = self._check_offset(value, topic, partition, True)
+            keys.append(encode_offset_commit_key(group, topic, partition))
+            values.append(encode_offset_commit_value(om.offset, om.metadata, om.leader_epoch, now))
+        if not keys:
+            return
+        batch = build_batch(values, keys, [now] * len(keys), producer_id=producer_id,
+                            producer_epoch=producer_epoch, is_transactional=True)
+        with self._lock:
+            self._check_writable()
+            p = self._partition_of(group, create=True)
+            p.log.append_records(batch)
+            if sync:
+                p.log.flush()
+            self._catch_up(p)
+
+    def pending(self, group: str) -> set[TopicPartition]:
+        """Partitions for which ``group`` has a transactional commit not yet committed or aborted."""
+        _check_group(group)
+        with self._lock:
+            self._check_open()
+            p = self._partition_of(group)
+            if p is None:
+                return set()
+            self._catch_up(p)
+            return p.pending_for(group)
 
     def committed(self, group: str, tp) -> OffsetAndMetadata | None:
         """The last offset committed by ``group`` for ``tp`` (any process), or None."""
@@ -731,7 +795,17 @@ class OffsetStore:
                 if nxt <= pos:
                     continue
                 batch.validate()
-                if not batch.is_control:
+                if batch.is_control:
+                    marker = marker_of_batch(view, batch.position) if batch.is_transactional else None
+                    if marker is not None:
+                        p.end_transaction(batch.producer_id, marker[0])
+                elif batch.is_transactional:  # a TxnOffsetCommit: pending until its producer's marker
+                    pid = batch.producer_id
+                    p.pending_first.setdefault(pid, batch.base_offset)
+                    p.pending.setdefault(pid, []).extend(
+                        (bytes(rec.key), None if rec.value is None else bytes(rec.value))
+                        for rec in batch if rec.offset >= pos and rec.key is not None)
+                else:
                     for rec in batch:
                         if rec.offset >= pos:
                             p.apply(rec.key, rec.value)
@@ -777,6 +851,12 @@ class OffsetStore:
                 p.bytes_since = 0
             self._catch_up(p)
             x = p.next_offset
+            if p.pending_first:
+                # commits still pending in a transaction must be replayed from the log after a restart (a snapshot
+                # holds committed state only): the snapshot covers no further than the first of them. Records past
+                # X that the state already holds are applied again on replay, which changes nothing (the latest
+                # value per key wins, in log order)
+                x = min(x, min(p.pending_first.values()))
             if x <= cur or (not force and x - max(cur, 0) < self._snapshot_records
                             and p.bytes_since < self._snapshot_bytes):
                 return

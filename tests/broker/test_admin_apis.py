@@ -405,15 +405,3 @@ def test_every_advertised_api_has_a_handler_and_a_codec():
         assert key in API_HANDLERS, protocol.API_NAMES.get(key, key)
         if key != 0:  # Produce advertises 0-7, serves 3-7 (KAFKA-18659)
             assert protocol.SUPPORTED[key][0] <= lo <= hi <= protocol.SUPPORTED[key][1]
-
-
-def test_a_transactional_producer_fails_at_once_naming_transactions(broker):
-    """Not a hunt for a coordinator until the timeout (COORDINATOR_NOT_AVAILABLE is retriable): one fatal error."""
-    import confluent_kafka as ck
-    p = ck.Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "tx-" + uuid.uuid4().hex[:6],
-                     "log_level": 0})
-    with pytest.raises(ck.KafkaException) as e:
-        p.init_transactions(20)  # a hunt would end in _TIMED_OUT (retriable, not fatal) after these 20 s
-    err = e.value.args[0]
-    assert err.fatal() and not err.retriable() and err.code() == 53, err
-    assert "kafkalog does not support Kafka transactions" in err.str()

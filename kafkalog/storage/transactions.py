@@ -1,0 +1,342 @@
+"""The transaction coordinator (KIP-98, KIP-447): transactional ids, producer epochs, and the two-phase end of a
+transaction, kept in ``__transaction_state`` as Kafka keeps it.
+
+One data dir is one node: this coordinator and the leader of every partition are the same process, so the
+"WriteTxnMarkers" step is a local append of a marker (``Log.append_marker``) to every partition of the transaction.
+
+``__transaction_state`` (compacted, one partition: the coordinator's log; Kafka's routing by ``abs(hash) % 50``
+only spreads coordinators over brokers) holds one record per change, Kafka's bytes (txnformat.py):
+key TransactionLogKey v0 (the transactional id), value TransactionLogValue v0 (producer id, epoch, timeout, state,
+partitions, timestamps); a tombstone removes an expired id. Opening replays it (the last value per key wins).
+
+The state machine (Kafka's TransactionMetadata): Empty -> Ongoing (AddPartitionsToTxn / AddOffsetsToTxn) ->
+PrepareCommit | PrepareAbort (EndTxn) -> CompleteCommit | CompleteAbort (markers written) -> Ongoing (next
+transaction) ... InitProducerId bumps the epoch (fencing the previous holder of the id); with a transaction
+Ongoing it first aborts it.
+
+What makes each step safe, and the first law hold (no acknowledged transaction lost or half visible):
+
+1. Every change is appended to ``__transaction_state`` and fsynced before it is answered or acted upon.
+2. EndTxn answers once PrepareCommit/PrepareAbort is durable: that record is the transaction's fate. The markers
+   are then appended to every partition and fsynced, and only after that CompleteCommit/CompleteAbort is written.
+   A crash anywhere in between leaves PrepareX in the log; opening completes it (markers again: a marker for a
+   producer with no open transaction is harmless) before any request is served.
+3. A transaction left Ongoing by a producer that vanished is aborted after ``transaction.timeout.ms`` (its epoch
+   bumped first, so the producer is fenced), by ``expire()``, which the broker calls every
+   ``transaction.abort.timed.out.transaction.cleanup.interval.ms``.
+4. Data batches are accepted only from the current epoch of a transactional id whose transaction is Ongoing and
+   holds the partition (``check_produce``): a fenced or confused producer never writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ..errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    KafkaError,
+    ProducerFencedError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from ..structs import TopicPartition
+from . import failpoints
+from .txnformat import (
+    STATE_NAMES,
+    TxnLogValue,
+    decode_txn_log_key,
+    decode_txn_log_value,
+    encode_txn_log_key,
+    encode_txn_log_value,
+)
+
+TXN_TOPIC = "__transaction_state"
+TXN_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 << 20), "compression.type": "none"}
+
+EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = range(8)
+_MAX_EPOCH = 32766  # Short.MAX_VALUE - 1: an id whose epoch reaches it gets a new producer id (isEpochExhausted)
+
+_log = logging.getLogger("kafkalog.transactions")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class TxnMeta:
+    """One transactional id's state (Kafka's TransactionMetadata)."""
+
+    txn_id: str
+    producer_id: int
+    epoch: int
+    timeout_ms: int
+    state: int = EMPTY
+    partitions: set = field(default_factory=set)  # TopicPartition
+    last_update_ms: int = -1
+    start_ms: int = -1
+    last_epoch: int = -1  # the epoch before the last bump (a retried InitProducerId); not persisted, as in Kafka
+
+    def value(self) -> TxnLogValue:
+        parts: dict[str, list[int]] = {}
+        for tp in sorted(self.partitions):
+            parts.setdefault(tp.topic, []).append(tp.partition)
+        return TxnLogValue(self.producer_id, self.epoch, self.timeout_ms, self.state, parts or None,
+                           self.last_update_ms, self.start_ms)
+
+    @property
+    def state_name(self) -> str:
+        return STATE_NAMES[self.state]
+
+
+class TransactionCoordinator:
+    """The coordinator of one data dir. Not thread safe: the broker calls it from its loop thread only.
+
+    ``new_producer_id()`` hands out producer ids (shared with idempotent producers, never reused);
+    ``logs(topic, partition)`` returns a partition's Log (the broker's cache); ``offsets_partition(group)`` names
+    the ``__consumer_offsets`` partition of a group."""
+
+    def __init__(self, store, new_producer_id, logs, offsets_partition, *, max_timeout_ms: int = 900_000,
+                 coordinator_epoch: int = 0):
+        self.store = store
+        self.new_producer_id = new_producer_id
+        self.logs = logs
+        self.offsets_partition = offsets_partition
+        self.max_timeout_ms = max_timeout_ms
+        self.coordinator_epoch = coordinator_epoch
+        self.txns: dict[str, TxnMeta] = {}
+        self._log = None
+        self._load()
+
+    # -- the log ----------------------------------------------------------------------------------------------
+
+    def _txn_log(self):
+        if self._log is None or self._log.closed:
+            try:
+                self.store.partitions_for(TXN_TOPIC)
+            except UnknownTopicOrPartitionError:
+                try:
+                    self.store.create_topic(TXN_TOPIC, 1, TXN_TOPIC_CONFIG)
+                except TopicAlreadyExistsError:
+                    pass
+            self._log = self.logs(TXN_TOPIC, 0)
+        return self._log
+
+    def _load(self) -> None:
+        try:
+            self.store.partitions_for(TXN_TOPIC)
+        except UnknownTopicOrPartitionError:
+            return  # no transaction ever
+        lg = self._txn_log()
+        for rec in lg.records():
+            if rec.key is None:
+                continue
+            try:
+                txn_id = decode_txn_log_key(rec.key)
+                if txn_id is None:
+                    continue
+                if rec.value is None:
+                    self.txns.pop(txn_id, None)
+                    continue
+                v = decode_txn_log_value(rec.value)
+            except (KafkaError, ValueError) as e:
+                _log.warning("%s: skipping the record at offset %d: %s", TXN_TOPIC, rec.offset, e)
+                continue
+            if v is None:
+                _log.warning("%s: skipping the record at offset %d: unknown value version", TXN_TOPIC, rec.offset)
+                continue
+            self.txns[txn_id] = TxnMeta(
+                txn_id, v.producer_id, v.producer_epoch, v.timeout_ms, v.state,
+                {TopicPartition(t, p) for t, ps in (v.partitions or {}).items() for p in ps},
+                v.last_update_ms, v.start_ms)
+        # a transaction whose fate was decided (PrepareX durable) but whose markers may not all be written
+        for meta in list(self.txns.values()):
+            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                _log.info("transactional id %r: completing its %s after a restart", meta.txn_id, meta.state_name)
+                self._complete(meta)
+
+    def _write(self, meta: TxnMeta, sync: bool = True) -> None:
+        """Append ``meta``'s state to __transaction_state (and fsync it before anyone acts on it)."""
+        lg = self._txn_log()
+        lg.append_batch([encode_txn_log_value(meta.value())], [encode_txn_log_key(meta.txn_id)],
+                        [meta.last_update_ms])
+        if sync:
+            lg.flush()
+
+    # -- the APIs ---------------------------------------------------------------------------------------------
+
+    def init_producer_id(self, txn_id: str, timeout_ms: int, expected_pid: int = -1,
+                         expected_epoch: int = -1) -> tuple[int, int]:
+        """InitProducerId with a transactional id: (producer id, epoch). Raises the Kafka error otherwise."""
+        if txn_id == "":
+            raise InvalidRequestError("the transactional id must not be empty")
+        if timeout_ms <= 0 or timeout_ms > self.max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction.timeout.ms={timeout_ms} is not in (0, transaction.max.timeout.ms="
+                f"{self.max_timeout_ms}]")
+        now = _now_ms()
+        meta = self.txns.get(txn_id)
+        if meta is None:
+            meta = TxnMeta(txn_id, self.new_producer_id(), 0, timeout_ms, EMPTY, set(), now, -1)
+            self._write(meta)
+            self.txns[txn_id] = meta
+            return meta.producer_id, meta.epoch
+        if expected_pid >= 0:  # KIP-360: a producer re-initializing asks for a bump of the epoch it has
+            if expected_pid != meta.producer_id:
+                raise ProducerFencedError(f"transactional id {txn_id!r}: producer {expected_pid} is not the "
+                                          f"current one ({meta.producer_id})")
+            if expected_epoch != meta.epoch:
+                if expected_epoch == meta.last_epoch:
+                    return meta.producer_id, meta.epoch  # a retry of the bump that already happened
+                raise ProducerFencedError(f"transactional id {txn_id!r}: epoch {expected_epoch} is not the "
+                                          f"current one ({meta.epoch})")
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the last transaction is completing")
+        if meta.state == ONGOING:
+            # a new instance takes the id over: the open transaction is aborted with a bumped epoch (fencing the
+            # old producer); the caller retries and gets the next epoch
+            self._abort_fenced(meta, now)
+            raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: its open transaction was aborted; "
+                                              f"retry")
+        meta.last_epoch = meta.epoch
+        if meta.epoch >= _MAX_EPOCH:
+            meta.producer_id, meta.epoch, meta.last_epoch = self.new_producer_id(), 0, -1
+        else:
+            meta.epoch += 1
+        meta.timeout_ms = timeout_ms
+        meta.state = EMPTY
+        meta.partitions = set()
+        meta.start_ms = -1
+        meta.last_update_ms = now
+        self._write(meta)
+        return meta.producer_id, meta.epoch
+
+    def _check(self, txn_id: str, pid: int, epoch: int) -> TxnMeta:
+        if not txn_id:
+            raise InvalidRequestError("the transactional id must not be empty")
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.producer_id != pid:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {txn_id!r} is not held by producer {pid}"
+                + ("" if meta is None else f" (it is held by {meta.producer_id})"))
+        if epoch != meta.epoch:
+            raise ProducerFencedError(f"transactional id {txn_id!r}: producer {pid} epoch {epoch} was fenced "
+                                      f"by epoch {meta.epoch}")
+        return meta
+
+    def add_partitions(self, txn_id: str, pid: int, epoch: int, partitions) -> None:
+        """AddPartitionsToTxn (and AddOffsetsToTxn through ``add_offsets``): the transaction holds them."""
+        meta = self._check(txn_id, pid, epoch)
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the last transaction is completing")
+        if meta.state == PREPARE_EPOCH_FENCE or meta.state == DEAD:
+            raise InvalidTxnStateError(f"transactional id {txn_id!r} is {meta.state_name}")
+        new = set(partitions)
+        if meta.state == ONGOING and new <= meta.partitions:
+            return
+        now = _now_ms()
+        if meta.state != ONGOING:
+            meta.start_ms = now
+            meta.partitions = set()
+        meta.partitions |= new
+        meta.state = ONGOING
+        meta.last_update_ms = now
+        self._write(meta)
+
+    def add_offsets(self, txn_id: str, pid: int, epoch: int, group: str) -> None:
+        self.add_partitions(txn_id, pid, epoch, [self.offsets_partition(group)])
+
+    def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool) -> None:
+        """EndTxn: decide the transaction (PrepareX, durable), write its markers, complete it."""
+        meta = self._check(txn_id, pid, epoch)
+        want_prepare = PREPARE_COMMIT if commit else PREPARE_ABORT
+        want_complete = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        if meta.state == ONGOING:
+            meta.state = want_prepare
+            meta.last_update_ms = _now_ms()
+            self._write(meta)  # the fate of the transaction, fsynced: the commit is acknowledged from here
+            failpoints.hit("txn:after-prepare")
+            self._complete(meta)
+            return
+        if meta.state == want_complete:
+            return  # a retry of an EndTxn that completed
+        if meta.state == want_prepare:
+            raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the transaction is completing")
+        raise InvalidTxnStateError(f"transactional id {txn_id!r}: cannot {'commit' if commit else 'abort'} "
+                                   f"in state {meta.state_name}")
+
+    def check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
+        """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1)."""
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.producer_id != pid:
+            raise InvalidProducerIdMappingError(f"transactional id {txn_id!r} is not held by producer {pid}")
+        if epoch < meta.epoch:
+            raise InvalidProducerEpochError(f"producer {pid} epoch {epoch} is older than {meta.epoch}")
+        if epoch > meta.epoch or meta.state != ONGOING or tp not in meta.partitions:
+            raise InvalidTxnStateError(f"the batch for {tp.topic}-{tp.partition} is not part of an ongoing "
+                                       f"transaction of {txn_id!r}")
+
+    def check_offsets(self, txn_id: str, pid: int, epoch: int, group: str) -> None:
+        """Before TxnOffsetCommit: the group's offsets partition must be in the open transaction."""
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.producer_id != pid:
+            raise InvalidProducerIdMappingError(f"transactional id {txn_id!r} is not held by producer {pid}")
+        if epoch != meta.epoch:
+            raise ProducerFencedError(f"producer {pid} epoch {epoch} was fenced by epoch {meta.epoch}")
+        if meta.state != ONGOING or self.offsets_partition(group) not in meta.partitions:
+            raise InvalidTxnStateError(f"offsets of group {group!r} were not added to the transaction of "
+                                       f"{txn_id!r} (AddOffsetsToTxn first)")
+
+    # -- completion and timeouts ------------------------------------------------------------------------------
+
+    def _complete(self, meta: TxnMeta) -> None:
+        """PrepareX is durable: write the markers everywhere, fsync them, then CompleteX."""
+        commit = meta.state == PREPARE_COMMIT
+        for tp in sorted(meta.partitions):
+            try:
+                lg = self.logs(tp.topic, tp.partition)
+            except UnknownTopicOrPartitionError:
+                continue  # the topic was deleted with its records
+            lg.append_marker(meta.producer_id, meta.epoch, commit, self.coordinator_epoch)
+            failpoints.hit("txn:after-marker")
+            lg.flush()  # before CompleteX: a marker lost to a power loss would leave the transaction open forever
+        failpoints.hit("txn:before-complete")
+        meta.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        meta.partitions = set()
+        meta.last_update_ms = _now_ms()
+        # not fsynced: lost, it leaves PrepareX, which the next start completes again (markers are idempotent)
+        self._write(meta, sync=False)
+
+    def _abort_fenced(self, meta: TxnMeta, now: int) -> None:
+        meta.last_epoch = meta.epoch
+        if meta.epoch < _MAX_EPOCH:
+            meta.epoch += 1
+        meta.state = PREPARE_ABORT
+        meta.last_update_ms = now
+        self._write(meta)
+        self._complete(meta)
+
+    def expire(self, now_ms: int | None = None) -> int:
+        """Abort every Ongoing transaction older than its timeout (its producer is fenced); returns how many."""
+        now = _now_ms() if now_ms is None else now_ms
+        n = 0
+        for meta in list(self.txns.values()):
+            if meta.state == ONGOING and meta.start_ms >= 0 and meta.start_ms + meta.timeout_ms < now:
+                _log.info("transactional id %r: aborting its transaction open since %d ms (timeout %d ms)",
+                          meta.txn_id, now - meta.start_ms, meta.timeout_ms)
+                self._abort_fenced(meta, now)
+                n += 1
+        return n
+
+    def describe(self, txn_id: str) -> TxnMeta | None:
+        return self.txns.get(txn_id)
+
+
+__all__ = ["TXN_TOPIC", "TransactionCoordinator", "TxnMeta"]
