@@ -44,7 +44,6 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from ..storage.store import validate_topic_name
-from ..storage.transactions import TransactionCoordinator
 from ..structs import OffsetAndMetadata, TopicPartition
 from . import _wire, security
 from . import admin as _admin
@@ -217,10 +216,8 @@ class Services:
             self.authorizer = security.Authorizer(acls_path, super_users=config["super.users"],
                                                   allow_everyone_if_no_acl_found=config[
                                                       "allow.everyone.if.no.acl.found"])
-        self.txn = TransactionCoordinator(
-            store, self.producers.new_producer_id, self.log,
-            lambda group: TopicPartition("__consumer_offsets", store.offsets.partition_for(group)),
-            max_timeout_ms=config["transaction.max.timeout.ms"])
+        self.txn = store.transactions
+        self.txn.max_timeout_ms = config["transaction.max.timeout.ms"]
         self._txn_expiry_s = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000.0
         self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
         self._sweeper = None
@@ -1124,7 +1121,7 @@ def list_transactions(s: Services, ctx, header, frame, offset):
                               "unknown_state_filters": [], "transaction_states": []})
     now = int(time.time() * 1000)
     out = []
-    for meta in sorted(s.txn.txns.values(), key=lambda m: m.txn_id):
+    for meta in sorted(s.txn.all(), key=lambda m: m.txn_id):
         if (states and meta.state_name not in states) or (pids and meta.producer_id not in pids):
             continue
         if duration >= 0 and (meta.start_ms < 0 or now - meta.start_ms < duration):

@@ -8,10 +8,10 @@ The fields of a v2 batch header that carry a producer's identity::
 Per (partition, producer id) the broker keeps the epoch and the last five batches' (first seq, last seq, base
 offset), as Kafka's ProducerStateManager does: a batch equal to one of them is a retry and is answered with the
 offset it got the first time (nothing appended twice); a batch whose first sequence is not the last sequence + 1
-gets OUT_OF_ORDER_SEQUENCE_NUMBER (45); an older epoch gets INVALID_PRODUCER_EPOCH (47). Producer ids come in
-blocks of 1000 from ``.kafkalog-broker/producer-ids`` (written and fsynced before a block is used), so ids are never
-reused across restarts. After a restart the state of a partition is rebuilt from the batches of its active segment
-the first time an idempotent batch arrives for it.
+gets OUT_OF_ORDER_SEQUENCE_NUMBER (45); an older epoch gets INVALID_PRODUCER_EPOCH (47). Producer ids come from
+``LogStore.producer_ids`` (blocks of 1000 from ``.kafkalog-broker/producer-ids``, shared with embedded producers), so
+ids are never reused across restarts. After a restart the state of a partition is rebuilt from the batches of its
+active segment the first time an idempotent batch arrives for it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ from collections import deque
 
 from .._engine.batch import iter_batches
 from ..errors import InvalidProducerEpochError, KafkaError, OutOfOrderSequenceNumberError
-from ..storage.files import atomic_write, make_durable_dir
 
-_ID_BLOCK = 1000
 _CACHED_BATCHES = 5
 _INT32_MAX = 2**31 - 1
 
@@ -47,23 +45,10 @@ class ProducerStates:
 
     def __init__(self, store):
         self.store = store
-        self.path = store.path / ".kafkalog-broker" / "producer-ids"
-        self._next = 0
-        self._limit = 0
         self._parts: dict[tuple[str, int], dict[int, _State]] = {}
 
     def new_producer_id(self) -> int:
-        if self._next >= self._limit:
-            try:
-                start = int(self.path.read_text())
-            except (OSError, ValueError):
-                start = 1
-            make_durable_dir(self.path.parent)  # a lost entry would hand out producer ids again
-            atomic_write(self.path, str(start + _ID_BLOCK).encode())
-            self._next, self._limit = start, start + _ID_BLOCK
-        pid = self._next
-        self._next += 1
-        return pid
+        return self.store.producer_ids.next()
 
     def forget_topic(self, topic: str) -> None:
         for key in [k for k in self._parts if k[0] == topic]:

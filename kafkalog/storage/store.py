@@ -52,6 +52,7 @@ from .checkpoints import Checkpoints
 from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, broker_holding, fsync_dir, make_durable_dir
 from .log import EXCLUSIVE, READ, SHARED, Log
 from .offsets import OffsetStore
+from .transactions import ProducerIds, TransactionCoordinator
 
 _log = logging.getLogger("kafkalog")
 # fullmatch, never match with "$": "$" also matches before a final newline, and a topic named "t\n" (accepted that way
@@ -131,6 +132,8 @@ class LogStore:
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
         self._offsets: OffsetStore | None = None
+        self._transactions = None
+        self._producer_ids = None
         self._topics: dict[str, dict] = {}
         self._topics_stamp = None
         self._closed = False
@@ -219,6 +222,8 @@ class LogStore:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._transactions is not None:
+            self._transactions.close()
         if self._offsets is not None:
             self._offsets.close()
         if self.mode == READ:
@@ -555,6 +560,27 @@ class LogStore:
             if self._offsets is None:
                 self._offsets = OffsetStore(self)
             return self._offsets
+
+    @property
+    def producer_ids(self):
+        """Producer ids for idempotent and transactional producers, never given twice (transactions.ProducerIds)."""
+        with self._lock:
+            self._check_open()
+            if self._producer_ids is None:
+                self._producer_ids = ProducerIds(self.path)
+            return self._producer_ids
+
+    @property
+    def transactions(self):
+        """The transaction coordinator of this data dir (``__transaction_state``), shared by the broker and embedded
+        transactional producers (transactions.TransactionCoordinator)."""
+        with self._lock:
+            self._check_open()
+            if self.mode == READ:
+                raise KafkaStorageError(30, f"store {self.path} is opened read-only: no transactions")
+            if self._transactions is None:
+                self._transactions = TransactionCoordinator(self)
+            return self._transactions
 
     # ------------------------------------------------------------------------------------------------ maintenance
 

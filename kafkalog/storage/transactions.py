@@ -30,7 +30,10 @@ What makes each step safe, and the first law hold (no acknowledged transaction l
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -48,6 +51,7 @@ from ..errors import (
 )
 from ..structs import TopicPartition
 from . import failpoints
+from .files import FileLock, atomic_write, make_durable_dir
 from .txnformat import (
     STATE_NAMES,
     TxnLogValue,
@@ -68,6 +72,15 @@ _log = logging.getLogger("kafkalog.transactions")
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _synchronized(fn):
+    """A coordinator call: under the coordinator's locks, after taking in other processes' changes."""
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        with self._locked():
+            return fn(self, *args, **kwargs)
+    return call
 
 
 @dataclass
@@ -96,24 +109,92 @@ class TxnMeta:
         return STATE_NAMES[self.state]
 
 
+class ProducerIds:
+    """Producer ids of one data dir, for idempotent and transactional producers of every process (the broker's and
+    embedded ones): handed out in blocks of 1000 from ``.kafkalog-broker/producer-ids`` (the next free id, written and
+    fsynced under a file lock before a block is used), so no id is given twice, across processes and restarts."""
+
+    BLOCK = 1000
+
+    def __init__(self, path):
+        self.path = path / ".kafkalog-broker" / "producer-ids"
+        self._lock = threading.Lock()
+        self._next = 0
+        self._limit = 0
+
+    def next(self) -> int:
+        with self._lock:
+            if self._next >= self._limit:
+                make_durable_dir(self.path.parent)
+                flock = FileLock(self.path.with_name("producer-ids.lock"))
+                flock.acquire(what="allocate producer ids")
+                try:
+                    try:
+                        start = int(self.path.read_text())
+                    except (OSError, ValueError):
+                        start = 1
+                    atomic_write(self.path, str(start + self.BLOCK).encode())
+                finally:
+                    flock.close()
+                self._next, self._limit = start, start + self.BLOCK
+            pid = self._next
+            self._next += 1
+            return pid
+
+
 class TransactionCoordinator:
-    """The coordinator of one data dir. Not thread safe: the broker calls it from its loop thread only.
+    """The coordinator of one data dir (``LogStore.transactions``), shared by the broker and embedded producers.
 
-    ``new_producer_id()`` hands out producer ids (shared with idempotent producers, never reused);
-    ``logs(topic, partition)`` returns a partition's Log (the broker's cache); ``offsets_partition(group)`` names
-    the ``__consumer_offsets`` partition of a group."""
+    Thread and process safe: each call takes the coordinator's lock (a thread lock, and a file lock when the store is
+    shared by processes) and first takes in what other processes wrote to ``__transaction_state``; the log is the
+    one state every process sees. ``logs(topic, partition)`` returns a partition's Log; ``offsets_partition(group)``
+    names the ``__consumer_offsets`` partition of a group; ``new_producer_id()`` hands out producer ids."""
 
-    def __init__(self, store, new_producer_id, logs, offsets_partition, *, max_timeout_ms: int = 900_000,
-                 coordinator_epoch: int = 0):
+    def __init__(self, store, new_producer_id=None, logs=None, offsets_partition=None, *,
+                 max_timeout_ms: int | None = None, coordinator_epoch: int = 0):
         self.store = store
-        self.new_producer_id = new_producer_id
-        self.logs = logs
-        self.offsets_partition = offsets_partition
+        self.new_producer_id = new_producer_id or store.producer_ids.next
+        self.logs = logs or store.log
+        self.offsets_partition = offsets_partition or (
+            lambda group: TopicPartition("__consumer_offsets", store.offsets.partition_for(group)))
+        if max_timeout_ms is None:
+            try:
+                max_timeout_ms = int(store.config.get("transaction.max.timeout.ms", 900_000))
+            except (KeyError, TypeError, ValueError):
+                max_timeout_ms = 900_000
         self.max_timeout_ms = max_timeout_ms
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TxnMeta] = {}
         self._log = None
-        self._load()
+        self._next = 0  # every record of __transaction_state below it is taken in
+        self._tlock = threading.RLock()
+        self._depth = 0
+        self._flock = FileLock(store.path / ".kafkalog-txn-coordinator.lock") \
+            if getattr(store, "mode", "shared") != "exclusive" else None
+        with self._locked(catch_up=False):
+            self._load()
+
+    @contextlib.contextmanager
+    def _locked(self, catch_up: bool = True):
+        with self._tlock:
+            if self._depth:  # a call from inside a locked one
+                yield
+                return
+            if self._flock is not None:
+                self._flock.acquire(what="transaction coordinator")
+            self._depth += 1
+            try:
+                if catch_up:
+                    self._catch_up()
+                yield
+            finally:
+                self._depth -= 1
+                if self._flock is not None:
+                    self._flock.release()
+
+    def close(self) -> None:
+        if self._flock is not None:
+            self._flock.close()
 
     # -- the log ----------------------------------------------------------------------------------------------
 
@@ -129,33 +210,47 @@ class TransactionCoordinator:
             self._log = self.logs(TXN_TOPIC, 0)
         return self._log
 
-    def _load(self) -> None:
-        try:
-            self.store.partitions_for(TXN_TOPIC)
-        except UnknownTopicOrPartitionError:
-            return  # no transaction ever
-        lg = self._txn_log()
-        for rec in lg.records():
-            if rec.key is None:
-                continue
+    def _catch_up(self) -> None:
+        """Take in the records appended to __transaction_state since the last look (by any process)."""
+        if self._log is None:
             try:
-                txn_id = decode_txn_log_key(rec.key)
-                if txn_id is None:
-                    continue
-                if rec.value is None:
-                    self.txns.pop(txn_id, None)
-                    continue
-                v = decode_txn_log_value(rec.value)
-            except (KafkaError, ValueError) as e:
-                _log.warning("%s: skipping the record at offset %d: %s", TXN_TOPIC, rec.offset, e)
-                continue
-            if v is None:
-                _log.warning("%s: skipping the record at offset %d: unknown value version", TXN_TOPIC, rec.offset)
-                continue
-            self.txns[txn_id] = TxnMeta(
-                txn_id, v.producer_id, v.producer_epoch, v.timeout_ms, v.state,
-                {TopicPartition(t, p) for t, ps in (v.partitions or {}).items() for p in ps},
-                v.last_update_ms, v.start_ms)
+                self.store.partitions_for(TXN_TOPIC)
+            except UnknownTopicOrPartitionError:
+                return  # no transaction ever
+        lg = self._txn_log()
+        end = lg.log_end_offset
+        if end <= self._next:
+            return
+        for rec in lg.records(max(self._next, lg.log_start_offset), end):
+            self._apply(rec)
+        self._next = end
+
+    def _apply(self, rec) -> None:
+        if rec.key is None:
+            return
+        try:
+            txn_id = decode_txn_log_key(rec.key)
+            if txn_id is None:
+                return
+            if rec.value is None:
+                self.txns.pop(txn_id, None)
+                return
+            v = decode_txn_log_value(rec.value)
+        except (KafkaError, ValueError) as e:
+            _log.warning("%s: skipping the record at offset %d: %s", TXN_TOPIC, rec.offset, e)
+            return
+        if v is None:
+            _log.warning("%s: skipping the record at offset %d: unknown value version", TXN_TOPIC, rec.offset)
+            return
+        old = self.txns.get(txn_id)
+        self.txns[txn_id] = TxnMeta(
+            txn_id, v.producer_id, v.producer_epoch, v.timeout_ms, v.state,
+            {TopicPartition(t, p) for t, ps in (v.partitions or {}).items() for p in ps},
+            v.last_update_ms, v.start_ms,
+            old.last_epoch if old is not None and old.producer_id == v.producer_id else -1)
+
+    def _load(self) -> None:
+        self._catch_up()
         # a transaction whose fate was decided (PrepareX durable) but whose markers may not all be written
         for meta in list(self.txns.values()):
             if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
@@ -165,13 +260,16 @@ class TransactionCoordinator:
     def _write(self, meta: TxnMeta, sync: bool = True) -> None:
         """Append ``meta``'s state to __transaction_state (and fsync it before anyone acts on it)."""
         lg = self._txn_log()
-        lg.append_batch([encode_txn_log_value(meta.value())], [encode_txn_log_key(meta.txn_id)],
-                        [meta.last_update_ms])
+        offset = lg.append_batch([encode_txn_log_value(meta.value())], [encode_txn_log_key(meta.txn_id)],
+                                 [meta.last_update_ms])
         if sync:
             lg.flush()
+        if offset == self._next:
+            self._next = offset + 1  # our own record: the state already holds it
 
     # -- the APIs ---------------------------------------------------------------------------------------------
 
+    @_synchronized
     def init_producer_id(self, txn_id: str, timeout_ms: int, expected_pid: int = -1,
                          expected_epoch: int = -1) -> tuple[int, int]:
         """InitProducerId with a transactional id: (producer id, epoch). Raises the Kafka error otherwise."""
@@ -231,6 +329,7 @@ class TransactionCoordinator:
                                       f"by epoch {meta.epoch}")
         return meta
 
+    @_synchronized
     def add_partitions(self, txn_id: str, pid: int, epoch: int, partitions) -> None:
         """AddPartitionsToTxn (and AddOffsetsToTxn through ``add_offsets``): the transaction holds them."""
         meta = self._check(txn_id, pid, epoch)
@@ -250,9 +349,11 @@ class TransactionCoordinator:
         meta.last_update_ms = now
         self._write(meta)
 
+    @_synchronized
     def add_offsets(self, txn_id: str, pid: int, epoch: int, group: str) -> None:
         self.add_partitions(txn_id, pid, epoch, [self.offsets_partition(group)])
 
+    @_synchronized
     def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool) -> None:
         """EndTxn: decide the transaction (PrepareX, durable), write its markers, complete it."""
         meta = self._check(txn_id, pid, epoch)
@@ -272,6 +373,7 @@ class TransactionCoordinator:
         raise InvalidTxnStateError(f"transactional id {txn_id!r}: cannot {'commit' if commit else 'abort'} "
                                    f"in state {meta.state_name}")
 
+    @_synchronized
     def check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
         """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1)."""
         meta = self.txns.get(txn_id)
@@ -283,6 +385,7 @@ class TransactionCoordinator:
             raise InvalidTxnStateError(f"the batch for {tp.topic}-{tp.partition} is not part of an ongoing "
                                        f"transaction of {txn_id!r}")
 
+    @_synchronized
     def check_offsets(self, txn_id: str, pid: int, epoch: int, group: str) -> None:
         """Before TxnOffsetCommit: the group's offsets partition must be in the open transaction."""
         meta = self.txns.get(txn_id)
@@ -323,6 +426,7 @@ class TransactionCoordinator:
         self._write(meta)
         self._complete(meta)
 
+    @_synchronized
     def expire(self, now_ms: int | None = None) -> int:
         """Abort every Ongoing transaction older than its timeout (its producer is fenced); returns how many."""
         now = _now_ms() if now_ms is None else now_ms
@@ -335,8 +439,14 @@ class TransactionCoordinator:
                 n += 1
         return n
 
+    @_synchronized
     def describe(self, txn_id: str) -> TxnMeta | None:
         return self.txns.get(txn_id)
+
+    @_synchronized
+    def all(self) -> list[TxnMeta]:
+        """Every transactional id's state (ListTransactions)."""
+        return list(self.txns.values())
 
 
 __all__ = ["TXN_TOPIC", "TransactionCoordinator", "TxnMeta"]
