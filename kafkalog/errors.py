@@ -106,8 +106,14 @@ class NoOffsetForPartitionError(KafkaError, LookupError, register=False):
 
 
 class IllegalStateError(KafkaError, register=False):
-    """A call that contradicts the consumer's state: subscribe() after assign(), seek() on an unassigned
-    partition, a call on a closed consumer (kafka-python's IllegalStateError)."""
+    """A call that contradicts the client's state: subscribe() after assign(), seek() on an unassigned
+    partition, a call on a closed consumer, a transactional producer's send() outside a transaction or
+    commit_transaction() before begin_transaction() (kafka-python's IllegalStateError)."""
+
+
+class TransactionAbortedError(KafkaError, register=False):
+    """The future of a record still buffered when its transaction was aborted: it was never written (Java's
+    TransactionAbortedException)."""
 
 
 class InvalidOffsetError(KafkaError, ValueError, register=False):

@@ -39,8 +39,10 @@ from ..errors import (
     OffsetOutOfRangeError,
     UnknownMemberIdError,
     UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
 )
 from ..storage import LogStore
+from ..storage.isolation import drop_aborted, is_read_committed
 from ..storage.log import EXCLUSIVE
 from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .group import GroupMember, assignor_name
@@ -55,6 +57,7 @@ _log = logging.getLogger("kafkalog.consumer")
 WAKE_POLL_S = 0.0005
 WAKE_POLL_MAX_S = 0.005
 GROUP_POLL_S = 0.05  # ... and for group changes when nothing else wakes it
+DEFAULT_API_TIMEOUT_MS = 60000  # Java's default.api.timeout.ms: committed()/position() wait for a stable offset
 INTERNAL_TOPICS = frozenset({"__consumer_offsets"})
 
 # kafka-python configs that name network or client internals: accepted (so an app's config moves over unchanged)
@@ -173,6 +176,7 @@ class KafkaConsumer:
         self._part_bytes = c["max_partition_fetch_bytes"]
         self._fetch_bytes = c["fetch_max_bytes"]
         self._kdeser = c["key_deserializer"]
+        self._read_committed = is_read_committed(c["isolation_level"])
         self._vdeser = c["value_deserializer"]
         self._strategies = [assignor_name(s) for s in c["partition_assignment_strategy"]]
         self._closed = False
@@ -230,8 +234,7 @@ class KafkaConsumer:
         if c["enable_parallel_rebalance"] and c["group_id"] is None:
             raise InvalidConfigError("enable_parallel_rebalance needs a group_id (the gaps are committed to the "
                                      "group's second commit log)")
-        if c["isolation_level"] not in ("read_uncommitted", "read_committed"):
-            raise InvalidConfigError(f"isolation_level: {c['isolation_level']!r}")
+        is_read_committed(c["isolation_level"])  # InvalidConfigError naming the two levels
         try:
             for s in c["partition_assignment_strategy"]:
                 assignor_name(s)
@@ -494,24 +497,44 @@ class KafkaConsumer:
 
     # ------------------------------------------------------------------------------------------------ positions
 
-    def _committed_offset(self, tp) -> OffsetAndMetadata | None:
+    def _committed_offset(self, tp, timeout_ms=None) -> OffsetAndMetadata | None:
+        """The group's committed offset. read_committed (Kafka's OffsetFetch with RequireStable): while a
+        transaction that holds an offset commit for ``tp`` is open, wait for it to end, up to ``timeout_ms``
+        (None: DEFAULT_API_TIMEOUT_MS; 0: do not wait), then raise UnstableOffsetCommitError."""
         if self._group is None:
             return None
-        return self._store.offsets.committed(self._group, tp)
+        offsets = self._store.offsets
+        if self._read_committed:
+            wait = DEFAULT_API_TIMEOUT_MS if timeout_ms is None else timeout_ms
+            deadline = time.monotonic() + wait / 1000.0
+            pause = 0.001
+            while tp in offsets.pending(self._group):
+                if time.monotonic() >= deadline:
+                    raise UnstableOffsetCommitError(
+                        f"group {self._group!r} has an offset commit for {tp} in a transaction that is still open "
+                        f"(read_committed waits for it to end: waited {wait} ms)")
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        return offsets.committed(self._group, tp)
+
+    def _end_offset(self, log) -> int:
+        """Where 'latest' is: the last stable offset for read_committed, else the high watermark (Kafka's
+        ListOffsets by isolation level)."""
+        return log.last_stable_offset if self._read_committed else log.high_watermark
 
     def _reset_position(self, p: _Part, why: str) -> int:
         log = p.log
         if self._reset == "earliest":
             p.position = log.log_start_offset
         elif self._reset == "latest":
-            p.position = log.high_watermark
+            p.position = self._end_offset(log)
         else:
             raise NoOffsetForPartitionError(f"{p.tp}: {why} and auto_offset_reset='none'")
         return p.position
 
-    def _resolve(self, p: _Part) -> int:
+    def _resolve(self, p: _Part, timeout_ms=None) -> int:
         if p.position is None:
-            c = self._committed_offset(p.tp)
+            c = self._committed_offset(p.tp, timeout_ms)
             if c is not None and c.offset >= 0:
                 p.position = c.offset
             else:
@@ -534,11 +557,13 @@ class KafkaConsumer:
         self._check_open()
         for tp in partitions or list(self._parts):
             p = self._part(tp)
-            p.position = p.log.high_watermark
+            p.position = self._end_offset(p.log)
 
     def position(self, partition, timeout_ms=None) -> int:
+        """The next offset to read; resolved from the committed offset (read_committed: a stable one, waiting up
+        to ``timeout_ms``) or ``auto_offset_reset`` when there is none yet."""
         self._check_open()
-        return self._resolve(self._part(partition))
+        return self._resolve(self._part(partition), timeout_ms)
 
     def highwater(self, partition) -> int | None:
         return self._part(partition).highwater
@@ -565,8 +590,9 @@ class KafkaConsumer:
         return {TopicPartition(*tp): self._log(TopicPartition(*tp)).log_start_offset for tp in partitions}
 
     def end_offsets(self, partitions, timeout_ms=None) -> dict[TopicPartition, int]:
+        """The high watermark of each partition; with isolation_level='read_committed' its last stable offset."""
         self._check_open()
-        return {TopicPartition(*tp): self._log(TopicPartition(*tp)).high_watermark for tp in partitions}
+        return {TopicPartition(*tp): self._end_offset(self._log(TopicPartition(*tp))) for tp in partitions}
 
     def offsets_for_times(self, timestamps, timeout_ms=None) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition the earliest offset whose timestamp is >= the given one (None when there is none),
@@ -630,7 +656,8 @@ class KafkaConsumer:
             step = min(step * 1.5, WAKE_POLL_MAX_S)
             for p in parts:
                 pos = p.position
-                if pos is None or p.log.has_data_after(pos):
+                if pos is None or (p.log.has_data_after(pos)
+                                   and (not self._read_committed or p.log.last_stable_offset > pos)):
                     return
             if self._parallel is not None and self._parallel.has_work():
                 return
@@ -654,7 +681,10 @@ class KafkaConsumer:
                 continue
             pos = p.position
             if pos is None:
-                pos = self._resolve(p)
+                try:
+                    pos = self._resolve(p, 0 if self._read_committed else None)
+                except UnstableOffsetCommitError:
+                    continue  # Java's consumer: fetch it again on a later poll, once the transaction ended
             log = p.log
             if not log.has_data_after(pos) and pos >= log.log_start_offset:
                 continue
@@ -689,9 +719,18 @@ class KafkaConsumer:
                 return recs, last, 0
         p.stream = None
         log = p.log
+        committed = self._read_committed
         while True:
             try:
-                view = log.read(pos, max_bytes)
+                if committed:
+                    # below the last stable offset; aborted transactions' batches dropped (storage/isolation.py)
+                    _, hwm, _, view, aborted = log.fetch_isolated(pos, max_bytes, True)
+                    if view is None:
+                        view = memoryview(b"")
+                    raw_next = next_offset_after(view, pos)
+                    view = drop_aborted(view, aborted)
+                else:
+                    view = log.read(pos, max_bytes)
                 break
             except OffsetOutOfRangeError:
                 lso, leo = log.log_start_offset, log.log_end_offset
@@ -703,9 +742,10 @@ class KafkaConsumer:
                 if end is not None:
                     return [], max(pos, lso), 0  # a gap's records below the start offset are gone: skip them
                 pos = self._reset_position(p, why)
-        p.highwater = log.log_end_offset
+        p.highwater = hwm if committed else log.log_end_offset
         if not len(view):
-            return [], pos, 0
+            # read_committed: the batches read may all have been dropped (aborted): go on after them
+            return [], (max(pos, min(stop, raw_next)) if committed else pos), 0
         topic, partition = p.tp
         recs = []
         # ConsumerRecord tuples are built in C; deserializers run afterwards on the built records
@@ -718,7 +758,7 @@ class KafkaConsumer:
             recs = [self._deserialize(r) for r in recs]
         if len(recs) < limit:
             # whole batches were consumed: continue after the last one (skips offsets of compacted/empty batches)
-            nxt = max(nxt, min(stop, next_offset_after(view, nxt)))
+            nxt = max(nxt, min(stop, raw_next if committed else next_offset_after(view, nxt)))
         return recs, nxt, len(view)
 
     def _deserialize(self, r: ConsumerRecord) -> ConsumerRecord:
@@ -843,7 +883,7 @@ class KafkaConsumer:
             om = self._parallel.committed(tp)
             if om is not None:
                 return om if metadata else om.offset
-        om = self._committed_offset(tp)
+        om = self._committed_offset(tp, timeout_ms)
         if om is None:
             return None
         return om if metadata else om.offset

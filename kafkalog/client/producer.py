@@ -28,6 +28,7 @@ import functools
 import logging
 import operator
 import random
+import struct
 import threading
 import time
 import weakref
@@ -41,21 +42,28 @@ from .._engine.accumulator import (
     ProducerBatch,
     RecordAccumulator,
 )
-from .._engine.batch import RecordBatch, iter_batches
+from .._engine.batch import RecordBatch, crc32c, iter_batches
 from .._engine.framing import RECORD_BATCH_OVERHEAD
 from ..errors import (
+    ConcurrentTransactionsError,
+    IllegalStateError,
     InvalidConfigError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
     InvalidTimestampError,
+    KafkaError,
     KafkaStorageError,
     LogClosedError,
+    ProducerFencedError,
     RecordTooLargeError,
     RequestTimedOutError,
     TopicAlreadyExistsError,
+    TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
 from ..storage import LogStore
 from ..storage.log import CODECS, READ
-from ..structs import RecordMetadata, TopicPartition
+from ..structs import OffsetAndMetadata, RecordMetadata, TopicPartition
 from .partitioner import hash_partition
 
 __all__ = ["FutureRecordMetadata", "KafkaProducer"]
@@ -89,7 +97,6 @@ IGNORED_CONFIGS = frozenset({
     "sasl_kerberos_domain_name", "sasl_oauth_token_provider", "proxy_url", "socks5_proxy", "api_version",
     "bootstrap_timeout_ms", "metadata_max_age_ms", "metric_reporters", "metrics_enabled", "metrics_num_samples",
     "metrics_sample_window_ms", "selector", "kafka_client", "max_block_ms", "delivery_timeout_ms",
-    "transaction_timeout_ms",
     # writes are never retried, so every record is written once: idempotent whatever this says
     "enable_idempotence",
 })
@@ -314,7 +321,15 @@ class KafkaProducer(RecordAccumulator):
         "max_request_size": 1048576,
         "allow_auto_create_topics": True,
         "transactional_id": None,
+        "transaction_timeout_ms": 60000,
     }
+
+    def __new__(cls, *args, **configs):
+        # a transactional_id makes a _TransactionalProducer: the plain producer's paths stay as they are
+        if cls is KafkaProducer and (configs.get("transactional_id") is not None
+                                     or configs.get("transactional.id") is not None):
+            cls = _TransactionalProducer
+        return super().__new__(cls)
 
     def __init__(self, store_or_path, **configs):
         self.config = self._parse_config(configs)
@@ -406,8 +421,16 @@ class KafkaProducer(RecordAccumulator):
         if not (ctype is None or isinstance(ctype, str)) or ctype not in _COMPRESSION:
             raise InvalidConfigError(f"compression_type={ctype!r}: must be None, 'gzip', 'snappy', 'lz4' or 'zstd'")
         c["compression_type"] = _COMPRESSION[ctype]
-        if c["transactional_id"] is not None:
-            raise InvalidConfigError("transactional_id: transactions are not supported by the embedded producer")
+        txn = c["transactional_id"]
+        if txn is not None:
+            if not isinstance(txn, str) or not txn:
+                raise InvalidConfigError(f"transactional_id={txn!r}: must be a non-empty string or None")
+            if acks != -1:
+                raise InvalidConfigError(f"acks={c['acks']!r}: a transactional producer needs acks='all' (Kafka "
+                                         "requires it of idempotent and transactional producers)")
+        t = c["transaction_timeout_ms"]
+        if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
+            raise InvalidConfigError(f"transaction_timeout_ms={t!r}: must be an integer > 0")
         for key in ("key_serializer", "value_serializer"):
             s = c[key]
             if s is not None and not callable(s) and not callable(getattr(s, "serialize", None)):
@@ -914,6 +937,28 @@ class KafkaProducer(RecordAccumulator):
     def __exit__(self, *exc):
         self.close()
 
+    # ------------------------------------------------------------------------------------------------ transactions
+
+    def _not_transactional(self, what: str):
+        return IllegalStateError(f"{what}: transactional method invoked on a non-transactional producer (set "
+                                 "transactional_id)")
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """See the class docstring: needs ``transactional_id``."""
+        raise self._not_transactional("init_transactions()")
+
+    def begin_transaction(self) -> None:
+        raise self._not_transactional("begin_transaction()")
+
+    def send_offsets_to_transaction(self, offsets, consumer_group_id, timeout: float | None = None) -> None:
+        raise self._not_transactional("send_offsets_to_transaction()")
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        raise self._not_transactional("commit_transaction()")
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        raise self._not_transactional("abort_transaction()")
+
     # ------------------------------------------------------------------------------------------------ info
 
     def metrics(self, raw: bool = False) -> dict:
@@ -931,6 +976,325 @@ class KafkaProducer(RecordAccumulator):
 
     def __repr__(self):
         return f"<KafkaProducer client_id={self.config['client_id']!r} store={str(self._store.path)!r}>"
+
+
+# -------------------------------------------------------------------------------------------------------- transactions
+
+# Java's TransactionManager states (their names appear in the errors)
+_UNINITIALIZED, _READY, _IN_TRANSACTION, _COMMITTING, _ABORTING, _ABORTABLE_ERROR, _FATAL_ERROR = (
+    "UNINITIALIZED", "READY", "IN_TRANSACTION", "COMMITTING_TRANSACTION", "ABORTING_TRANSACTION", "ABORTABLE_ERROR",
+    "FATAL_ERROR")
+_FENCED = (ProducerFencedError, InvalidProducerEpochError, InvalidProducerIdMappingError)
+_TXN_RETRY_S = 60.0  # ConcurrentTransactionsError is retried this long (Java: max.block.ms)
+
+# record batch v2 header fields a transactional batch carries (framing.pyi: Kafka's DefaultRecordBatch)
+_CRC_AT, _ATTRIBUTES_AT, _PRODUCER_AT = 17, 21, 43
+_TRANSACTIONAL_BIT = 0x10
+_pack_ids = struct.Struct(">qhi").pack_into  # ProducerId Int64, ProducerEpoch Int16, BaseSequence Int32
+_attributes = struct.Struct(">h")
+_crc = struct.Struct(">I")
+
+
+def _stamp(data, producer_id: int, epoch: int, base_sequence: int) -> None:
+    """Make the built batch ``data`` (writable) a transactional batch of (producer id, epoch) from
+    ``base_sequence``: ProducerId, ProducerEpoch, BaseSequence and the transactional bit of Attributes, CRC-32C
+    (Attributes to the end) recomputed."""
+    _pack_ids(data, _PRODUCER_AT, producer_id, epoch, base_sequence)
+    (attrs,) = _attributes.unpack_from(data, _ATTRIBUTES_AT)
+    _attributes.pack_into(data, _ATTRIBUTES_AT, attrs | _TRANSACTIONAL_BIT)
+    with memoryview(data) as mv:
+        _crc.pack_into(data, _CRC_AT, crc32c(mv[_ATTRIBUTES_AT:]))
+
+
+class _TransactionalProducer(KafkaProducer):
+    """``KafkaProducer(..., transactional_id=...)``: KIP-98 transactions through the data dir's one coordinator
+    (``LogStore.transactions``), the same one the broker's clients use, so an embedded transaction and a Java
+    client's are the same kind of transaction in the same format.
+
+    Each record sent in a transaction is written in a transactional batch of (producer id, epoch), with
+    sequences from 0 per partition per epoch. A partition joins the transaction (AddPartitionsToTxn) before its
+    first batch is written; the batch is checked against the coordinator (``check_produce``) and appended while the
+    coordinator's lock is held, so a producer fenced by another process (a newer instance of the same
+    transactional id, or the timeout) never writes. Errors put the producer in Java's states: a failed write makes
+    the transaction abortable (``commit_transaction`` raises it, ``abort_transaction`` recovers), fencing is fatal
+    (``ProducerFencedError`` from every later call: close it).
+    """
+
+    def __init__(self, store_or_path, **configs):
+        super().__init__(store_or_path, **configs)
+        c = self.config
+        self._txn_id: str = c["transactional_id"]
+        self._txn_timeout: int = c["transaction_timeout_ms"]
+        self._coord = None
+        self._pid = -1
+        self._epoch = -1
+        self._txn_state = _UNINITIALIZED
+        self._txn_error: BaseException | None = None
+        self._txn_parts: set[TopicPartition] = set()  # partitions of the open transaction (AddPartitionsToTxn)
+        self._txn_groups: set[str] = set()  # groups whose offsets it holds (AddOffsetsToTxn)
+        self._seqs: dict[TopicPartition, int] = {}  # next base sequence per partition, for this epoch
+        self._txn_lock = threading.RLock()  # state changes, and every transactional write (in write order)
+
+    # -- states --------------------------------------------------------------------------------------------------
+
+    def _state_error(self, what: str) -> KafkaError:
+        st = self._txn_state
+        if st == _FATAL_ERROR:
+            return self._txn_error
+        if st == _UNINITIALIZED:
+            return IllegalStateError(f"{what}: transactional id {self._txn_id!r}: call init_transactions() first")
+        if st == _READY:
+            return IllegalStateError(f"{what}: transactional id {self._txn_id!r} has no transaction in progress: "
+                                     "call begin_transaction() first")
+        if st == _ABORTABLE_ERROR:
+            return IllegalStateError(f"{what}: the transaction of {self._txn_id!r} failed ({self._txn_error!r}): "
+                                     "call abort_transaction()")
+        return IllegalStateError(f"{what}: transactional id {self._txn_id!r} is in state {st}")
+
+    def _fenced(self, e: BaseException) -> ProducerFencedError:
+        """Fencing is fatal: every later call raises it."""
+        err = e if isinstance(e, ProducerFencedError) else ProducerFencedError(
+            f"transactional id {self._txn_id!r}: producer {self._pid} epoch {self._epoch} was fenced by a newer "
+            f"instance (or its transaction timed out): {e}")
+        with self._txn_lock:
+            self._txn_state = _FATAL_ERROR
+            self._txn_error = err
+            self._fast = False  # every later send() comes to _send, which raises it
+        return err
+
+    def _abortable(self, e: BaseException) -> None:
+        with self._txn_lock:
+            if self._txn_state in (_IN_TRANSACTION, _COMMITTING):
+                self._txn_state = _ABORTABLE_ERROR
+                self._txn_error = e
+
+    def _call(self, fn, *args):
+        """A coordinator call, ConcurrentTransactionsError retried (the coordinator is completing a transaction of
+        this id); fencing errors become ProducerFencedError (fatal)."""
+        deadline = _monotonic() + _TXN_RETRY_S
+        pause = 0.005
+        while True:
+            try:
+                return fn(*args)
+            except ConcurrentTransactionsError:
+                if _monotonic() >= deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
+            except _FENCED as e:
+                raise self._fenced(e) from e
+
+    # -- the API ---------------------------------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Get the producer id and a new epoch of ``transactional_id`` from the data dir's coordinator, fencing any
+        older producer with the same id (its open transaction is aborted; its next send or commit raises
+        ProducerFencedError). Call once, before the first begin_transaction()."""
+        with self._txn_lock:
+            if self._closed:
+                raise LogClosedError("KafkaProducer already closed")
+            if self._txn_state == _FATAL_ERROR:
+                raise self._txn_error
+            if self._txn_state != _UNINITIALIZED:
+                raise IllegalStateError(f"init_transactions(): transactional id {self._txn_id!r} is already "
+                                        f"initialized (state {self._txn_state})")
+            coord = self._coord = self._store.transactions
+            try:
+                coord.expire()  # a transaction left open by a producer that died is aborted after its timeout
+            except KafkaError as e:
+                _log.warning("aborting timed-out transactions: %s", e)
+            self._pid, self._epoch = self._call(coord.init_producer_id, self._txn_id, self._txn_timeout)
+            self._seqs.clear()
+            self._txn_state = _READY
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: every record sent until commit_transaction() or abort_transaction() belongs to it."""
+        with self._txn_lock:
+            if self._txn_state != _READY:
+                raise self._state_error("begin_transaction()")
+            self._txn_parts.clear()
+            self._txn_groups.clear()
+            self._txn_error = None
+            self._txn_state = _IN_TRANSACTION
+
+    def send_offsets_to_transaction(self, offsets, consumer_group_id, timeout: float | None = None) -> None:
+        """Commit ``offsets`` ({TopicPartition: OffsetAndMetadata | int}) for the consumer group (a group id, or an
+        object with ``group_id`` such as Java's ConsumerGroupMetadata) as part of the transaction: they take effect
+        when it commits (KIP-98's consume-transform-produce), never if it aborts. Until then a read_committed
+        consumer of the group sees them as unstable (see KafkaConsumer)."""
+        group = consumer_group_id if isinstance(consumer_group_id, str) else getattr(consumer_group_id, "group_id",
+                                                                                    None)
+        if not isinstance(group, str) or not group:
+            raise TypeError(f"consumer_group_id={consumer_group_id!r}: a group id or an object with group_id")
+        checked = {}
+        for tp, om in offsets.items():
+            tp = TopicPartition(*tp)
+            if not isinstance(om, int | OffsetAndMetadata) and hasattr(om, "offset"):
+                om = OffsetAndMetadata(om.offset, getattr(om, "metadata", "") or "", None)
+            checked[tp] = om
+        with self._txn_lock:
+            if self._txn_state != _IN_TRANSACTION:
+                raise self._state_error("send_offsets_to_transaction()")
+            coord = self._coord
+            try:
+                with coord._locked():  # noqa: SLF001  (AddOffsetsToTxn, check and write as one step)
+                    self._call(coord.add_offsets, self._txn_id, self._pid, self._epoch, group)
+                    self._txn_groups.add(group)
+                    self._call(coord.check_offsets, self._txn_id, self._pid, self._epoch, group)
+                    self._store.offsets.commit_transactional(group, checked, self._pid, self._epoch)
+            except ProducerFencedError:
+                raise
+            except (KafkaError, OSError) as e:
+                self._abortable(e)
+                raise
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Write every record still buffered (flush), then commit: returns once the transaction's fate is durable
+        and its COMMIT markers are written and fsynced on every partition it touched (records and offsets are then
+        visible to read_committed readers, and survive kill -9 and power loss). Raises the error of a failed send
+        (the transaction must then be aborted), ProducerFencedError when another producer took the transactional
+        id over."""
+        with self._txn_lock:
+            if self._txn_state not in (_IN_TRANSACTION, _COMMITTING):  # COMMITTING: a retry after a timeout
+                if self._txn_state == _ABORTABLE_ERROR:
+                    raise KafkaError(f"cannot commit the transaction of {self._txn_id!r}: a send failed "
+                                     f"({self._txn_error!r}); call abort_transaction()") from self._txn_error
+                raise self._state_error("commit_transaction()")
+            self._txn_state = _COMMITTING
+        self.flush(timeout)  # may raise RequestTimedOutError: the state stays COMMITTING, commit again
+        with self._txn_lock:
+            if self._txn_state == _FATAL_ERROR:
+                raise self._txn_error
+            if self._txn_state == _ABORTABLE_ERROR:
+                raise KafkaError(f"cannot commit the transaction of {self._txn_id!r}: a send failed "
+                                 f"({self._txn_error!r}); call abort_transaction()") from self._txn_error
+            if self._txn_parts or self._txn_groups:  # an empty transaction never reached the coordinator
+                try:
+                    self._call(self._coord.end_txn, self._txn_id, self._pid, self._epoch, True)
+                except ProducerFencedError:
+                    raise
+                except KafkaError as e:
+                    self._abortable(e)
+                    raise
+            self._txn_state = _READY
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort: records still buffered are dropped (their futures fail with TransactionAbortedError), records
+        already written stay in the log behind an ABORT marker (written and fsynced before this returns), which
+        hides them and the transaction's offsets from read_committed readers for good."""
+        with self._txn_lock:
+            if self._txn_state not in (_IN_TRANSACTION, _ABORTABLE_ERROR, _COMMITTING, _ABORTING):
+                raise self._state_error("abort_transaction()")
+            self._txn_state = _ABORTING  # from here on no batch of the transaction is written
+        self._discard_buffered()
+        parts = [part for st in list(self._topics.values()) for part in st.parts]
+        for part in parts:
+            with part.wlock:  # a batch being written as we got here is done with
+                pass
+        with self._txn_lock:
+            if self._txn_parts or self._txn_groups:
+                self._call(self._coord.end_txn, self._txn_id, self._pid, self._epoch, False)
+            self._txn_error = None
+            self._txn_state = _READY
+
+    def _discard_buffered(self) -> None:
+        dropped = []
+        with self._lock:
+            for part in list(self._open):
+                b = part.batch
+                part.batch = None
+                del self._open[part]
+                b.state = _CLOSED
+                dropped.append(b)
+            for st in list(self._topics.values()):
+                for part in st.parts:
+                    while part.ready:
+                        dropped.append(part.ready.popleft())
+        for b in dropped:
+            self._fail(b, TransactionAbortedError(f"the transaction of {self._txn_id!r} was aborted before the "
+                                                  "record was written"), count=b.records_count)
+
+    # -- send and write ---------------------------------------------------------------------------------------
+
+    def _send(self, topic, value, key, headers, partition, timestamp_ms):
+        if self._txn_state != _IN_TRANSACTION:
+            if self._closed:
+                raise LogClosedError("KafkaProducer already closed")
+            raise self._state_error("send()")
+        future = KafkaProducer._send(self, topic, value, key, headers, partition, timestamp_ms)
+        if self._txn_state == _FATAL_ERROR:  # fenced while writing it (linger_ms=0 writes in send)
+            raise self._txn_error
+        return future
+
+    def _reject(self, part, value, key, ts, header_size, exc) -> FutureRecordMetadata:
+        self._abortable(exc)  # as Java's: a record refused by send() fails the transaction
+        return KafkaProducer._reject(self, part, value, key, ts, header_size, exc)
+
+    def _write(self, part: _Partition, b: _Batch) -> None:
+        """One transactional batch: join the partition to the transaction if new, check the epoch with the
+        coordinator and append, as one step under the coordinator's lock (no other process can fence the producer
+        between the check and the write)."""
+        tp = part.tp
+        data = None
+        with self._txn_lock:
+            if self._txn_state not in (_IN_TRANSACTION, _COMMITTING):
+                err = self._txn_error if self._txn_state == _FATAL_ERROR else TransactionAbortedError(
+                    f"the transaction of {self._txn_id!r} ended before the record was written ({self._txn_state})")
+                self._fail(b, err, count=b.records_count)
+                return
+            coord = self._coord
+            seq = self._seqs.get(tp, 0)
+            try:
+                data = b.build_view()
+                if isinstance(data, bytes):  # compressed: built as bytes
+                    data = bytearray(data)
+                _stamp(data, self._pid, self._epoch, seq)
+                with coord._locked():  # noqa: SLF001
+                    if tp not in self._txn_parts:
+                        coord.add_partitions(self._txn_id, self._pid, self._epoch, [tp])
+                        self._txn_parts.add(tp)
+                    coord.check_produce(self._txn_id, self._pid, self._epoch, tp)
+                    b.base = part.log.append_records(data)[0]
+            except _FENCED as e:
+                self._fail(b, self._fenced(e), count=b.records_count)
+                return
+            except Exception as e:
+                if isinstance(e, LogClosedError):
+                    self._forget_topic(part.topic)
+                self._abortable(e)
+                self._fail(b, e, count=b.records_count)
+                return
+            finally:
+                if isinstance(data, memoryview):
+                    try:
+                        data.release()  # lets drop_records() recycle the buffer for the next batch
+                    except BufferError:
+                        pass
+            self._seqs[tp] = (seq + b.records_count) & 0x7FFFFFFF  # Kafka's sequences wrap to 0 after Int32.MAX
+        if part.append_time:
+            b.append_time = self._append_time(part, b)
+        with self._lock:  # acks='all' (a transactional producer's only setting): durable after the group fsync
+            b.state = _WRITTEN
+            if not self._unsynced:
+                self._unsynced_since = _monotonic()
+            self._unsynced.setdefault(part, []).append(b)
+            self._incomplete.add(b)
+            due = self._unsynced_since + self._sync_window()
+            if self._waiters or self._sender_deadline is None or self._sender_deadline > due:
+                self._cond.notify()
+
+    def close(self, timeout: float | None = None) -> None:
+        """An open transaction is aborted first (its buffered records dropped), then the producer closes as any."""
+        if not self._closed and self._txn_state in (_IN_TRANSACTION, _ABORTABLE_ERROR, _COMMITTING):
+            try:
+                self.abort_transaction()
+            except KafkaError as e:
+                _log.warning("%s: aborting the open transaction on close: %s", self.config["client_id"], e)
+        super().close(timeout)
+
+    def __repr__(self):
+        return (f"<KafkaProducer client_id={self.config['client_id']!r} transactional_id={self._txn_id!r} "
+                f"state={self._txn_state} store={str(self._store.path)!r}>")
 
 
 def _rotate(st: _Topic, part: _Partition) -> None:

@@ -542,7 +542,9 @@ def test_unknown_config_keys_are_refused_network_keys_ignored(open_store):
     with pytest.raises(InvalidConfigError, match="compression_type"):
         KafkaProducer(store, compression_type="brotli")
     with pytest.raises(InvalidConfigError, match="transactional_id"):
-        KafkaProducer(store, transactional_id="tx")
+        KafkaProducer(store, transactional_id="")
+    with pytest.raises(InvalidConfigError, match="acks"):  # Kafka: a transactional producer needs acks=all
+        KafkaProducer(store, transactional_id="tx", acks=1)
     p = KafkaProducer(store, bootstrap_servers="kafka:9092", security_protocol="SSL", retries=5,
                       request_timeout_ms=1000, max_in_flight_requests_per_connection=1, enable_idempotence=False,
                       **{"linger.ms": 7, "batch.size": 100, "acks": "1"})
