@@ -250,7 +250,7 @@ class Services:
             if time.monotonic() >= self._txn_expiry_due:
                 self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
                 try:
-                    self.txn.expire()
+                    await self.loop.run_in_executor(None, self.txn.expire)
                 except Exception as e:
                     log.error("aborting timed-out transactions failed: %r", e)
             idle = self.config["connections.max.idle.ms"] / 1000.0
@@ -933,8 +933,8 @@ def init_producer_id(s: Services, ctx, header, frame, offset):
             code, pid, epoch = security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"], -1, -1
         else:
             try:
-                pid, epoch = s.txn.init_producer_id(txn, req["transaction_timeout_ms"], req.get("producer_id", -1),
-                                                    req.get("producer_epoch", -1))
+                pid, epoch = yield _off_loop(s, s.txn.init_producer_id, txn, req["transaction_timeout_ms"],
+                                             req.get("producer_id", -1), req.get("producer_epoch", -1))
                 code = 0
             except KafkaError as e:
                 code, pid, epoch = _txn_code(e, v, 4), -1, -1
@@ -951,6 +951,12 @@ def init_producer_id(s: Services, ctx, header, frame, offset):
 
 
 # ---------------------------------------------------------------------------------------------------- transactions
+# The coordinator's calls append to __transaction_state and write markers, each fsynced: they run on worker threads
+# (the coordinator serialises them), so the loop serves everyone else meanwhile.
+
+def _off_loop(s: Services, fn, *args):
+    return s.loop.run_in_executor(None, functools.partial(fn, *args))
+
 
 def _txn_code(e: KafkaError, version: int, fenced_from: int) -> int:
     """The wire code of a coordinator error: PRODUCER_FENCED (90) exists from ``fenced_from`` on (KIP-588); older
@@ -989,7 +995,8 @@ def add_partitions_to_txn(s: Services, ctx, header, frame, offset):
                     codes.setdefault((name, i), OperationNotAttemptedError.code)
         else:
             try:
-                s.txn.add_partitions(txn, pid, epoch, [TopicPartition(n, i) for n, ps in wanted for i in ps])
+                yield _off_loop(s, s.txn.add_partitions, txn, pid, epoch,
+                                [TopicPartition(n, i) for n, ps in wanted for i in ps])
                 code = 0
             except KafkaError as e:
                 code = _txn_code(e, header.api_version, 2)
@@ -1010,7 +1017,7 @@ def add_offsets_to_txn(s: Services, ctx, header, frame, offset):
         code = GROUP_DENIED
     else:
         try:
-            s.txn.add_offsets(txn, req["producer_id"], req["producer_epoch"], req["group_id"])
+            yield _off_loop(s, s.txn.add_offsets, txn, req["producer_id"], req["producer_epoch"], req["group_id"])
             code = 0
         except KafkaError as e:
             code = _txn_code(e, header.api_version, 2)
@@ -1025,7 +1032,7 @@ def end_txn(s: Services, ctx, header, frame, offset):
         code = security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"]
     else:
         try:
-            s.txn.end_txn(txn, req["producer_id"], req["producer_epoch"], bool(req["committed"]))
+            yield _off_loop(s, s.txn.end_txn, txn, req["producer_id"], req["producer_epoch"], bool(req["committed"]))
             code = 0
         except KafkaError as e:
             code = _txn_code(e, header.api_version, 2)
@@ -1043,7 +1050,7 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
         code = GROUP_DENIED
     else:
         try:
-            s.txn.check_offsets(txn, req["producer_id"], req["producer_epoch"], group)
+            yield _off_loop(s, s.txn.check_offsets, txn, req["producer_id"], req["producer_epoch"], group)
         except KafkaError as e:
             code = _txn_code(e, header.api_version, 3)
             _log_txn_refusal(ctx, "TxnOffsetCommit", txn, e)
@@ -1072,7 +1079,8 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
         topics.append({"name": name, "partitions": parts})
     if offsets:
         try:
-            s.store.offsets.commit_transactional(group, offsets, req["producer_id"], req["producer_epoch"])
+            yield _off_loop(s, s.store.offsets.commit_transactional, group, offsets, req["producer_id"],
+                            req["producer_epoch"])
         except KafkaError as e:
             for t in topics:
                 for p in t["partitions"]:

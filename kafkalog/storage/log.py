@@ -50,6 +50,7 @@ from .._engine.columns import decode_columns
 from .._engine.segment import LogSegment, segment_file_name
 from ..config import LONG_MAX, Config
 from ..errors import (
+    InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
@@ -772,7 +773,14 @@ class Log:
                 if self._topic_codec is not None and any(b.compression != self._topic_codec for _, b, _ in batches):
                     buf, batches = _recompress(batches, self._topic_codec)
                 if transactional:
-                    self._txn_state(create=True)  # caught up to the log end before the write
+                    txns = self._txn_state(create=True)  # caught up to the log end before the write
+                    for _, b, _ in batches:
+                        if b.is_transactional:
+                            fence = txns.stale_epoch(b.producer_id, b.producer_epoch)
+                            if fence is not None:
+                                raise InvalidProducerEpochError(
+                                    f"producer {b.producer_id} epoch {b.producer_epoch} is fenced on "
+                                    f"{self.topic}-{self.partition} by epoch {fence}")
                 first = nxt = self._claim(sum(b.record_count for _, b, _ in batches), len(buf))
                 for pos, batch, records_max in batches:
                     set_base_offset(buf, pos, nxt)
@@ -1119,6 +1127,8 @@ class Log:
                 self._write(data, base, now, 1)
                 if t.scanned == base:
                     entry = t.complete(producer_id, commit, base)
+                    if producer_epoch > t.epochs.get(producer_id, -1):
+                        t.epochs[producer_id] = producer_epoch
                     t.scanned = base + 1
                     if entry is not None:
                         idx = TxnIndex(txn_index_path(self.dir, self._segments[-1].base_offset))

@@ -373,9 +373,20 @@ class TransactionCoordinator:
         raise InvalidTxnStateError(f"transactional id {txn_id!r}: cannot {'commit' if commit else 'abort'} "
                                    f"in state {meta.state_name}")
 
-    @_synchronized
     def check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
-        """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1)."""
+        """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1). A batch that matches
+        what this process knows is accepted without the locks (the broker calls this for every produce on its
+        loop thread): a producer fenced meanwhile by another process is refused by the partition itself, whose
+        ABORT marker carries the bumped epoch (txnstate.py). Anything else is checked again under the locks,
+        after taking in other processes' changes."""
+        meta = self.txns.get(txn_id)
+        if meta is not None and meta.producer_id == pid and meta.epoch == epoch and meta.state == ONGOING \
+                and tp in meta.partitions:
+            return
+        self._check_produce(txn_id, pid, epoch, tp)
+
+    @_synchronized
+    def _check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
         meta = self.txns.get(txn_id)
         if meta is None or meta.producer_id != pid:
             raise InvalidProducerIdMappingError(f"transactional id {txn_id!r} is not held by producer {pid}")

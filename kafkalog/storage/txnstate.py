@@ -19,6 +19,10 @@ is open; a control batch with an ABORT or COMMIT marker closes it). Only headers
 Fields of the state:
 
     ongoing  {producer id: first offset}   the open transactions, each since its first data batch
+    epochs   {producer id: epoch}          the highest epoch of each producer's transactional batches and markers:
+                                           a transactional batch of an older epoch is refused (a fenced producer's
+                                           batch must not open a transaction after its ABORT marker, which carries
+                                           the bumped epoch), as Kafka's ProducerStateManager does
     aborted  [AbortedTxn]                  ascending last offset (the ABORT marker's offset)
     scanned  int                           every batch below it has been taken in (-1: not built yet)
 """
@@ -34,19 +38,26 @@ TXN_MARKER_FILE = ".kafkalog-txn"
 
 
 class PartitionTxns:
-    __slots__ = ("ongoing", "aborted", "scanned", "_aborted_last")
+    __slots__ = ("ongoing", "epochs", "aborted", "scanned", "_aborted_last")
 
     def __init__(self):
         self.ongoing: dict[int, int] = {}
+        self.epochs: dict[int, int] = {}
         self.aborted: list[AbortedTxn] = []
         self._aborted_last: list[int] = []  # last offsets of ``aborted`` (for bisect)
         self.scanned = -1
 
     def reset(self, start: int) -> None:
         self.ongoing.clear()
+        self.epochs.clear()
         self.aborted.clear()
         self._aborted_last.clear()
         self.scanned = start
+
+    def stale_epoch(self, pid: int, epoch: int) -> int | None:
+        """The epoch that fences ``pid``'s ``epoch`` on this partition, or None."""
+        current = self.epochs.get(pid, -1)
+        return current if epoch < current else None
 
     def first_unstable(self) -> int | None:
         """The first offset of the earliest open transaction, or None."""
@@ -68,6 +79,8 @@ class PartitionTxns:
                 continue  # taken in already (a read starts with the batch holding its offset)
             if batch.is_transactional:
                 pid = batch.producer_id
+                if batch.producer_epoch > self.epochs.get(pid, -1):
+                    self.epochs[pid] = batch.producer_epoch
                 if batch.is_control:
                     marker = marker_of_batch(buf, batch.position)
                     if marker is not None:
