@@ -88,6 +88,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     24: (0, 3),   # AddPartitionsToTxn (the client forms; 4+ is broker to broker)
     25: (0, 4),   # AddOffsetsToTxn
     26: (0, 4),   # EndTxn (5 is transactions v2, KIP-890 part 2: not advertised, the feature is not)
+    27: (1, 2),   # WriteTxnMarkers (the admin client's abortTransaction: kafka-transactions abort)
     28: (0, 4),   # TxnOffsetCommit
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
@@ -1089,6 +1090,44 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
 
 
+def write_txn_markers(s: Services, ctx, header, frame, offset):
+    """Markers written at the request of another node or of the admin client (Admin.abortTransaction, what
+    ``kafka-transactions abort`` sends for a hanging transaction): each appended and fsynced on its partition, with
+    the partition's epoch check (INVALID_PRODUCER_EPOCH for a fenced epoch). CLUSTER_ACTION on the cluster."""
+    req = request_body(ctx, header, frame, offset)
+    denied = not_allowed(s, ctx, "CLUSTER_ACTION", "CLUSTER", security.CLUSTER_NAME)
+    out = []
+    for m in req["markers"]:
+        topics = []
+        for t in m["topics"]:
+            name = t["name"]
+            n = s.partitions(name)
+            parts = []
+            for idx in t["partition_indexes"]:
+                code = CLUSTER_DENIED if denied else 0
+                if not code and not 0 <= idx < n:
+                    code = UnknownTopicOrPartitionError.code
+                elif not code:
+                    try:
+                        lg = s.log(name, idx)
+                        yield _off_loop(s, _append_marker_durably, lg, m["producer_id"], m["producer_epoch"],
+                                        bool(m["transaction_result"]), m["coordinator_epoch"])
+                        log.info("%s wrote a %s marker for producer %d epoch %d on %s-%d", ctx.peer,
+                                 "COMMIT" if m["transaction_result"] else "ABORT", m["producer_id"],
+                                 m["producer_epoch"], name, idx)
+                    except KafkaError as e:
+                        code = error_code(e)
+                parts.append({"partition_index": idx, "error_code": code})
+            topics.append({"name": name, "partitions": parts})
+        out.append({"producer_id": m["producer_id"], "topics": topics})
+    return respond(header, {"markers": out})
+
+
+def _append_marker_durably(lg, pid: int, epoch: int, commit: bool, coordinator_epoch: int) -> None:
+    lg.append_marker(pid, epoch, commit, coordinator_epoch)
+    lg.flush()
+
+
 def describe_transactions(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     out = []
@@ -1162,6 +1201,7 @@ def describe_producers(s: Services, ctx, header, frame, offset):
                 try:
                     lg = s.log(name, idx)
                     open_txns = lg.open_transactions()
+                    epochs = lg.transactional_epochs()
                     for pid, (epoch, last_seq, last_ts) in sorted(s.producers.active(name, idx, lg).items()):
                         r["active_producers"].append({
                             "producer_id": pid, "producer_epoch": epoch, "last_sequence": last_seq,
@@ -1170,7 +1210,8 @@ def describe_producers(s: Services, ctx, header, frame, offset):
                     for pid, first in sorted(open_txns.items()):
                         if not any(a["producer_id"] == pid for a in r["active_producers"]):
                             r["active_producers"].append({
-                                "producer_id": pid, "producer_epoch": -1, "last_sequence": -1, "last_timestamp": -1,
+                                "producer_id": pid, "producer_epoch": epochs.get(pid, -1), "last_sequence": -1,
+                                "last_timestamp": -1,
                                 "coordinator_epoch": s.txn.coordinator_epoch, "current_txn_start_offset": first})
                 except KafkaError as e:
                     r["error_code"] = error_code(e)
@@ -1449,11 +1490,10 @@ def sasl_raw_token(s: Services, conn, frame):
 API_HANDLERS = {
     0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch, 10: find_coordinator,
     11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group, 17: sasl_handshake, 18: api_versions,
-    19: create_topics, 36: sasl_authenticate,
-    20: delete_topics, 21: delete_records, 22: init_producer_id, 24: add_partitions_to_txn,
-    25: add_offsets_to_txn, 26: end_txn, 28: txn_offset_commit, 61: describe_producers, 65: describe_transactions,
-    66: list_transactions, 48: describe_client_quotas,
-    49: alter_client_quotas,
+    19: create_topics, 20: delete_topics, 21: delete_records, 22: init_producer_id, 24: add_partitions_to_txn,
+    25: add_offsets_to_txn, 26: end_txn, 27: write_txn_markers, 28: txn_offset_commit, 36: sasl_authenticate,
+    48: describe_client_quotas, 49: alter_client_quotas, 61: describe_producers, 65: describe_transactions,
+    66: list_transactions,
 }
 
 API_HANDLERS.update(_admin.HANDLERS)

@@ -599,6 +599,35 @@ LIST_TRANSACTIONS = {
     ),
 }
 
+WRITE_TXN_MARKERS = {
+    "key": 27, "name": "WriteTxnMarkers", "versions": (1, 2), "flexible": 1,
+    "request": (
+        ("markers", "[]WritableTxnMarker", "0+", {}, (
+            ("producer_id", "int64", "0+", {}),
+            ("producer_epoch", "int16", "0+", {}),
+            ("transaction_result", "bool", "0+", {}),
+            ("topics", "[]WritableTxnMarkerTopic", "0+", {}, (
+                ("name", "string", "0+", {}),
+                ("partition_indexes", "[]int32", "0+", {}),
+            )),
+            ("coordinator_epoch", "int32", "0+", {}),
+            ("transaction_version", "int8", "2+", {}),
+        )),
+    ),
+    "response": (
+        ("markers", "[]WritableTxnMarkerResult", "0+", {}, (
+            ("producer_id", "int64", "0+", {}),
+            ("topics", "[]WritableTxnMarkerTopicResult", "0+", {}, (
+                ("name", "string", "0+", {}),
+                ("partitions", "[]WritableTxnMarkerPartitionResult", "0+", {}, (
+                    ("partition_index", "int32", "0+", {}),
+                    ("error_code", "int16", "0+", {}),
+                )),
+            )),
+        )),
+    ),
+}
+
 SASL_AUTHENTICATE = {
     "key": 36, "name": "SaslAuthenticate", "versions": (0, 1), "flexible": 2,
     "request": (
@@ -1128,6 +1157,7 @@ APIS = {
     24: ADD_PARTITIONS_TO_TXN,
     25: ADD_OFFSETS_TO_TXN,
     26: END_TXN,
+    27: WRITE_TXN_MARKERS,
     28: TXN_OFFSET_COMMIT,
     61: DESCRIBE_PRODUCERS,
     65: DESCRIBE_TRANSACTIONS,

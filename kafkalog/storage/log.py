@@ -1109,6 +1109,14 @@ class Log:
             t = self._txn_state()
             return {} if t is None else dict(t.ongoing)
 
+    def transactional_epochs(self) -> dict[int, int]:
+        """{producer id: the latest epoch of its transactional batches and markers} on this partition."""
+        with self._lock:
+            self._check_open()
+            self._sync()
+            t = self._txn_state()
+            return {} if t is None else dict(t.epochs)
+
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
         """Append the COMMIT or ABORT marker (a control batch, Kafka's bytes) that ends ``producer_id``'s
         transaction on this partition; returns its offset. An ABORT marker that ends an open transaction adds its
@@ -1120,6 +1128,10 @@ class Log:
             with self._locked_append():
                 self._drain()
                 t = self._txn_state(create=True)
+                fence = t.stale_epoch(producer_id, producer_epoch)
+                if fence is not None:
+                    raise InvalidProducerEpochError(f"a marker of producer {producer_id} epoch {producer_epoch} is "
+                                                    f"fenced on {self.topic}-{self.partition} by epoch {fence}")
                 now = _now_ms()
                 data = build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
                 base = self._claim(1, len(data))

@@ -81,7 +81,7 @@ def test_api_versions_lists_exactly_the_matrix(broker):
     assert ADVERTISED[2] == (1, 7) and ADVERTISED[3] == (0, 12)
     assert {k for k in ADVERTISED if protocol.is_flexible(k, ADVERTISED[k][1])} == {
         2, 3, 18, 19, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75,
-        9, 22, 24, 25, 26, 28, 61, 65, 66}
+        9, 22, 24, 25, 26, 27, 28, 61, 65, 66}
 
 
 def test_api_versions_unknown_version_answers_v0_with_error_35(broker):
