@@ -46,6 +46,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from .._engine.batch import iter_batches
 from .._engine.compaction import OffsetMap, filter_batches, producer_last_offsets
 from .._engine.segment import LogSegment, segment_file_name
 from ..errors import storage_error
@@ -97,9 +98,10 @@ class _Changed(Exception):
 class _Snap:
     """A segment as the round saw it (under the Log's lock). The round reads it through a mapping of its own, opened
     for one pass and released after it, so the pages it touches do not stay in this process's memory."""
-    __slots__ = ("dir", "base", "size", "end", "largest_ts", "_seg")
+    __slots__ = ("dir", "base", "size", "end", "largest_ts", "_seg", "aborted")
 
-    def __init__(self, seg: LogSegment, end: int):
+    def __init__(self, seg: LogSegment, end: int, aborted=None):
+        self.aborted = aborted or {}  # producer id -> [(first offset, ABORT marker offset)]
         self.dir = seg.dir
         self.base = seg.base_offset
         self.size = seg.size
@@ -121,12 +123,30 @@ class _Snap:
             seg.close_without_finalizing()
             raise _Changed(f"segment {self.base} is not what the round saw ({seg.size} bytes, not {self.size})")
         self._seg = seg
-        return seg.view(0, self.size)
+        view = seg.view(0, self.size)
+        return _without_aborted(view, self.aborted) if self.aborted else view
 
     def close(self) -> None:
         if self._seg is not None:
             self._seg.close_without_finalizing()  # the mapping goes with the last view
             self._seg = None
+
+
+def _without_aborted(view, aborted: dict):
+    """``view``'s batches without those of aborted transactions (a copy, only when it holds any)."""
+    keep, dropped = [], False
+    for b in iter_batches(view):
+        ranges = aborted.get(b.producer_id) if b.is_transactional and not b.is_control else None
+        if ranges and any(first <= b.base_offset < last for first, last in ranges):
+            dropped = True
+            continue
+        keep.append((b.position, b.size_in_bytes))
+    if not dropped:
+        return view
+    out = bytearray()
+    for pos, size in keep:
+        out += view[pos:pos + size]
+    return out
 
 
 def bump_generation(dir_path) -> int:
@@ -195,6 +215,22 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0, should_stop
             if ends[seg.base_offset] > first_dirty and now_ms - seg.largest_timestamp < min_lag:
                 first_uncleanable = seg.base_offset
                 break
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        txns = log._txn_state()
+        if txns is not None:
+            # transactions (Kafka's cleaner does the same): a segment holding records at or past the last stable
+            # offset is not cleaned (an open transaction's record may yet be aborted: mapped as its key's latest it
+            # would remove the committed value before it); aborted transactions' records are neither mapped nor
+            # kept; markers are kept (control batches are copied as they are)
+            stable = txns.last_stable_offset(lso, log._leo)
+            for seg in segs[:-1]:
+                if seg.base_offset >= first_uncleanable:
+                    break
+                if ends[seg.base_offset] > stable:
+                    first_uncleanable = seg.base_offset
+                    break
+            for a in txns.aborted:
+                aborted.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
         sealed = [s for s in segs[:-1] if s.base_offset < first_uncleanable and ends[s.base_offset] > lso]
         dirty = [s for s in sealed if ends[s.base_offset] > first_dirty and s.size > 0]
         if not dirty:
@@ -207,8 +243,8 @@ def _clean(log, now_ms, force, dedupe_buffer_bytes, load_factor, t0, should_stop
         overdue = first_ts >= 0 and now_ms - first_ts > cfg["max.compaction.lag.ms"]
         if not (force or overdue or ratio >= float(cfg["min.cleanable.dirty.ratio"])):
             return None
-        snaps = [_Snap(s, ends[s.base_offset]) for s in sealed]
-        later = [_Snap(s, ends[s.base_offset]) for s in segs if s.base_offset >= first_uncleanable]
+        snaps = [_Snap(s, ends[s.base_offset], aborted) for s in sealed]
+        later = [_Snap(s, ends[s.base_offset], aborted) for s in segs if s.base_offset >= first_uncleanable]
         seg_bytes = log._segment_bytes
     stats = CleanerStats(log.topic, log.partition, first_dirty=first_dirty)
     try:

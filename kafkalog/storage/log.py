@@ -1438,11 +1438,6 @@ class Log:
             # __consumer_offsets is bounded by the OffsetStore's snapshots and delete-before instead: a tombstone
             # removed above a snapshot would bring back the offset it deleted (storage/offsets.py)
             return None
-        if self._txn_known or os.path.exists(os.path.join(self._dir_str, TXN_MARKER_FILE)):
-            # a partition that holds transactions is not compacted (yet): the cleaner's offset map would take an
-            # aborted record for its key's latest value and remove the committed one before it. Kept whole.
-            self._txn_known = True
-            return None
         if not self._cleaning.acquire(blocking=False):
             return None
         try:

@@ -650,3 +650,52 @@ def test_a_round_stopped_by_close_swaps_nothing_and_leaves_no_files(tmp_path):
     assert not [p for p in (tmp_path / "t-0").iterdir() if p.name.endswith((".cleaned", ".swap"))]
     assert log.run_cleaner(force=True).groups > 0
     store.close()
+
+
+def _txn(values, keys, pid, epoch=0, seq=0):
+    return build_batch(values, keys, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
+
+
+def _committed(log):
+    return {bytes(r.key): bytes(r.value) for r in log.records(isolation_level="read_committed")}
+
+
+def test_compaction_of_a_transactional_topic_keeps_committed_values_markers_and_open_transactions(tmp_path):
+    """Kafka's cleaner with transactions: an aborted transaction's records are neither the latest value of their key
+    nor kept; a segment at or past the last stable offset (an open transaction's records) is not cleaned; markers
+    stay. Breakage check: mapping aborted records removes the committed value 'a' (the first assertion fails)."""
+    store = _store(tmp_path)
+    store.create_topic("t", 1, dict(TOPIC_CFG, **{"segment.bytes": 1 << 20}))
+    log = store.log("t", 0)
+    log.append_records(_txn([b"a1", b"b1"], [b"a", b"b"], 7))
+    log.append_marker(7, 0, True)
+    log.append_records(_txn([b"a2"], [b"a"], 7, seq=2))  # aborted: must not replace a1
+    log.append_marker(7, 0, False)
+    log.append_records(build_batch([b"c1"], [b"c"]))
+    log.roll()
+    log.append_records(_txn([b"b2"], [b"b"], 8))  # open across a roll: its segment is not cleaned
+    log.roll()
+    log.append_records(build_batch([b"d1"], [b"d"]))
+    log.roll()
+    log.append(b"e", key=b"e")
+    before = _committed(log)
+    assert before == {b"a": b"a1", b"b": b"b1", b"c": b"c1"}  # read_committed stops at producer 8's first offset
+    stats = log.run_cleaner(force=True)
+    assert stats is not None and stats.end_offset == 6  # the segment of producer 8's open transaction starts there
+    assert _committed(log) == before
+    batches = [b for s in log.segments() for _, b in s.batch_positions()]
+    assert [(b.base_offset, b.is_control) for b in batches if b.is_control] == [(2, True), (4, True)]
+    assert 3 not in [b.base_offset for b in batches]  # the aborted record went
+    assert log.last_stable_offset == 6
+    log.append_marker(8, 0, True)  # producer 8 commits: b2 replaces b1
+    log.roll()
+    log.append(b"f", key=b"f")
+    log.run_cleaner(force=True)
+    after = {**before, b"b": b"b2", b"d": b"d1", b"e": b"e", b"f": b"f"}
+    assert _committed(log) == after
+    store.close()
+    # reopened: the state derived from what the cleaner left agrees
+    store = _store(tmp_path)
+    log = store.log("t", 0)
+    assert _committed(log) == after and log.last_stable_offset == log.log_end_offset
+    store.close()
