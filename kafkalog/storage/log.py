@@ -53,6 +53,7 @@ from ..errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTimestampError,
+    KafkaError,
     KafkaStorageError,
     LogClosedError,
     OffsetOutOfRangeError,
@@ -65,10 +66,19 @@ from ..errors import (
 from ..structs import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, OffsetAndTimestamp
 from . import cleaner, failpoints
 from .checkpoints import Checkpoints
-from .files import FileLock, fsync_dir
+from .files import FileLock, atomic_write, fsync_dir
 from .files import fsync_path as _fsync_path
 from .files import unlink_if_exists as _unlink
-from .txnformat import TxnIndex, build_marker_batch, txn_index_path
+from .isolation import committed_chunks, is_read_committed
+from .txnformat import (
+    ProducerSnapshotEntry,
+    TxnIndex,
+    build_marker_batch,
+    decode_producer_snapshot,
+    encode_producer_snapshot,
+    snapshot_path,
+    txn_index_path,
+)
 from .txnstate import TXN_MARKER_FILE, PartitionTxns
 
 EXCLUSIVE, SHARED, READ = "exclusive", "shared", "read"
@@ -451,6 +461,8 @@ class Log:
                 seg = self._open_segment(seg.base_offset, writable=False)
             segments[i] = seg
             if truncated > 0:
+                for x in self._txn_snapshots():  # they may describe batches that are gone now
+                    _unlink(snapshot_path(self.dir, x))
                 _log.warning("recovery of %s-%d cut %d invalid bytes at the end of segment %d (offsets from %d on: "
                              "never fsynced)", self.topic, self.partition, truncated, seg.base_offset,
                              seg.next_offset)
@@ -859,6 +871,8 @@ class Log:
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         self._new_active()
+        if self._txns is not None and self.mode != READ:
+            self._write_txn_snapshot()
         return seg
 
     def roll(self) -> None:
@@ -1055,7 +1069,7 @@ class Log:
         never held a transactional batch. ``create``: a transactional batch is about to be written: mark the
         partition durably first, so that every process (and every later open) knows to look (txnstate.py)."""
         t = self._txns
-        if t is None:
+        if t is None or t.scanned < 0:
             if not self._txn_known:
                 marker = os.path.join(self._dir_str, TXN_MARKER_FILE)
                 if create:
@@ -1075,6 +1089,7 @@ class Log:
                 if not self._txn_known:
                     return None
             t = self._txns = PartitionTxns()
+            self._txn_from_snapshot(t)
         if t.scanned < 0 or t.scanned > self._leo:  # not built yet, or the log was cut below what was seen
             t.reset(self._lso)
         elif t.scanned < self._lso:
@@ -1090,6 +1105,51 @@ class Log:
                 break
             pos = nxt
         return t
+
+    def _txn_snapshots(self) -> list[int]:
+        return sorted(int(n[:20]) for n in os.listdir(self.dir)
+                      if n.endswith(".snapshot") and len(n) == 29 and n[:20].isdigit())
+
+    def _txn_from_snapshot(self, t: PartitionTxns) -> None:
+        """Start ``t`` from the newest usable producer snapshot (txnstate.py); leaves it unbuilt when there is none."""
+        for x in reversed(self._txn_snapshots()):
+            if not self._lso <= x <= self._leo:
+                continue
+            try:
+                entries = decode_producer_snapshot(snapshot_path(self.dir, x).read_bytes())
+                aborted = []
+                for base in self._bases:
+                    if base >= x:
+                        break
+                    path = txn_index_path(self.dir, base)
+                    if path.exists():
+                        idx = TxnIndex(path)
+                        try:
+                            aborted.extend(idx.entries())
+                        finally:
+                            idx.close()
+            except (OSError, KafkaError, ValueError) as e:
+                _log.warning("%s-%d: producer snapshot %d not used (%s): reading the log from its start", self.topic,
+                             self.partition, x, e)
+                return
+            t.load({e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0},
+                   {e.producer_id: e.epoch for e in entries}, sorted(aborted, key=lambda a: a.last_offset), x)
+            return
+
+    def _write_txn_snapshot(self) -> None:
+        """At a roll (lock held; the log end is the new segment's base): the partition's transactions as of the
+        log end, in Kafka's snapshot format; the two newest snapshots are kept."""
+        try:
+            t = self._txn_state()
+            if t is None or t.scanned != self._leo:
+                return
+            entries = [ProducerSnapshotEntry(pid, t.epochs.get(pid, 0), -1, -1, 0, -1, 0, t.ongoing.get(pid, -1))
+                       for pid in sorted(set(t.epochs) | set(t.ongoing))]
+            atomic_write(snapshot_path(self.dir, self._leo), encode_producer_snapshot(entries))
+            for x in self._txn_snapshots()[:-2]:
+                _unlink(snapshot_path(self.dir, x))
+        except (OSError, KafkaError) as e:  # a snapshot only saves work at the next open
+            _log.warning("%s-%d: producer snapshot at %d not written: %s", self.topic, self.partition, self._leo, e)
 
     @property
     def last_stable_offset(self) -> int:

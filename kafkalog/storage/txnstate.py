@@ -8,9 +8,13 @@ is open; a control batch with an ABORT or COMMIT marker closes it). Only headers
 * A partition that never held a transactional batch costs nothing: the first transactional append (data or marker)
   creates ``.kafkalog-txn`` in the partition directory (fsynced) before it writes, and a partition without that file
   (nor a ``.txnindex`` written by Kafka) is known to hold none: its last stable offset is its log end.
-* Otherwise the state is built the first time it is needed, by one scan of the headers from the log start, then
-  kept up to date with each append (this process's, or other processes' seen on refresh) by scanning only what is
-  new. The scan is linear in batches, not bytes: a 1 GiB log of 16 KiB batches is 65,536 headers.
+* Otherwise the state is built the first time it is needed, then kept up to date with each append (this process's,
+  or other processes' seen on refresh) by scanning only the new batch headers. Building starts from the newest
+  producer snapshot (``<offset>.snapshot``, Kafka's ProducerSnapshot v1: each producer's epoch and the first offset
+  of its open transaction), written at every segment roll of a partition that holds transactions, plus the
+  ``.txnindex`` entries below it, then scans from the snapshot's offset: opening costs one segment's headers, not
+  the log's. Without a usable snapshot (none yet, a bad CRC, one beyond the log end) it scans from the log start.
+  A recovery that cut anything from the log removes every snapshot (they may describe batches that are gone).
 * ``.txnindex`` files (Kafka's format, one entry per aborted transaction, in the segment that holds its ABORT marker)
   are written when this process appends an ABORT marker, for Kafka's tools and for a Kafka broker opening the data
   dir; kafkalog's own readers take the aborted list from the scan, so a torn or missing index cannot hide or show
@@ -53,6 +57,16 @@ class PartitionTxns:
         self.aborted.clear()
         self._aborted_last.clear()
         self.scanned = start
+
+    def load(self, ongoing: dict, epochs: dict, aborted: list, scanned: int) -> None:
+        """The state as of ``scanned`` from a producer snapshot and the ``.txnindex`` entries below it."""
+        self.reset(scanned)
+        self.ongoing.update(ongoing)
+        self.epochs.update(epochs)
+        for a in aborted:
+            if a.last_offset < scanned and (not self._aborted_last or a.last_offset > self._aborted_last[-1]):
+                self.aborted.append(a)
+                self._aborted_last.append(a.last_offset)
 
     def stale_epoch(self, pid: int, epoch: int) -> int | None:
         """The epoch that fences ``pid``'s ``epoch`` on this partition, or None."""
