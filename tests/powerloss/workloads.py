@@ -15,6 +15,14 @@ that promised durability returned. The lines are what the checker holds the reco
     G <topic> <partition> <base> <end> <mapped end>   run_cleaner returned, having swapped in the cleaned group of
                                                       offsets [base, end) under a round whose offset map ended at
                                                       <mapped end>: no record there has a later one of its key below
+
+The transactional workload (w_txn) writes its own lines, each naming its transaction (unique per run):
+
+    XR <txn> <topic> <partition> <offset> <sha1>      a record of the transaction, appended and flushed
+    XO <txn> <group> <topic> <partition> <offset>     TxnOffsetCommit (flushed) of the group, in the transaction
+    XE <txn> commit | abort                           end_txn is being called (it may not return)
+    XD <txn> commit | abort                           end_txn returned
+    XS <topic> <partition> <lso>                      the last stable offset right after an end_txn returned
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ import time
 
 import kafkalog
 from kafkalog import TopicPartition
+from kafkalog._engine.batch import build_batch
+from kafkalog.errors import ConcurrentTransactionsError
+from kafkalog.storage import failpoints
 
 SMALL = {"segment.bytes": 16384, "index.interval.bytes": 512}
 
@@ -194,6 +205,75 @@ def w_topics(data, acks, rng, wid):
                 acks.write(f"T {name} deleting")
                 store.delete_topic(name)
                 acks.write(f"T {name} deleted")
+
+
+TXN_TOPICS = {"xa": 2, "xb": 1}
+TXN_PARTITIONS = [("xa", 0), ("xa", 1), ("xb", 0)]
+TXN_OFFSETS_TP = TopicPartition("xa", 0)  # the partition whose consumed offset the transactions commit
+
+
+def w_txn(data, acks, rng, wid):
+    """Transactions through the data dir's coordinator (LogStore.transactions, as the broker runs them): two
+    transactional ids per process, their transactions interleaved over 3 partitions of 2 topics, each a transactional
+    batch or two per partition it holds (built as a producer builds them, appended with append_records and flushed,
+    as acks=all does before the producer may end the transaction), half of them with a TxnOffsetCommit of the id's
+    group; then commit (70 %) or abort. Opening the coordinator completes any PrepareX a power loss left; a new
+    instance of an id fences (and aborts) what the last one left open."""
+    config = {"lock.timeout.ms": 60000, "offsets.snapshot.interval.records": 20}
+    # end_txn's steps take a little longer (after its PrepareX is durable, after each marker's append), so that a
+    # power loss lands between them often (the "transactions-ending" case cuts right after an XE line)
+    failpoints.enable("txn:after-prepare", lambda: time.sleep(rng.uniform(0, 0.03)))
+    failpoints.enable("txn:after-marker", lambda: time.sleep(rng.uniform(0, 0.01)))
+    with kafkalog.LogStore(data, config, maintenance=False) as store:
+        for t, n in TXN_TOPICS.items():
+            ensure_topic(store, t, partitions=n)
+        coord = store.transactions
+        ids = [f"w{wid}i{i}" for i in range(2)]
+        producers = {}
+        for tid in ids:
+            for _ in range(10):
+                try:
+                    producers[tid] = coord.init_producer_id(tid, 600_000)
+                    break
+                except ConcurrentTransactionsError:  # it aborted the last instance's open transaction: retry
+                    continue
+        run, seq, offset_value = rng.randrange(1 << 30), 0, 0
+        open_txns: dict[str, str] = {}
+        while True:
+            tid = rng.choice(ids)
+            pid, epoch = producers[tid]
+            name = open_txns.get(tid)
+            if name is None:
+                name = open_txns[tid] = f"{wid}.{run}.{seq}"
+                seq += 1
+                parts = rng.sample(TXN_PARTITIONS, rng.randint(1, len(TXN_PARTITIONS)))
+                coord.add_partitions(tid, pid, epoch, [TopicPartition(t, p) for t, p in parts])
+                for t, p in parts:
+                    log = store.log(t, p)
+                    for _ in range(rng.randint(1, 2)):
+                        vals = values(rng, f"X{name}", rng.randint(1, 8))
+                        now = int(time.time() * 1000)
+                        batch = build_batch(vals, None, [now] * len(vals), producer_id=pid, producer_epoch=epoch,
+                                            is_transactional=True, compression=rng.choice([0, 0, "lz4"]))
+                        first, _ = log.append_records(batch)
+                        log.flush()
+                        acks.write(*(f"XR {name} {t} {p} {first + i} {digest(v)}" for i, v in enumerate(vals)))
+                    if rng.random() < 0.05:
+                        log.roll()
+                if rng.random() < 0.5:
+                    group = f"g-{tid}"
+                    offset_value += 1 + rng.randrange(5)
+                    coord.add_offsets(tid, pid, epoch, group)
+                    store.offsets.commit_transactional(group, {TXN_OFFSETS_TP: run * 1000 + offset_value}, pid, epoch)
+                    acks.write(f"XO {name} {group} {TXN_OFFSETS_TP.topic} {TXN_OFFSETS_TP.partition} "
+                               f"{run * 1000 + offset_value}")
+            elif rng.random() < 0.6:  # end it (or leave it open a while longer, other transactions meanwhile)
+                del open_txns[tid]
+                how = "commit" if rng.random() < 0.7 else "abort"
+                acks.write(f"XE {name} {how}")
+                coord.end_txn(tid, pid, epoch, how == "commit")
+                acks.write(f"XD {name} {how}",
+                           *(f"XS {t} {p} {store.log(t, p).last_stable_offset}" for t, p in TXN_PARTITIONS))
 
 
 def port_file(acks) -> str:
