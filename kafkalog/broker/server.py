@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import functools
 import inspect
 import logging
@@ -582,6 +583,11 @@ class Broker:
         if self._server is not None:
             raise RuntimeError("broker already started")
         self._loop = asyncio.get_running_loop()
+        # the worker threads of fsyncs (acks=all group commits, one per partition), the transaction coordinator
+        # and other blocking storage calls: enough for the disk to work on many files at once (asyncio's default,
+        # min(32, cores + 4), is 6 on two cores, and 32 transactional producers queued behind it)
+        self._loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
+            max_workers=64, thread_name_prefix="kafkalog-io"))
         self._stopped = asyncio.Event()
         # one broker per data dir, as Kafka's locked log dir: a second one fails here, naming the first
         make_durable_dir(self.data_dir)  # a new data dir's entry survives a power loss (so do its topics)

@@ -1203,12 +1203,18 @@ class Log:
                         t.epochs[producer_id] = producer_epoch
                     t.scanned = base + 1
                     if entry is not None:
-                        idx = TxnIndex(txn_index_path(self.dir, self._segments[-1].base_offset))
+                        path = txn_index_path(self.dir, self._segments[-1].base_offset)
+                        created = not path.exists()
+                        idx = TxnIndex(path)
                         try:
                             idx.append(entry)
                             idx.flush()
                         finally:
                             idx.close()
+                        if created:
+                            # the new file's directory entry too, before the marker can be durable: an open from a
+                            # producer snapshot takes the aborted transactions below it from these files
+                            fsync_dir(self.dir)
                 return base
 
     def fetch_isolated(self, offset: int, max_bytes: int, read_committed: bool):

@@ -169,6 +169,7 @@ class TransactionCoordinator:
         self._next = 0  # every record of __transaction_state below it is taken in
         self._tlock = threading.RLock()
         self._depth = 0
+        self._need_sync = False
         self._flock = FileLock(store.path / ".kafkalog-txn-coordinator.lock") \
             if getattr(store, "mode", "shared") != "exclusive" else None
         with self._locked(catch_up=False):
@@ -176,6 +177,8 @@ class TransactionCoordinator:
 
     @contextlib.contextmanager
     def _locked(self, catch_up: bool = True):
+        """The coordinator's locks; records appended under them with ``_write(sync=True)`` are fsynced right after
+        they are released (so concurrent calls share one fsync) and before the call returns."""
         with self._tlock:
             if self._depth:  # a call from inside a locked one
                 yield
@@ -189,8 +192,11 @@ class TransactionCoordinator:
                 yield
             finally:
                 self._depth -= 1
+                need_sync, self._need_sync = self._need_sync, False
                 if self._flock is not None:
                     self._flock.release()
+        if need_sync:
+            self._txn_log().sync()
 
     def close(self) -> None:
         if self._flock is not None:
@@ -263,7 +269,7 @@ class TransactionCoordinator:
         offset = lg.append_batch([encode_txn_log_value(meta.value())], [encode_txn_log_key(meta.txn_id)],
                                  [meta.last_update_ms])
         if sync:
-            lg.flush()
+            self._need_sync = True  # fsynced as the locks are released (_locked), before the call returns
         if offset == self._next:
             self._next = offset + 1  # our own record: the state already holds it
 
@@ -353,25 +359,34 @@ class TransactionCoordinator:
     def add_offsets(self, txn_id: str, pid: int, epoch: int, group: str) -> None:
         self.add_partitions(txn_id, pid, epoch, [self.offsets_partition(group)])
 
-    @_synchronized
     def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool) -> None:
-        """EndTxn: decide the transaction (PrepareX, durable), write its markers, complete it."""
-        meta = self._check(txn_id, pid, epoch)
+        """EndTxn: decide the transaction (PrepareX, durable), write its markers (each partition fsynced), complete
+        it. The locks are held only while the state changes, not while the disk works: concurrent transactions of
+        other ids share the fsyncs (Log.sync's group commit), and a request for this id meanwhile gets
+        CONCURRENT_TRANSACTIONS (PrepareX), as from Kafka."""
         want_prepare = PREPARE_COMMIT if commit else PREPARE_ABORT
         want_complete = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-        if meta.state == ONGOING:
+        with self._locked():
+            meta = self._check(txn_id, pid, epoch)
+            if meta.state == want_complete:
+                return  # a retry of an EndTxn that completed
+            if meta.state == want_prepare:
+                raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the transaction is completing")
+            if meta.state != ONGOING:
+                raise InvalidTxnStateError(f"transactional id {txn_id!r}: cannot {'commit' if commit else 'abort'} "
+                                           f"in state {meta.state_name}")
             meta.state = want_prepare
             meta.last_update_ms = _now_ms()
-            self._write(meta)  # the fate of the transaction, fsynced: the commit is acknowledged from here
-            failpoints.hit("txn:after-prepare")
-            self._complete(meta)
-            return
-        if meta.state == want_complete:
-            return  # a retry of an EndTxn that completed
-        if meta.state == want_prepare:
-            raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the transaction is completing")
-        raise InvalidTxnStateError(f"transactional id {txn_id!r}: cannot {'commit' if commit else 'abort'} "
-                                   f"in state {meta.state_name}")
+            self._write(meta, sync=False)
+            partitions = sorted(meta.partitions)
+        # the fate of the transaction, fsynced (with whatever else was appended meanwhile): acknowledged from here
+        self._txn_log().sync()
+        failpoints.hit("txn:after-prepare")
+        self._write_markers(pid, epoch, commit, partitions)
+        with self._locked():
+            meta = self.txns.get(txn_id)
+            if meta is not None and meta.state == want_prepare and meta.producer_id == pid and meta.epoch == epoch:
+                self._mark_complete(meta)
 
     def check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
         """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1). A batch that matches
@@ -411,18 +426,29 @@ class TransactionCoordinator:
     # -- completion and timeouts ------------------------------------------------------------------------------
 
     def _complete(self, meta: TxnMeta) -> None:
-        """PrepareX is durable: write the markers everywhere, fsync them, then CompleteX."""
-        commit = meta.state == PREPARE_COMMIT
-        for tp in sorted(meta.partitions):
+        """PrepareX is durable: write the markers everywhere, fsync them, then CompleteX (locks held)."""
+        self._write_markers(meta.producer_id, meta.epoch, meta.state == PREPARE_COMMIT, sorted(meta.partitions))
+        self._mark_complete(meta)
+
+    def _write_markers(self, pid: int, epoch: int, commit: bool, partitions) -> None:
+        for tp in partitions:
             try:
                 lg = self.logs(tp.topic, tp.partition)
             except UnknownTopicOrPartitionError:
                 continue  # the topic was deleted with its records
-            lg.append_marker(meta.producer_id, meta.epoch, commit, self.coordinator_epoch)
+            try:
+                lg.append_marker(pid, epoch, commit, self.coordinator_epoch)
+            except InvalidProducerEpochError as e:
+                # a newer epoch already ended the producer's transaction there (Kafka's coordinator stops sending
+                # on INVALID_PRODUCER_EPOCH too: the transaction was superseded)
+                _log.warning("transaction marker not written: %s", e)
+                continue
             failpoints.hit("txn:after-marker")
-            lg.flush()  # before CompleteX: a marker lost to a power loss would leave the transaction open forever
+            lg.sync()  # before CompleteX: a marker lost to a power loss would leave the transaction open forever
+
+    def _mark_complete(self, meta: TxnMeta) -> None:
         failpoints.hit("txn:before-complete")
-        meta.state = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        meta.state = COMPLETE_COMMIT if meta.state == PREPARE_COMMIT else COMPLETE_ABORT
         meta.partitions = set()
         meta.last_update_ms = _now_ms()
         # not fsynced: lost, it leaves PrepareX, which the next start completes again (markers are idempotent)
@@ -435,6 +461,7 @@ class TransactionCoordinator:
         meta.state = PREPARE_ABORT
         meta.last_update_ms = now
         self._write(meta)
+        self._txn_log().sync()  # the abort is decided before any marker says so
         self._complete(meta)
 
     @_synchronized
