@@ -54,6 +54,7 @@ KAFKA_TOOLS = {
     "kafka-dump-log": "org.apache.kafka.tools.DumpLogSegments",
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
     "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
+    "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
     "kafka-storage": "kafka.tools.StorageTool",
     "kafka-server-start": "kafka.Kafka",
 }
