@@ -452,20 +452,33 @@ def _formatter(args):
     return lambda p, r: (b"null" if r.value is None else r.value) + b"\n"
 
 
-def _start_offset(args, log, p: int, from_time: int | None, committed) -> int:
+def _start_offset(args, log, p: int, from_time: int | None, committed, committed_only: bool = False) -> int:
     lso, leo = log.log_start_offset, log.log_end_offset
+    latest = log.last_stable_offset if committed_only else leo  # read_committed: "latest" is the last stable offset
     if args.offset is not None:
-        offset = {"earliest": lso, "latest": leo}.get(args.offset, args.offset)
+        offset = {"earliest": lso, "latest": latest}.get(args.offset, args.offset)
         if not lso <= offset <= leo:
             raise OffsetOutOfRangeError(f"--offset {offset} is out of range for {args.topic}-{p}: log start offset "
                                         f"{lso}, log end offset {leo}")
         return offset
     if from_time is not None:
         found = log.offset_for_time(from_time)
-        return leo if found is None else found.offset
+        return latest if found is None else found.offset
     if committed is not None:
         return min(max(committed.offset, lso), leo)  # deleted below it, or past a truncated end: nearest valid
-    return lso if args.from_beginning else leo
+    return lso if args.from_beginning else latest
+
+
+def _wait_stable(store, group: str, tps, timeout_s: float = 60.0) -> None:
+    """read_committed: a group's offset commit inside an open transaction is not used before the transaction ends
+    (Kafka's RequireStable); wait for it up to ``timeout_s``."""
+    from .errors import UnstableOffsetCommitError
+    deadline = time.monotonic() + timeout_s
+    while tps & store.offsets.pending(group):
+        if time.monotonic() >= deadline:
+            raise UnstableOffsetCommitError(f"group {group!r} has offset commits in a transaction still open after "
+                                            f"{timeout_s:.0f} s: {sorted(tps & store.offsets.pending(group))}")
+        time.sleep(0.05)
 
 
 def cmd_consume(args) -> int:
@@ -483,6 +496,8 @@ def cmd_consume(args) -> int:
     topic, group, limit = args.topic, args.group, args.max_messages
     # commits need a writer; without a group nothing is written
     store = LogStore(root, maintenance=False) if group else LogStore(root, read_only=True)
+    committed_only = args.isolation_level == "read_committed"
+    iso = args.isolation_level
     with store:
         n = store.partitions_for(topic)
         if args.partition is not None and not 0 <= args.partition < n:
@@ -490,10 +505,20 @@ def cmd_consume(args) -> int:
                 f"partition {args.partition} of topic {topic!r} does not exist (it has {n}: 0..{n - 1})")
         parts = [args.partition] if args.partition is not None else list(range(n))
         logs = {p: store.log(topic, p) for p in parts}
+        if group and committed_only:
+            _wait_stable(store, group, {TopicPartition(topic, p) for p in parts})
         committed = store.offsets.committed_all(group) if group else {}
-        pos = {p: _start_offset(args, logs[p], p, from_time, committed.get(TopicPartition(topic, p)))
+        pos = {p: _start_offset(args, logs[p], p, from_time, committed.get(TopicPartition(topic, p)), committed_only)
                for p in parts}
-        ends = None if args.follow else {p: logs[p].log_end_offset for p in parts}
+
+        def end_of(log) -> int:
+            return log.last_stable_offset if committed_only else log.log_end_offset
+
+        def has_more(p) -> bool:
+            log = logs[p]
+            return log.has_data_after(pos[p]) and (not committed_only or log.last_stable_offset > pos[p])
+
+        ends = None if args.follow else {p: end_of(logs[p]) for p in parts}
 
         def commit(sync: bool) -> None:
             store.offsets.commit(group, {TopicPartition(topic, p): OffsetAndMetadata(o) for p, o in pos.items()},
@@ -520,14 +545,14 @@ def cmd_consume(args) -> int:
                     if stop.is_set() or (limit is not None and count >= limit):
                         break
                     log, start = logs[p], pos[p]
-                    end = ends[p] if ends is not None else log.log_end_offset
+                    end = ends[p] if ends is not None else end_of(log)
                     if start >= end:
                         continue
                     lines = []
                     offset = start
                     want = CONSUME_CHUNK_RECORDS if limit is None else min(CONSUME_CHUNK_RECORDS, limit - count)
                     try:
-                        for rec in log.records(start, end):
+                        for rec in log.records(start, end, isolation_level=iso):
                             lines.append(fmt(p, rec))
                             offset = rec.offset + 1
                             if len(lines) >= want:
@@ -558,7 +583,7 @@ def cmd_consume(args) -> int:
                 if group and dirty:  # about to wait: let others see where we are
                     commit(False)
                     dirty, last_commit = False, time.monotonic()
-                while not stop.is_set() and not any(logs[p].has_data_after(pos[p]) for p in parts):
+                while not stop.is_set() and not any(has_more(p) for p in parts):
                     wake.wait(FOLLOW_POLL_S)
                     wake.clear()
         finally:
@@ -1075,6 +1100,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partition", type=int, help="only this partition (default: every partition)")
     p.add_argument("--group", metavar="G", help="start from G's committed offsets and commit positions")
     p.add_argument("--max-messages", type=int, metavar="N", help="stop after N records")
+    p.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"), default="read_uncommitted",
+                   help="read_committed: only committed transactions' records, up to the last stable offset "
+                   "(default read_uncommitted, as Kafka)")
     p.add_argument("--follow", "-f", action="store_true", help="keep waiting for new records (until SIGINT/SIGTERM)")
     p.add_argument("--print-key", action="store_true", help="print KEY<SEP>VALUE (SEP: --key-separator, tab)")
     p.add_argument("--key-separator", metavar="SEP", help="separator for --print-key (implies it)")

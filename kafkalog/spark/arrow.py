@@ -24,6 +24,7 @@ import pyarrow as pa
 from .._engine.batch import next_offset_after
 from .._engine.columns import decode_columns
 from ..errors import OffsetOutOfRangeError
+from ..storage.isolation import drop_aborted
 from .offsets import report_data_loss
 
 CHUNK_BYTES = 8 << 20
@@ -87,16 +88,24 @@ def _headers(cols: dict, lo: int, hi: int, list_type) -> pa.Array:
                                  null_count=nulls, children=[entries])
 
 
-def read_range(log, start: int, end: int, schema: pa.Schema, fail_on_data_loss: bool, chunk_bytes=CHUNK_BYTES):
+def read_range(log, start: int, end: int, schema: pa.Schema, fail_on_data_loss: bool, chunk_bytes=CHUNK_BYTES, *,
+               read_committed: bool = False):
     """Yield record batches of offsets [start, end) of ``log`` (opened read-only by the caller). Offsets removed
-    since planning (delete-before, retention) fail or are skipped with a warning, per failOnDataLoss."""
+    since planning (delete-before, retention) fail or are skipped with a warning, per failOnDataLoss.
+    ``read_committed`` (kafka.isolation.level): the range ends at or below the last stable offset (the planner saw
+    to it) and the records of aborted transactions are dropped."""
     topic = log.topic.encode()
     partition = log.partition
     where = f"{log.topic}-{partition}"
     pos = start
     while pos < end:
         try:
-            view = log.read(pos, chunk_bytes)
+            if read_committed:
+                _, _, _, view, aborted = log.fetch_isolated(pos, chunk_bytes, True)
+                if view is None:
+                    view = memoryview(b"")
+            else:
+                view = log.read(pos, chunk_bytes)
         except OffsetOutOfRangeError:
             lso, leo = log.log_start_offset, log.log_end_offset
             if pos < lso:
@@ -111,8 +120,10 @@ def read_range(log, start: int, end: int, schema: pa.Schema, fail_on_data_loss: 
             report_data_loss(f"Cannot read offsets [{pos}, {end}) of {where}: the log ends at offset {pos} now",
                              fail_on_data_loss)
             return
-        cols = decode_columns(view)
         nxt = next_offset_after(view, pos)
+        if read_committed:
+            view = drop_aborted(view, aborted)
+        cols = decode_columns(view)
         del view  # the columns are copies: let the segment's mapping go
         off = cols["offset"]
         lo = int(np.searchsorted(off, pos))

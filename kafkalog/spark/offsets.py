@@ -53,12 +53,13 @@ def subscribed(store, o) -> list[tuple[str, int]]:
     return sorted((t, p) for t in topics for p in range(store.partitions_for(t)))
 
 
-def log_bounds(store, tps) -> dict:
-    """(topic, partition) -> (log start offset, log end offset), each read fresh."""
+def log_bounds(store, tps, read_committed: bool = False) -> dict:
+    """(topic, partition) -> (log start offset, log end offset), each read fresh; with ``read_committed`` the end
+    is the last stable offset (what Kafka's ListOffsets answers a read_committed consumer for "latest")."""
     out = {}
     for tp in tps:
         log = store.log(*tp)
-        out[tp] = (log.log_start_offset, log.log_end_offset)
+        out[tp] = (log.log_start_offset, log.last_stable_offset if read_committed else log.log_end_offset)
     return out
 
 
@@ -78,9 +79,10 @@ def _for_time(store, tp, ts: int):
     return None if found is None else found.offset
 
 
-def resolve_start(store, tps, spec, default: str, no_match_latest: bool, fail_on_data_loss: bool) -> dict:
+def resolve_start(store, tps, spec, default: str, no_match_latest: bool, fail_on_data_loss: bool,
+                  read_committed: bool = False) -> dict:
     """Starting offset of each partition (the next offset to read)."""
-    bounds = log_bounds(store, tps)
+    bounds = log_bounds(store, tps, read_committed)
     kind = default if spec is None else spec.kind
     out = {}
     if kind in ("offsets", "timestamps"):
@@ -116,9 +118,10 @@ def resolve_start(store, tps, spec, default: str, no_match_latest: bool, fail_on
     return out
 
 
-def resolve_end(store, tps, spec) -> dict:
-    """Ending offset (exclusive) of each partition of a batch read; a timestamp with no match means latest."""
-    bounds = log_bounds(store, tps)
+def resolve_end(store, tps, spec, read_committed: bool = False) -> dict:
+    """Ending offset (exclusive) of each partition of a batch read; a timestamp with no match means latest.
+    read_committed: latest is the last stable offset, and no range ends past it."""
+    bounds = log_bounds(store, tps, read_committed)
     kind = "latest" if spec is None else spec.kind
     if kind in ("offsets", "timestamps"):
         _check_covers(spec.offsets, tps, "endingOffsets" if kind == "offsets" else "endingOffsetsByTimestamp")
@@ -132,13 +135,13 @@ def resolve_end(store, tps, spec) -> dict:
             if off == LATEST:
                 off = leo
             elif off > leo:
-                _log.warning("endingOffsets for %s-%d is %d, past the log end offset %d: reading to %d",
-                             tp[0], tp[1], off, leo, leo)
+                _log.warning("endingOffsets for %s-%d is %d, past the %s %d: reading to %d", tp[0], tp[1], off,
+                             "last stable offset" if read_committed else "log end offset", leo, leo)
                 off = leo
         else:
             ts = spec.timestamp if kind == "timestamp" else spec.offsets[tp]
             off = _for_time(store, tp, ts)
-            if off is None:
+            if off is None or off > leo:
                 off = leo
         out[tp] = off
     return out

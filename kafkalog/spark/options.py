@@ -11,10 +11,14 @@ Option values as Spark's Kafka integration spells them (keys are case-insensitiv
     startingOffsetsByTimestamp/endingOffsetsByTimestamp {"topicA":{"0":1700000000000}}
     startingOffsetsByTimestampStrategy                 error | latest
     maxTriggerDelay                 15m                (Spark's time strings: us, ms, s, m, min, h, d; ms default)
+    kafka.isolation.level           read_uncommitted | read_committed (the Kafka consumer option Spark passes
+                                    on; read_committed: ranges end at the last stable offset, aborted
+                                    transactions' records are dropped)
 
 ``kafka.bootstrap.servers`` is replaced by ``path`` (the data directory); it and every other ``kafka.*`` option
-and the consumer tuning options are accepted and ignored, except the ones Spark's Kafka source rejects (with its
-words). Unknown options are rejected: a typo would otherwise silently read something else.
+(but ``kafka.isolation.level``) and the consumer tuning options are accepted and ignored, except the ones Spark's
+Kafka source rejects (with its words). Unknown options are rejected: a typo would otherwise silently read
+something else.
 """
 
 from __future__ import annotations
@@ -69,7 +73,11 @@ _REJECTED_SOURCE = {
                                 "deserialize the values.",
     "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
     "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+    # Spark hands only kafka.* options to its consumers: the bare name would do nothing against a real cluster
+    "isolation.level": "option 'isolation.level' is a Kafka consumer option: set it as 'kafka.isolation.level' "
+                       "(read_uncommitted or read_committed)",
 }
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 _REJECTED_SINK = {
     "kafka.key.serializer": "Kafka option 'key.serializer' is not supported as keys are serialized with "
                             "ByteArraySerializer.",
@@ -117,6 +125,7 @@ class ReadOptions:
     min_offsets_per_trigger: int | None = None
     max_trigger_delay_ms: int = 15 * 60 * 1000
     include_headers: bool = False
+    read_committed: bool = False  # kafka.isolation.level=read_committed
     given: frozenset = frozenset()  # lower-case keys the user set
 
 
@@ -313,6 +322,10 @@ def parse_read_options(options) -> ReadOptions:
         raise InvalidConfigError(f"The value of minOffsetPerTrigger({min_offsets}) is higher than the "
                                  f"maxOffsetsPerTrigger({max_offsets}).")
     delay = time_string_ms(opts["maxtriggerdelay"]) if "maxtriggerdelay" in opts else 15 * 60 * 1000
+    isolation = opts.get("kafka.isolation.level", "read_uncommitted").strip().lower()
+    if isolation not in ISOLATION_LEVELS:
+        raise InvalidConfigError(f"Invalid value {opts['kafka.isolation.level']} for configuration isolation.level: "
+                                 f"String must be one of: {', '.join(ISOLATION_LEVELS)}")
     return ReadOptions(
         path=path, strategy=strategy, topics=topics, pattern=pattern, assigned=assigned,
         starting=_offset_spec(opts, "startingtimestamp", "startingoffsetsbytimestamp", "startingoffsets"),
@@ -322,7 +335,8 @@ def parse_read_options(options) -> ReadOptions:
         min_partitions=_int(opts, "minpartitions"),
         max_records_per_partition=_int(opts, "maxrecordsperpartition"),
         max_offsets_per_trigger=max_offsets, min_offsets_per_trigger=min_offsets, max_trigger_delay_ms=delay,
-        include_headers=_bool(opts, "includeheaders", False), given=frozenset(opts))
+        include_headers=_bool(opts, "includeheaders", False), read_committed=isolation == "read_committed",
+        given=frozenset(opts))
 
 
 def check_batch(o: ReadOptions) -> None:

@@ -85,7 +85,8 @@ def _read(o, schema: StructType, part):
             ofs.report_data_loss(f"{part.topic}-{part.partition} is gone: offsets [{part.start}, {part.end}) cannot "
                                  "be read", o.fail_on_data_loss)
             return
-        yield from read_range(log, part.start, part.end, pa_schema, o.fail_on_data_loss)
+        yield from read_range(log, part.start, part.end, pa_schema, o.fail_on_data_loss,
+                              read_committed=o.read_committed)
     finally:
         store.close()
 
@@ -139,8 +140,9 @@ class KafkaLogBatchReader(DataSourceReader):
         self.schema = schema
         with LogStore(o.path, read_only=True) as store:
             tps = ofs.subscribed(store, o)
-            start = ofs.resolve_start(store, tps, o.starting, "earliest", o.no_match_latest, o.fail_on_data_loss)
-            end = ofs.resolve_end(store, tps, o.ending)
+            start = ofs.resolve_start(store, tps, o.starting, "earliest", o.no_match_latest, o.fail_on_data_loss,
+                                      o.read_committed)
+            end = ofs.resolve_end(store, tps, o.ending, o.read_committed)
         self.ranges = ofs.split_ranges(ofs.batch_ranges(start, end), o.min_partitions, o.max_records_per_partition)
 
     def partitions(self) -> list[InputPartition]:
@@ -171,14 +173,15 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             o = self.o
             with self._store() as store:
                 tps = ofs.subscribed(store, o)
-                start = ofs.resolve_start(store, tps, o.starting, "latest", o.no_match_latest, o.fail_on_data_loss)
+                start = ofs.resolve_start(store, tps, o.starting, "latest", o.no_match_latest, o.fail_on_data_loss,
+                                          o.read_committed)
             self._initial = ofs.to_json(start)
         return self._initial
 
     def prepareForTriggerAvailableNow(self) -> None:
         with self._store() as store:
             tps = ofs.subscribed(store, self.o)
-            self._target = {tp: hi for tp, (_, hi) in ofs.log_bounds(store, tps).items()}
+            self._target = {tp: hi for tp, (_, hi) in ofs.log_bounds(store, tps, self.o.read_committed).items()}
 
     def getDefaultReadLimit(self):
         o = self.o
@@ -196,7 +199,7 @@ class KafkaLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 latest = dict(self._target)
             else:
                 tps = ofs.subscribed(store, o)
-                latest = {tp: hi for tp, (_, hi) in ofs.log_bounds(store, tps).items()}
+                latest = {tp: hi for tp, (_, hi) in ofs.log_bounds(store, tps, o.read_committed).items()}
             new = [tp for tp in latest if tp not in begin]
             earliest = {tp: lo for tp, (lo, _) in ofs.log_bounds(store, new).items()} if new else {}
         self._latest = latest

@@ -1334,16 +1334,25 @@ class Log:
             yield view, pos, stop
             pos = max(pos, next_offset_after(view, pos))
 
-    def records(self, start_offset: int | None = None, end_offset: int | None = None):
+    def records(self, start_offset: int | None = None, end_offset: int | None = None, *,
+                isolation_level: str = "read_uncommitted"):
         """Iterate records with offset in [start_offset, end_offset) (default: log start to log end at each chunk),
-        each batch CRC-checked first. Records have .offset .timestamp .timestamp_type .key .value .headers."""
+        each batch CRC-checked first. Records have .offset .timestamp .timestamp_type .key .value .headers.
+        ``isolation_level="read_committed"``: only below the last stable offset, without the records of aborted
+        transactions (isolation.py). Transaction markers are never records."""
+        if is_read_committed(isolation_level):
+            return chain_records(committed_chunks(self, start_offset, end_offset))
         return chain_records(self._chunks(start_offset, end_offset))
 
-    def read_columns(self, start_offset: int | None = None, end_offset: int | None = None) -> dict:
+    def read_columns(self, start_offset: int | None = None, end_offset: int | None = None, *,
+                     isolation_level: str = "read_uncommitted") -> dict:
         """Records in [start, end) as numpy columns (Arrow binary layout for keys/values), no per-record objects:
-        offset, timestamp, key_offsets, keys, key_valid, value_offsets, values, value_valid."""
+        offset, timestamp, key_offsets, keys, key_valid, value_offsets, values, value_valid.
+        ``isolation_level`` as for ``records``."""
         parts = []
-        for view, start, stop in self._chunks(start_offset, end_offset, chunk_bytes=INT32_MAX):
+        chunks = (committed_chunks(self, start_offset, end_offset, INT32_MAX) if is_read_committed(isolation_level)
+                  else self._chunks(start_offset, end_offset, chunk_bytes=INT32_MAX))
+        for view, start, stop in chunks:
             cols = decode_columns(view)
             off = cols["offset"]
             if len(off) and (off[0] < start or off[-1] >= stop):
