@@ -1137,9 +1137,11 @@ class _TransactionalProducer(KafkaProducer):
                 raise self._state_error("send_offsets_to_transaction()")
             coord = self._coord
             try:
-                with coord._locked():  # noqa: SLF001  (AddOffsetsToTxn, check and write as one step)
-                    self._call(coord.add_offsets, self._txn_id, self._pid, self._epoch, group)
-                    self._txn_groups.add(group)
+                # AddOffsetsToTxn returns once it is fsynced; then check and write as one step under the
+                # coordinator's lock (no fencing in between)
+                self._call(coord.add_offsets, self._txn_id, self._pid, self._epoch, group)
+                self._txn_groups.add(group)
+                with coord._locked():  # noqa: SLF001
                     self._call(coord.check_offsets, self._txn_id, self._pid, self._epoch, group)
                     self._store.offsets.commit_transactional(group, checked, self._pid, self._epoch)
             except ProducerFencedError:
@@ -1231,9 +1233,9 @@ class _TransactionalProducer(KafkaProducer):
         return KafkaProducer._reject(self, part, value, key, ts, header_size, exc)
 
     def _write(self, part: _Partition, b: _Batch) -> None:
-        """One transactional batch: join the partition to the transaction if new, check the epoch with the
-        coordinator and append, as one step under the coordinator's lock (no other process can fence the producer
-        between the check and the write)."""
+        """One transactional batch: join the partition to the transaction if new (durably), then check the epoch
+        with the coordinator and append, as one step under the coordinator's lock (no other process can fence the
+        producer between the check and the write; the partition also refuses an epoch older than its markers')."""
         tp = part.tp
         data = None
         with self._txn_lock:
@@ -1249,10 +1251,12 @@ class _TransactionalProducer(KafkaProducer):
                 if isinstance(data, bytes):  # compressed: built as bytes
                     data = bytearray(data)
                 _stamp(data, self._pid, self._epoch, seq)
-                with coord._locked():  # noqa: SLF001
-                    if tp not in self._txn_parts:
-                        coord.add_partitions(self._txn_id, self._pid, self._epoch, [tp])
-                        self._txn_parts.add(tp)
+                if tp not in self._txn_parts:
+                    # AddPartitionsToTxn returns once it is fsynced: the coordinator knows the partition (and will
+                    # write its marker) before any batch of the transaction can reach it
+                    self._call(coord.add_partitions, self._txn_id, self._pid, self._epoch, [tp])
+                    self._txn_parts.add(tp)
+                with coord._locked():  # noqa: SLF001  (check and append as one step: no fencing in between)
                     coord.check_produce(self._txn_id, self._pid, self._epoch, tp)
                     b.base = part.log.append_records(data)[0]
             except _FENCED as e:
