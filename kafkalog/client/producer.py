@@ -272,7 +272,11 @@ class KafkaProducer(RecordAccumulator):
     allow_auto_create_topics    True           send()/partitions_for() to a missing topic creates it with the
     (alias auto_create_topics)                 store's num.partitions, like auto.create.topics.enable=true
     client_id                   generated      'kafkalog-producer-N'
-    transactional_id            None           transactions are not supported: anything else is refused
+    transactional_id            None           a str: a transactional producer (KIP-98; needs acks='all'):
+                                               init_transactions(), begin_transaction(), send_offsets_to_
+                                               transaction(), commit_transaction(), abort_transaction()
+    transaction_timeout_ms      60000          an open transaction older than this is aborted (and the
+                                               producer fenced) by the coordinator
     ==========================  =============  ==================================================================
 
     Network and cluster keys (``IGNORED_CONFIGS``: bootstrap_servers, security_protocol, ssl_*, sasl_*, retries,
