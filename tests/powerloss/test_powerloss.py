@@ -54,21 +54,6 @@ CASES = {
 NEEDS = {"compaction": "G ", "transactions-ending": "XE "}
 
 
-# A bug found by the transactional cases (reported, not fixed here): the .txnindex file that Log.append_marker creates
-# for an ABORT marker is fsynced but its directory is not, so a power loss can take the file (every aborted transaction
-# of its segment) while the ABORT markers, fsynced in the .log, survive; since the producer snapshots (cf92a41) an open
-# takes the aborted list below its newest snapshot from the .txnindex files only, and those aborted transactions'
-# records become visible to read_committed. It needs a roll after such a power loss, so it does not fail every run:
-# not strict.
-TXN_INDEX_BUG = pytest.mark.xfail(strict=False, reason="aborted transactions visible to read_committed after a power "
-                                  "loss: a new .txnindex's directory entry is not fsynced, and opening from a producer "
-                                  "snapshot trusts the .txnindex files below it")
-
-
-def _cases():
-    return [pytest.param(c, marks=TXN_INDEX_BUG) if c.startswith("transactions") else c for c in CASES]
-
-
 def run_round(fs, acks: Path, workers, rng, env, min_acks: int = 0, need: str | None = None) -> None:
     """Start the workloads, let them run a random while, then lose power with them running (``need``: at the first
     acknowledgement line starting so written after that while, the moment its promise is newest)."""
@@ -451,14 +436,14 @@ def run_case(plfs_factory, tmp_path, env, workers, rounds, flags=(), need: str |
     return problems
 
 
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", CASES)
 def test_power_loss(case, plfs, tmp_path, child_env):
     problems = run_case(plfs, tmp_path, child_env, CASES[case], rounds=2, need=NEEDS.get(case))
     assert not problems, f"{case} (seed {SEED}):\n" + "\n".join(problems)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", _cases())
+@pytest.mark.parametrize("case", CASES)
 def test_power_loss_soak(case, plfs, tmp_path, child_env):
     rounds = int(os.environ.get("KAFKALOG_POWERLOSS_ROUNDS", "12"))
     problems = run_case(plfs, tmp_path, child_env, CASES[case], rounds=rounds, need=NEEDS.get(case))
