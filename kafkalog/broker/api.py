@@ -1200,19 +1200,17 @@ def describe_producers(s: Services, ctx, header, frame, offset):
             else:
                 try:
                     lg = s.log(name, idx)
-                    open_txns = lg.open_transactions()
-                    epochs = lg.transactional_epochs()
-                    for pid, (epoch, last_seq, last_ts) in sorted(s.producers.active(name, idx, lg).items()):
+                    # Kafka's producer state: the coordinator epoch is the one of the producer's last marker on the
+                    # partition (-1 before any), the start offset the one of its open transaction
+                    txns = lg.transactional_producers()
+                    idem = s.producers.active(name, idx, lg)
+                    for pid in sorted(set(idem) | set(txns)):
+                        epoch, last_seq, last_ts = idem.get(pid, (-1, -1, -1))
+                        t_epoch, coord_epoch, first = txns.get(pid, (-1, -1, -1))
                         r["active_producers"].append({
-                            "producer_id": pid, "producer_epoch": epoch, "last_sequence": last_seq,
-                            "last_timestamp": last_ts, "coordinator_epoch": s.txn.coordinator_epoch if pid in open_txns
-                            else -1, "current_txn_start_offset": open_txns.get(pid, -1)})
-                    for pid, first in sorted(open_txns.items()):
-                        if not any(a["producer_id"] == pid for a in r["active_producers"]):
-                            r["active_producers"].append({
-                                "producer_id": pid, "producer_epoch": epochs.get(pid, -1), "last_sequence": -1,
-                                "last_timestamp": -1,
-                                "coordinator_epoch": s.txn.coordinator_epoch, "current_txn_start_offset": first})
+                            "producer_id": pid, "producer_epoch": max(epoch, t_epoch), "last_sequence": last_seq,
+                            "last_timestamp": last_ts, "coordinator_epoch": coord_epoch,
+                            "current_txn_start_offset": first})
                 except KafkaError as e:
                     r["error_code"] = error_code(e)
                     r["error_message"] = str(e)

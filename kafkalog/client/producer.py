@@ -1145,7 +1145,7 @@ class _TransactionalProducer(KafkaProducer):
                 # coordinator's lock (no fencing in between)
                 self._call(coord.add_offsets, self._txn_id, self._pid, self._epoch, group)
                 self._txn_groups.add(group)
-                with coord._locked():  # noqa: SLF001
+                with coord.locked():
                     self._call(coord.check_offsets, self._txn_id, self._pid, self._epoch, group)
                     self._store.offsets.commit_transactional(group, checked, self._pid, self._epoch)
             except ProducerFencedError:
@@ -1260,7 +1260,7 @@ class _TransactionalProducer(KafkaProducer):
                     # write its marker) before any batch of the transaction can reach it
                     self._call(coord.add_partitions, self._txn_id, self._pid, self._epoch, [tp])
                     self._txn_parts.add(tp)
-                with coord._locked():  # noqa: SLF001  (check and append as one step: no fencing in between)
+                with coord.locked():  # check and append as one step: no fencing in between
                     coord.check_produce(self._txn_id, self._pid, self._epoch, tp)
                     b.base = part.log.append_records(data)[0]
             except _FENCED as e:

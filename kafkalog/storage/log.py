@@ -1133,7 +1133,8 @@ class Log:
                              self.partition, x, e)
                 return
             t.load({e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0},
-                   {e.producer_id: e.epoch for e in entries}, sorted(aborted, key=lambda a: a.last_offset), x)
+                   {e.producer_id: e.epoch for e in entries}, sorted(aborted, key=lambda a: a.last_offset), x,
+                   {e.producer_id: e.coordinator_epoch for e in entries if e.coordinator_epoch >= 0})
             return
 
     def _write_txn_snapshot(self) -> None:
@@ -1143,7 +1144,8 @@ class Log:
             t = self._txn_state()
             if t is None or t.scanned != self._leo:
                 return
-            entries = [ProducerSnapshotEntry(pid, t.epochs.get(pid, 0), -1, -1, 0, -1, 0, t.ongoing.get(pid, -1))
+            entries = [ProducerSnapshotEntry(pid, t.epochs.get(pid, 0), -1, -1, 0, -1,
+                                             t.coordinator_epochs.get(pid, -1), t.ongoing.get(pid, -1))
                        for pid in sorted(set(t.epochs) | set(t.ongoing))]
             atomic_write(snapshot_path(self.dir, self._leo), encode_producer_snapshot(entries))
             for x in self._txn_snapshots()[:-2]:
@@ -1169,13 +1171,17 @@ class Log:
             t = self._txn_state()
             return {} if t is None else dict(t.ongoing)
 
-    def transactional_epochs(self) -> dict[int, int]:
-        """{producer id: the latest epoch of its transactional batches and markers} on this partition."""
+    def transactional_producers(self) -> dict[int, tuple[int, int, int]]:
+        """{producer id: (the latest epoch of its transactional batches and markers, the coordinator epoch of its
+        last marker or -1, the first offset of its open transaction or -1)} on this partition (DescribeProducers)."""
         with self._lock:
             self._check_open()
             self._sync()
             t = self._txn_state()
-            return {} if t is None else dict(t.epochs)
+            if t is None:
+                return {}
+            return {pid: (t.epochs.get(pid, -1), t.coordinator_epochs.get(pid, -1), t.ongoing.get(pid, -1))
+                    for pid in set(t.epochs) | set(t.ongoing)}
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
         """Append the COMMIT or ABORT marker (a control batch, Kafka's bytes) that ends ``producer_id``'s
@@ -1201,6 +1207,7 @@ class Log:
                     entry = t.complete(producer_id, commit, base)
                     if producer_epoch > t.epochs.get(producer_id, -1):
                         t.epochs[producer_id] = producer_epoch
+                    t.coordinator_epochs[producer_id] = coordinator_epoch
                     t.scanned = base + 1
                     if entry is not None:
                         path = txn_index_path(self.dir, self._segments[-1].base_offset)

@@ -52,7 +52,7 @@ from .checkpoints import Checkpoints
 from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, broker_holding, fsync_dir, make_durable_dir
 from .log import EXCLUSIVE, READ, SHARED, Log
 from .offsets import OffsetStore
-from .transactions import ProducerIds, TransactionCoordinator
+from .transactions import TXN_TOPIC, ProducerIds, TransactionCoordinator
 
 _log = logging.getLogger("kafkalog")
 # fullmatch, never match with "$": "$" also matches before a final newline, and a topic named "t\n" (accepted that way
@@ -607,6 +607,19 @@ class LogStore:
         self._checkpoints.set_recovery_points(points)
         return {"segments_deleted": removed, "segments_cleaned": cleaned, "checkpointed": len(points)}
 
+    def expire_transactions(self, now_ms: int | None = None) -> int:
+        """Abort the transactions open longer than their transaction.timeout.ms (their producers are fenced), for
+        embedded producers as the broker does for its clients; returns how many. The store's maintenance calls it
+        every transaction.abort.timed.out.transaction.cleanup.interval.ms when the data dir has transactions."""
+        with self._lock:
+            if self._closed or self.mode == READ:
+                return 0
+            if self._transactions is None:
+                self._reload_topics()
+                if TXN_TOPIC not in self._topics:
+                    return 0
+        return self.transactions.expire(now_ms)
+
     def run_cleaner(self, now_ms: int | None = None) -> int:
         """One round of the log cleaner over this process's open compacted partitions (what the maintenance
         thread runs every log.cleaner.backoff.ms). Returns the number of segments cleaned."""
@@ -639,9 +652,14 @@ class LogStore:
                      c["log.flush.offset.checkpoint.interval.ms"], c["log.cleaner.backoff.ms"]) / 1000.0
         next_retention = time.monotonic() + c["log.retention.check.interval.ms"] / 1000.0
         next_clean = time.monotonic() + c["log.cleaner.backoff.ms"] / 1000.0
-        while not self._stop.wait(period):
+        txn_interval = c["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000.0
+        next_txn = time.monotonic() + txn_interval
+        while not self._stop.wait(min(period, txn_interval)):
             try:
                 now = time.monotonic()
+                if now >= next_txn:
+                    next_txn = now + txn_interval
+                    self.expire_transactions()
                 with self._lock:
                     logs = list(self._logs.values())
                 for log in logs:

@@ -198,6 +198,11 @@ class TransactionCoordinator:
         if need_sync:
             self._txn_log().sync()
 
+    def locked(self):
+        """The coordinator's locks, taken in for a caller's step that must not interleave with another process's
+        change (the embedded producer checks its transaction and appends its batch under them)."""
+        return self._locked()
+
     def close(self) -> None:
         if self._flock is not None:
             self._flock.close()

@@ -42,11 +42,12 @@ TXN_MARKER_FILE = ".kafkalog-txn"
 
 
 class PartitionTxns:
-    __slots__ = ("ongoing", "epochs", "aborted", "scanned", "_aborted_last")
+    __slots__ = ("ongoing", "epochs", "coordinator_epochs", "aborted", "scanned", "_aborted_last")
 
     def __init__(self):
         self.ongoing: dict[int, int] = {}
         self.epochs: dict[int, int] = {}
+        self.coordinator_epochs: dict[int, int] = {}  # producer id -> coordinator epoch of its last marker here
         self.aborted: list[AbortedTxn] = []
         self._aborted_last: list[int] = []  # last offsets of ``aborted`` (for bisect)
         self.scanned = -1
@@ -54,15 +55,17 @@ class PartitionTxns:
     def reset(self, start: int) -> None:
         self.ongoing.clear()
         self.epochs.clear()
+        self.coordinator_epochs.clear()
         self.aborted.clear()
         self._aborted_last.clear()
         self.scanned = start
 
-    def load(self, ongoing: dict, epochs: dict, aborted: list, scanned: int) -> None:
+    def load(self, ongoing: dict, epochs: dict, aborted: list, scanned: int, coordinator_epochs=None) -> None:
         """The state as of ``scanned`` from a producer snapshot and the ``.txnindex`` entries below it."""
         self.reset(scanned)
         self.ongoing.update(ongoing)
         self.epochs.update(epochs)
+        self.coordinator_epochs.update(coordinator_epochs or {})
         for a in aborted:
             if a.last_offset < scanned and (not self._aborted_last or a.last_offset > self._aborted_last[-1]):
                 self.aborted.append(a)
@@ -98,6 +101,7 @@ class PartitionTxns:
                 if batch.is_control:
                     marker = marker_of_batch(buf, batch.position)
                     if marker is not None:
+                        self.coordinator_epochs[pid] = marker[1]
                         self.complete(pid, marker[0], batch.base_offset)
                 elif pid not in self.ongoing:
                     self.ongoing[pid] = batch.base_offset

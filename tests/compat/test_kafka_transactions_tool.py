@@ -43,14 +43,9 @@ TXN_TIMEOUT_MS = 600_000
 # columns whose values differ by nature between two brokers or two runs
 VOLATILE = {"ProducerId", "LastTimestamp", "CurrentTransactionStartTimeMs", "TransactionDurationMs", "Duration(min)",
             "Coordinator", "CoordinatorId"}
-# checked on its own (test_describe_producers_coordinator_epoch): kafkalog does not answer it as Kafka does yet
+# checked on its own (test_describe_producers_coordinator_epoch): -1 until a marker for the producer is on the
+# partition, then that marker's coordinator epoch (Kafka's ProducerStateEntry)
 APART = {"LatestCoordinatorEpoch"}
-KAFKALOG_COORDINATOR_EPOCH = (
-    "kafkalog's DescribeProducers answers CoordinatorEpoch = the coordinator's current epoch (0) while the producer "
-    "has an open transaction on the partition and -1 otherwise (kafkalog/broker/api.py describe_producers); Kafka "
-    "answers the coordinator epoch of the last marker written for that producer on the partition (its "
-    "ProducerStateEntry): -1 for the open transaction before any marker, 0 after `kafka-transactions abort` wrote one "
-    "(the tool sends coordinatorEpoch().orElse(0))")
 
 HANGING_PRODUCER = r"""
 import json, sys, time
@@ -316,8 +311,7 @@ def coordinator_epochs(ans: dict) -> dict:
             r["LatestCoordinatorEpoch"] for when in ("before", "after") for r in ans[when]["describe_producers"][1:]}
 
 
-@pytest.mark.parametrize("target", ["kafka", pytest.param("kafkalog", marks=pytest.mark.xfail(
-    strict=True, reason=KAFKALOG_COORDINATOR_EPOCH))], indirect=True)
+@pytest.mark.parametrize("target", ["kafka", "kafkalog"], indirect=True)
 def test_describe_producers_coordinator_epoch(target: Target, answers, request):
     """LatestCoordinatorEpoch: -1 until a marker is written for the producer on the partition, then the marker's."""
     ans = answer(answers, target)

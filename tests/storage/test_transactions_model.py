@@ -70,6 +70,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.pending[txn] = []
         self.handles[txn] = (pid, epoch)
 
+    def _ended(self, txn, commit):
+        if commit:
+            self.visible.extend(self.pending[txn])
+        else:
+            self.hidden.extend(v for _, v in self.pending[txn])
+        self.pending[txn] = []
+
     @rule(txn=st.sampled_from(TXN_IDS))
     def init(self, txn):
         old = self.handles.get(txn)
@@ -100,8 +107,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             return
         pid, epoch = self.handles[txn]
         self.coord.end_txn(txn, pid, epoch, commit)
-        (self.visible if commit else self.hidden).extend(v for _, v in self.pending[txn])
-        self.pending[txn] = []
+        self._ended(txn, commit)
         assert self.coord.describe(txn).state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT)
 
     @rule(txn=st.sampled_from(TXN_IDS), commit=st.booleans(), point=st.sampled_from(CRASH_POINTS))
@@ -116,8 +122,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         finally:
             failpoints.disable(point)
         self._restart()  # PrepareX was durable in every case: the new coordinator completes it
-        (self.visible if commit else self.hidden).extend(v for _, v in self.pending[txn])
-        self.pending[txn] = []
+        self._ended(txn, commit)
         assert self.coord.describe(txn).state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT)
         # the producer retries its EndTxn, as clients do after a lost answer: the same result is answered NONE
         self.coord.end_txn(txn, pid, epoch, commit)
