@@ -1033,21 +1033,28 @@ def test_offset_for_time_matches_kafka_list_offsets(kafka_side, topic):
 
 
 def test_transactional_read_committed_view(kafka_side):
-    """kafkalog has no isolation level: its readers return what a read_uncommitted consumer reads (aborted records
-    included). This records how far that is from read_committed, and that the latest offset agrees with Kafka's
-    read_committed answer (no transaction is open, so the last stable offset is the high watermark)."""
+    """Kafka's aborted transactions in Kafka's own log dir: kafkalog's read_committed readers (records(),
+    read_columns()) return exactly what Kafka's read_committed consumer read, and the read_uncommitted ones the
+    aborted records too; the latest offset per isolation level agrees with Kafka's ListOffsets (no transaction is
+    open, so the last stable offset is the high watermark)."""
     s = kafka_side
     committed = s.rows("transactional", "read_committed")
     with kafkalog.LogStore(s.copy, read_only=True) as store:
         log = store.log("transactional", 0)
         got = kafkalog_rows(log)
+        got_committed = [rec_row(r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.headers)
+                         for r in log.records(isolation_level="read_committed")]
+        cols_committed = column_rows(log.read_columns(isolation_level="read_committed"))
         latest = log.offset_for_time(-1).offset
+        stable = log.last_stable_offset
+    assert got_committed == committed, "read_committed records() differ from Kafka's read_committed consumer"
+    assert cols_committed == committed, "read_committed read_columns() differ from Kafka's read_committed consumer"
     aborted = sorted({r[0] for r in got} - {r[0] for r in committed})
     expected_aborted = [p["offset"] for p in s.produced["transactional"] if not p["committed"]]
-    assert latest == s.offsets[("transactional", "read_committed")]["latest"][0]
+    assert latest == stable == s.offsets[("transactional", "read_committed")]["latest"][0]
     assert aborted == expected_aborted, (
-        f"kafkalog's records beyond read_committed's are {aborted}; the aborted transactions' records are "
-        f"{expected_aborted}")
+        f"kafkalog's read_uncommitted records beyond read_committed's are {aborted}; the aborted transactions' "
+        f"records are {expected_aborted}")
 
 
 def test_kafkalog_dump_matches_kafka_dump_log(kafka_side):
