@@ -239,6 +239,9 @@ CONFIG_KEYS = _keys(
     ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10000,
               "How often the transaction coordinator aborts transactions open longer than their timeout.",
               scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("transactional.id.expiration.ms", int, 604800000, "A transactional id whose producer sent nothing for "
+              "this long (no transaction open) is forgotten: its next InitProducerId gets a new producer id.",
+              scope=BROKER, low=1, high=INT_MAX),
     ConfigKey("transaction.state.log.num.partitions", int, 50, "Accepted for compatibility: kafkalog creates "
               "__transaction_state with one partition (one node).", scope=BROKER, low=1, high=INT_MAX),
     ConfigKey("num.network.threads", int, 3, "Accepted for compatibility (one asyncio loop).", scope=BROKER, low=1,

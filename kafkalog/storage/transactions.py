@@ -163,6 +163,10 @@ class TransactionCoordinator:
             except (KeyError, TypeError, ValueError):
                 max_timeout_ms = 900_000
         self.max_timeout_ms = max_timeout_ms
+        try:
+            self.id_expiration_ms = int(store.config.get("transactional.id.expiration.ms", 604_800_000))
+        except (KeyError, TypeError, ValueError):
+            self.id_expiration_ms = 604_800_000
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TxnMeta] = {}
         self._log = None
@@ -471,10 +475,20 @@ class TransactionCoordinator:
 
     @_synchronized
     def expire(self, now_ms: int | None = None) -> int:
-        """Abort every Ongoing transaction older than its timeout (its producer is fenced); returns how many."""
+        """Abort every Ongoing transaction older than its timeout (its producer is fenced); returns how many. And
+        forget every transactional id idle (Empty, CompleteCommit, CompleteAbort) for transactional.id.expiration.ms:
+        a tombstone in __transaction_state (Kafka's Dead state is never written)."""
         now = _now_ms() if now_ms is None else now_ms
         n = 0
         for meta in list(self.txns.values()):
+            if meta.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and \
+                    meta.last_update_ms + self.id_expiration_ms <= now:
+                _log.info("transactional id %r: expired after %d ms without a transaction", meta.txn_id,
+                          now - meta.last_update_ms)
+                self._txn_log().append_batch([None], [encode_txn_log_key(meta.txn_id)], [now])
+                self._need_sync = True
+                del self.txns[meta.txn_id]
+                continue
             if meta.state == ONGOING and meta.start_ms >= 0 and meta.start_ms + meta.timeout_ms < now:
                 _log.info("transactional id %r: aborting its transaction open since %d ms (timeout %d ms)",
                           meta.txn_id, now - meta.start_ms, meta.timeout_ms)

@@ -66,7 +66,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 continue  # an open transaction was aborted first (fencing): the retry gets the next epoch
         else:
             raise AssertionError(f"InitProducerId({txn}) kept answering CONCURRENT_TRANSACTIONS")
-        self.hidden += [v for _, v in self.pending[txn]]
+        self.hidden += [v for _, v, _ in self.pending[txn]]
         self.pending[txn] = []
         self.handles[txn] = (pid, epoch)
 
@@ -74,7 +74,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if commit:
             self.visible.extend(self.pending[txn])
         else:
-            self.hidden.extend(v for _, v in self.pending[txn])
+            self.hidden.extend(v for _, v, _ in self.pending[txn])
         self.pending[txn] = []
 
     @rule(txn=st.sampled_from(TXN_IDS))
@@ -97,9 +97,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         key = (pid, epoch, tp)
         seq = self.seq.get(key, 0)
         self.seq[key] = seq + 1
-        self.store.log(tp.topic, tp.partition).append_records(
+        offset, _ = self.store.log(tp.topic, tp.partition).append_records(
             build_batch([value], producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True))
-        self.pending[txn].append((tp, value))
+        self.pending[txn].append((tp, value, offset))
 
     @rule(txn=st.sampled_from(TXN_IDS), commit=st.booleans())
     def end(self, txn, commit):
@@ -132,13 +132,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if not self.pending[txn]:
             return
         meta = self.coord.describe(txn)
-        assert self.coord.expire(now_ms=meta.start_ms + meta.timeout_ms + 1) >= 1
-        self.hidden += [v for _, v in self.pending[txn]]
-        self.pending[txn] = []
-        pid, epoch = self.handles[txn]
-        with pytest.raises(ProducerFencedError):  # the abort bumped the epoch
-            self.coord.end_txn(txn, pid, epoch, True)
-        del self.handles[txn]
+        now = meta.start_ms + meta.timeout_ms + 1
+        # every transaction open at least as long times out with it
+        expired = [t for t in TXN_IDS if self.pending[t]
+                   and self.coord.describe(t).start_ms + self.coord.describe(t).timeout_ms < now]
+        assert self.coord.expire(now_ms=now) == len(expired)
+        for t in expired:
+            self.hidden += [v for _, v, _ in self.pending[t]]
+            self.pending[t] = []
+            pid, epoch = self.handles.pop(t)
+            with pytest.raises(ProducerFencedError):  # the abort bumped the epoch
+                self.coord.end_txn(t, pid, epoch, True)
 
     @rule()
     def restart(self):
@@ -151,13 +155,17 @@ class CoordinatorMachine(RuleBasedStateMachine):
         for tp in PARTS:
             log = self.store.log(tp.topic, tp.partition)
             got = [bytes(r.value) for r in log.records(isolation_level="read_committed")]
-            want = [v for p, v in self.visible if p == tp]
+            open_firsts = log.open_transactions()
+            pending_here = [o for t in TXN_IDS for p, _, o in self.pending[t] if p == tp]
+            assert bool(open_firsts) == bool(pending_here)
+            # read_committed ends at the last stable offset: the first offset of the earliest open transaction
+            lso = log.last_stable_offset
+            assert lso == (min(open_firsts.values()) if open_firsts else log.log_end_offset)
+            if pending_here:
+                assert lso == min(pending_here)
+            want = [v for p, v, o in self.visible if p == tp and o < lso]
             assert sorted(got) == sorted(want), (tp, got, want)
             assert not set(got) & set(self.hidden)
-            open_firsts = log.open_transactions()
-            assert bool(open_firsts) == any(p == tp for t in TXN_IDS for p, _ in self.pending[t])
-            if not open_firsts:
-                assert log.last_stable_offset == log.log_end_offset
 
     @invariant()
     def states_are_kafkas(self):
@@ -172,5 +180,25 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 
 TestCoordinatorModel = CoordinatorMachine.TestCase
-TestCoordinatorModel.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
+TestCoordinatorModel.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
                                          suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_an_idle_transactional_id_expires_and_comes_back_with_a_new_producer_id(tmp_path):
+    store = kafkalog.LogStore(tmp_path, {"transactional.id.expiration.ms": 1000}, maintenance=False)
+    store.create_topic("t", 1)
+    coord = store.transactions
+    pid, epoch = coord.init_producer_id("idle", 60000)
+    busy_pid, busy_epoch = coord.init_producer_id("busy", 60000)
+    coord.add_partitions("busy", busy_pid, busy_epoch, [PARTS[0]])  # Ongoing: never expires (it times out first)
+    now = coord.describe("idle").last_update_ms
+    assert coord.expire(now_ms=now + 999) == 0 and coord.describe("idle") is not None
+    coord.expire(now_ms=now + 1000)
+    assert coord.describe("idle") is None and coord.describe("busy") is not None
+    store.close()
+    store = kafkalog.LogStore(tmp_path, {"transactional.id.expiration.ms": 1000}, maintenance=False)
+    coord = store.transactions  # the tombstone is read back: the id stays forgotten
+    assert coord.describe("idle") is None
+    new_pid, new_epoch = coord.init_producer_id("idle", 60000)
+    assert new_pid != pid and new_epoch == 0
+    store.close()
