@@ -9,7 +9,8 @@ Two ways to run it (always with the test's interpreter, cwd = repo root, PYTHONP
                                                             lines on stdin (spawn / wait / check), so that many
                                                             kill rounds do not each pay the interpreter start-up
 
-A scenario SPEC is ``{"dir": data dir, "journal": path, "log": path, "ops": [[op, {args}], ...]}``. Every op
+A scenario SPEC is ``{"dir": data dir, "journal": path, "log": path, "ops": [[op, {args}], ...]}`` (and
+``"ops_module": path`` for ops defined in another file: ``ops_of``). Every op
 writes a ``S <i> <op>`` step line to the journal before it starts; acknowledgements are journal lines too:
 
     R <lso> <leo>   the store is open (after any recovery)
@@ -355,11 +356,27 @@ def op_reader(ctx, stop_file, poll_s=0.0005, pause_s=0.0, seed=0):
 OPS = {name[3:]: fn for name, fn in globals().items() if name.startswith("op_")}
 
 
+def ops_of(spec) -> dict:
+    """The ops a spec may name: this file's, and those of the module at ``spec["ops_module"]`` (a path; its ``OPS``
+    dict), so that other tests' children run through the same fork server (test_txn_torture.py's txn_writer.py)."""
+    path = spec.get("ops_module")
+    if not path:
+        return OPS
+    name = "kafkalog_crash_ops_" + Path(path).stem
+    if name not in sys.modules:
+        mod_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[name] = module
+        mod_spec.loader.exec_module(module)
+    return {**OPS, **sys.modules[name].OPS}
+
+
 def run_spec(spec) -> None:
     ctx = Ctx(spec)
+    ops = ops_of(spec)
     for i, (name, args) in enumerate(spec["ops"]):
         ctx.journal.note("S", i, name)
-        OPS[name](ctx, **args)
+        ops[name](ctx, **args)
     ctx.journal.note("X", sync=True)
 
 
