@@ -14,6 +14,7 @@
 //   partitions       createPartitions (TOPIC to 4), then fetchTopicMetadata
 //   configs          describeConfigs of TOPIC (cleanup.policy, retention.ms, max.message.bytes)
 //   delete-group     deleteGroups([GROUP]), then listGroups
+//   txn              transactions (tests/compat/test_transactions_clients.py): see txnScenario below
 'use strict'
 
 const { Kafka, logLevel, Partitioners, AssignerProtocol, ConfigResourceTypes } = require('kafkajs')
@@ -215,6 +216,213 @@ async function consume (n) {
   })
 }
 
+// -- transactions ------------------------------------------------------------------------------------------------
+//
+// One run, in order (each step prints {"op": STEP, ...}; a failed step adds "error" and, for a broker's error,
+// "error_name" (KafkaJS's type) and "error_code"; later steps run where they can):
+//   create          TOPIC and TOPIC-in, 1 partition each
+//   commit          producer A ({transactionalId: GROUP-txn, idempotent, maxInFlightRequests: 1}).transaction():
+//                   send c-0, c-1, c-2 (one send each), commit
+//   abort           A.transaction(): send a-0, a-1, abort
+//   fence_open      A.transaction(): send f-0 (left open)
+//   fence_init      producer B, same transactionalId: connect + transaction() (InitProducerId: fences A)
+//   fenced_commit   A's open transaction: commit (must fail)
+//   b_commit        B's transaction: send b-0, commit
+//   input           a plain producer: in-0..in-5 to TOPIC-in
+//   ctp_commit      consumer({groupId: GROUP, readUncommitted: false}) on TOPIC-in gets in-0..in-3; a transaction
+//                   of producer C (GROUP-ctp) sends OUT-in-i, sendOffsets({consumerGroupId: GROUP}) 4, commit
+//   offsets_commit  admin.fetchOffsets of GROUP (asked again while the input has none, at most 50 times 100 ms
+//                   apart: Kafka writes the commit's markers after EndTxn answers)
+//   ctp_abort       the consumer gets in-4 in-5; C's transaction sends OUT-in-4 OUT-in-5, sendOffsets 6, abort
+//   ends            admin.fetchTopicOffsets (its ListOffsets is read_committed: the LSO) of TOPIC, once it is past
+//                   the abort's marker (asked at most 50 times, 100 ms apart)
+//   offsets_abort   admin.fetchOffsets of GROUP again (unchanged)
+//   read            TOPIC from the start by a group consumer, readUncommitted false and true ("isolation"), until
+//                   the count a reader may see came or 20 s passed, then 1.5 s more (nothing more may come)
+const READ_COMMITTED_COUNT = 8 // c-0..c-2, b-0, OUT-in-0..3
+const READ_UNCOMMITTED_COUNT = 13 // and a-0 a-1, f-0, OUT-in-4 OUT-in-5
+
+const txnErrFields = (e) => {
+  let x = e
+  while (x && !x.type && x.cause && x.cause !== x) x = x.cause
+  return x && x.type ? { error_name: x.type, error_code: x.code ?? null } : {}
+}
+
+async function txnStep (op, fn, extra = {}) {
+  try {
+    const got = await fn()
+    emit({ op, ...(got || {}) })
+    return true
+  } catch (e) {
+    emit({ op, error: errText(e), ...txnErrFields(e), ...extra })
+    return false
+  }
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function waitFor (cond, ms) {
+  for (let waited = 0; !cond() && waited < ms; waited += 50) await sleep(50)
+  return cond()
+}
+
+async function sendEach (sender, t, values) {
+  const offsets = []
+  for (const value of values) {
+    const [meta] = await sender.send({ topic: t, messages: [{ value, partition: 0 }] })
+    if (meta.errorCode) throw new Error(`produce error code ${meta.errorCode}`)
+    offsets.push(Number(meta.baseOffset))
+  }
+  return offsets
+}
+
+async function readTopic (isolation, n) {
+  const consumer = kafka.consumer({
+    groupId: `${group}-reader-${isolation}`, readUncommitted: isolation === 'read_uncommitted', maxWaitTimeInMs: 300
+  })
+  const got = []
+  await consumer.connect()
+  try {
+    await consumer.subscribe({ topics: [topic], fromBeginning: true })
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: async ({ message }) => { got.push({ value: message.value.toString(), offset: Number(message.offset) }) }
+    })
+    await waitFor(() => got.length >= n, 20000)
+    await sleep(1500)
+  } finally {
+    await consumer.disconnect()
+  }
+  return { isolation, values: got.map((r) => r.value), offsets: got.map((r) => r.offset) }
+}
+
+async function txnScenario () {
+  const inTopic = `${topic}-in`
+  const txnProducer = (id) => kafka.producer({
+    transactionalId: id, idempotent: true, maxInFlightRequests: 1, transactionTimeout: 60000,
+    createPartitioner: Partitioners.DefaultPartitioner
+  })
+  const admin = kafka.admin()
+  await admin.connect()
+  const opened = [admin]
+  try {
+    if (!await txnStep('create', async () => {
+      await admin.createTopics({
+        topics: [{ topic, numPartitions: 1, replicationFactor: 1 }, { topic: inTopic, numPartitions: 1, replicationFactor: 1 }],
+        waitForLeaders: true
+      })
+    })) return
+
+    const a = txnProducer(`${group}-txn`)
+    await a.connect()
+    opened.push(a)
+    const round = async (op, producer, end, values) => {
+      let txn
+      let offsets
+      const ok = await txnStep(op, async () => {
+        txn = await producer.transaction()
+        offsets = await sendEach(txn, topic, values)
+        if (end === 'commit') await txn.commit()
+        if (end === 'abort') await txn.abort()
+        return { offsets }
+      }, { offsets })
+      return ok ? txn : undefined
+    }
+    await round('commit', a, 'commit', ['c-0', 'c-1', 'c-2'])
+    await round('abort', a, 'abort', ['a-0', 'a-1'])
+    const open = await round('fence_open', a, 'open', ['f-0'])
+    if (open) {
+      const b = txnProducer(`${group}-txn`)
+      let bTxn
+      await txnStep('fence_init', async () => {
+        await b.connect()
+        opened.push(b)
+        bTxn = await b.transaction()
+      })
+      await txnStep('fenced_commit', async () => { await open.commit() })
+      if (bTxn) {
+        await txnStep('b_commit', async () => {
+          const offsets = await sendEach(bTxn, topic, ['b-0'])
+          await bTxn.commit()
+          return { offsets }
+        })
+      }
+    }
+
+    const plain = kafka.producer({ createPartitioner: Partitioners.DefaultPartitioner })
+    await plain.connect()
+    opened.push(plain)
+    await txnStep('input', async () => ({ offsets: await sendEach(plain, inTopic, [0, 1, 2, 3, 4, 5].map((i) => `in-${i}`)) }))
+
+    const c = txnProducer(`${group}-ctp`)
+    await c.connect()
+    opened.push(c)
+    const consumer = kafka.consumer({ groupId: group, readUncommitted: false, maxWaitTimeInMs: 300, sessionTimeout: 30000 })
+    const got = []
+    await consumer.connect()
+    opened.push(consumer)
+    await consumer.subscribe({ topics: [inTopic], fromBeginning: true })
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: async ({ message }) => { got.push({ value: message.value.toString(), offset: Number(message.offset) }) }
+    })
+    let lastOut // the last record the transactions produced: the final marker comes right after it
+    const ctpRound = async (op, from, to, end) => {
+      await txnStep(op, async () => {
+        if (!await waitFor(() => got.length >= to, 30000)) throw new Error(`consumed ${got.length} records, wanted ${to}`)
+        const batch = got.slice(from, to)
+        const txn = await c.transaction()
+        try {
+          const offsets = await sendEach(txn, topic, batch.map((r) => `OUT-${r.value}`))
+          lastOut = offsets[offsets.length - 1]
+          await txn.sendOffsets({
+            consumerGroupId: group,
+            topics: [{ topic: inTopic, partitions: [{ partition: 0, offset: String(batch[batch.length - 1].offset + 1) }] }]
+          })
+          if (end === 'commit') await txn.commit()
+          else await txn.abort()
+          return { consumed: batch.map((r) => r.value), consumed_offsets: batch.map((r) => r.offset), offsets }
+        } catch (e) {
+          if (txn.isActive()) await txn.abort().catch(() => {})
+          throw e
+        }
+      })
+    }
+    // Kafka's EndTxn answers before the markers are written (the coordinator writes them next): what the group
+    // and readers see settles a moment later. groupOffsets(op, true) asks again (at most 50 times, 100 ms apart)
+    // while the input partition has no committed offset; 'ends' asks until the (read_committed) high watermark
+    // is past the abort's marker.
+    const groupOffsets = async (op, wait) => {
+      await txnStep(op, async () => {
+        for (let attempt = 1; ; attempt++) {
+          const res = await admin.fetchOffsets({ groupId: group, topics: [inTopic] })
+          const offsets = {}
+          for (const t of res) for (const p of t.partitions) offsets[`${t.topic}-${p.partition}`] = Number(p.offset)
+          const o = offsets[`${inTopic}-0`]
+          if (!wait || (o !== undefined && o >= 0) || attempt >= 50) return { offsets }
+          await sleep(100)
+        }
+      })
+    }
+    await ctpRound('ctp_commit', 0, 4, 'commit')
+    await groupOffsets('offsets_commit', true)
+    await ctpRound('ctp_abort', 4, 6, 'abort')
+    await txnStep('ends', async () => {
+      for (let attempt = 1; ; attempt++) {
+        const offs = await admin.fetchTopicOffsets(topic)
+        const high = Number(offs[0].high)
+        if (lastOut === undefined || high >= lastOut + 2 || attempt >= 50) return { high, low: Number(offs[0].low) }
+        await sleep(100)
+      }
+    })
+    await groupOffsets('offsets_abort', false)
+    await txnStep('read', () => readTopic('read_committed', READ_COMMITTED_COUNT), { isolation: 'read_committed' })
+    await txnStep('read', () => readTopic('read_uncommitted', READ_UNCOMMITTED_COUNT), { isolation: 'read_uncommitted' })
+  } finally {
+    for (const x of opened.reverse()) await x.disconnect().catch((e) => emitErr('disconnect', e))
+  }
+}
+
 async function main () {
   switch (mode) {
     case 'produce':
@@ -271,6 +479,8 @@ async function main () {
           emit({ op: 'describe_configs', error_code: r.errorCode, resource: r.resourceName, configs })
         })
       })
+    case 'txn':
+      return txnScenario()
     case 'delete-group':
       return withAdmin(async (admin) => {
         await step('delete_group', async () => {

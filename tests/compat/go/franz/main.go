@@ -12,6 +12,7 @@
 //	admin            list groups, describe GROUP, fetch its committed offsets, list topics, end offsets
 //	delete-offsets   delete GROUP's committed offset of partition 0 (OffsetDelete), then fetch its offsets
 //	delete-group     delete GROUP, then list groups
+//	txn              transactions: commit, abort, fencing, a GroupTransactSession round in GROUP (txn.go)
 package main
 
 import (
@@ -115,6 +116,8 @@ func main() {
 			emit(map[string]any{"op": "delete_offsets"})
 		}
 		fetchOffsets(ctx, adm, "after_delete")
+	case "txn":
+		runTxn(ctx) // txn.go
 	case "delete-group":
 		cl := newClient()
 		defer cl.Close()
