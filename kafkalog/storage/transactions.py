@@ -66,6 +66,9 @@ TXN_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)
 
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = range(8)
 _MAX_EPOCH = 32766  # Short.MAX_VALUE - 1: an id whose epoch reaches it gets a new producer id (isEpochExhausted)
+# a PrepareCommit/PrepareAbort this old in another process's name is an orphan: its process writes its markers within
+# milliseconds of deciding (a second completion beside a live one would only write markers that change nothing)
+_ORPHAN_PREPARE_MS = 5000
 
 _log = logging.getLogger("kafkalog.transactions")
 
@@ -174,6 +177,7 @@ class TransactionCoordinator:
         self._tlock = threading.RLock()
         self._depth = 0
         self._need_sync = False
+        self._completing: set[str] = set()  # ids whose markers this process is writing now (EndTxn, locks released)
         self._flock = FileLock(store.path / ".kafkalog-txn-coordinator.lock") \
             if getattr(store, "mode", "shared") != "exclusive" else None
         with self._locked(catch_up=False):
@@ -310,6 +314,9 @@ class TransactionCoordinator:
                     return meta.producer_id, meta.epoch  # a retry of the bump that already happened
                 raise ProducerFencedError(f"transactional id {txn_id!r}: epoch {expected_epoch} is not the "
                                           f"current one ({meta.epoch})")
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT) and meta.txn_id not in self._completing \
+                and meta.last_update_ms + _ORPHAN_PREPARE_MS <= now:
+            self._complete(meta)  # an orphan decision (its process died while writing markers): finish it first
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the last transaction is completing")
         if meta.state == ONGOING:
@@ -388,14 +395,19 @@ class TransactionCoordinator:
             meta.last_update_ms = _now_ms()
             self._write(meta, sync=False)
             partitions = sorted(meta.partitions)
-        # the fate of the transaction, fsynced (with whatever else was appended meanwhile): acknowledged from here
-        self._txn_log().sync()
-        failpoints.hit("txn:after-prepare")
-        self._write_markers(pid, epoch, commit, partitions)
-        with self._locked():
-            meta = self.txns.get(txn_id)
-            if meta is not None and meta.state == want_prepare and meta.producer_id == pid and meta.epoch == epoch:
-                self._mark_complete(meta)
+            self._completing.add(txn_id)
+        try:
+            # the fate of the transaction, fsynced (with whatever else was appended meanwhile): acknowledged from here
+            self._txn_log().sync()
+            failpoints.hit("txn:after-prepare")
+            self._write_markers(pid, epoch, commit, partitions)
+            with self._locked():
+                meta = self.txns.get(txn_id)
+                if meta is not None and meta.state == want_prepare and meta.producer_id == pid and \
+                        meta.epoch == epoch:
+                    self._mark_complete(meta)
+        finally:
+            self._completing.discard(txn_id)
 
     def check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
         """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1). A batch that matches
@@ -485,9 +497,17 @@ class TransactionCoordinator:
                     meta.last_update_ms + self.id_expiration_ms <= now:
                 _log.info("transactional id %r: expired after %d ms without a transaction", meta.txn_id,
                           now - meta.last_update_ms)
-                self._txn_log().append_batch([None], [encode_txn_log_key(meta.txn_id)], [now])
+                self._txn_log().append_batch([None], [encode_txn_log_key(meta.txn_id)], [_now_ms()])
                 self._need_sync = True
                 del self.txns[meta.txn_id]
+                continue
+            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT) and meta.txn_id not in self._completing \
+                    and meta.last_update_ms + _ORPHAN_PREPARE_MS <= now:
+                # decided, but the process that decided it died before its markers were all written (another
+                # process's coordinator: this one would have finished it): finish it here
+                _log.info("transactional id %r: completing its %s, left by a process that stopped %d ms ago",
+                          meta.txn_id, meta.state_name, now - meta.last_update_ms)
+                self._complete(meta)
                 continue
             if meta.state == ONGOING and meta.start_ms >= 0 and meta.start_ms + meta.timeout_ms < now:
                 _log.info("transactional id %r: aborting its transaction open since %d ms (timeout %d ms)",

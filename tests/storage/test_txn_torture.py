@@ -400,12 +400,6 @@ def test_multiprocess_transaction_torture_soak(zygote, tmp_path):
     assert got["committed"] > 100 and got["seen"] > 200, got
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "kafkalog bug: a coordinator opened before a writer died never completes the PrepareCommit/PrepareAbort that the "
-    "writer's process left (TransactionCoordinator._load runs only when a coordinator is created; expire() skips "
-    "PREPARE_* states; init_producer_id answers ConcurrentTransactionsError for good): in that process (a broker) "
-    "the partitions of the dead writer's transaction keep their last stable offset at its first offset, hiding every "
-    "later committed transaction from read_committed, until some process opens a new coordinator"))
 def test_transaction_torture_checked_by_a_coordinator_opened_before(zygote, tmp_path):
     """The torture (2 kills, then the writer killed by txn:after-prepare) checked through the test process's own
     store, opened (with its coordinator) before the writers started, as a broker's is: its expiry must end what the
