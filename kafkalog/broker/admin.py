@@ -273,9 +273,15 @@ def offset_delete(s, ctx, header, frame, offset):
     if view["state"] == "Dead":
         return answer(GroupIdNotFoundError.code)
     subscribed = set()
+    unknown = False  # a member whose subscription cannot be read is taken as subscribed to every topic (Kafka's
+    # GroupMetadata.isSubscribedToTopic with no parsed subscription): its metadata is opaque to the join, and one
+    # member's bad bytes must not close the connection of whoever deletes offsets (found by the fuzzer)
     for m in view["members"]:
-        subscribed |= set(protocol.decode_subscription(m["member_metadata"])["topics"]) if m["member_metadata"] \
-            else set()
+        if m["member_metadata"]:
+            try:
+                subscribed |= set(protocol.decode_subscription(m["member_metadata"])["topics"])
+            except InvalidRequestError:
+                unknown = True
     live = s.groups.groups.get(gid)
     if live is not None:
         for m in live.members.values():
@@ -300,7 +306,7 @@ def offset_delete(s, ctx, header, frame, offset):
                 code = TOPIC_DENIED
             elif not 0 <= idx < n:
                 code = UnknownTopicOrPartitionError.code
-            elif name in subscribed:
+            elif unknown or name in subscribed:
                 code = GroupSubscribedToTopicError.code
             else:
                 code = 0

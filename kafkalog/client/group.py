@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -123,6 +124,7 @@ _NAME_MAX = 200  # bytes of a file name made from an id (Linux allows 255; room 
 GROUP_ID_FILE = "group-id"  # in an ``h-`` group directory: the group id its name is a hash of
 
 
+@functools.lru_cache(maxsize=65536)
 def safe_name(prefix: str, text: str) -> str:
     """A file name for any Kafka id (up to 32767 bytes of any UTF-8, NUL and '/' included): ``prefix`` + the id
     percent-quoted when that is short enough, else ``h-`` + the id's SHA-256 in hex (no length limit, no byte the
@@ -137,6 +139,13 @@ def group_dir(store_path, group: str) -> Path:
     """The group's directory: ``g-<quoted id>``, or ``h-<sha256>`` holding a ``group-id`` file for a long id."""
     if not isinstance(group, str) or not group:
         raise InvalidGroupIdError(f"group id must be a non-empty string, got {group!r}")
+    return _group_dir(str(store_path), group)
+
+
+@functools.lru_cache(maxsize=65536)
+def _group_dir(store_path: str, group: str) -> Path:
+    # a pure function of its arguments, cached: ListGroups asks it for every group of the data dir (quoting and
+    # path building were half of a 3,000-group listing)
     return Path(store_path) / GROUPS_DIR / safe_name("g-", group)
 
 

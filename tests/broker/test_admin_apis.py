@@ -108,6 +108,32 @@ def test_offset_delete_refuses_a_subscribed_topic_and_deletes_the_rest(broker, t
         assert w.call(47, 0, {"group_id": "no-such-group", "topics": []})["error_code"] == GROUP_ID_NOT_FOUND
 
 
+def test_offset_delete_beside_a_member_whose_subscription_cannot_be_read(broker, topic_name):
+    """Found by the 1,000,000-frame fuzz run: a member joined with protocol metadata that is not a subscription
+    (JoinGroup takes it as opaque bytes) made every OffsetDelete of its group close the connection. Kafka's classic
+    group takes an unreadable consumer subscription as subscribed to every topic: GROUP_SUBSCRIBED_TO_TOPIC."""
+    t, g = topic_name("t"), topic_name("g")
+    with Wire(broker.port) as w, Wire(broker.port) as member:
+        assert w.create_topic(t, 1)["error_code"] == 0
+        _commit(w, g, t, {0: 3})
+        body = {"group_id": g, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000, "member_id": "",
+                "group_instance_id": None, "protocol_type": "consumer",
+                "protocols": [{"name": "custom-assignor", "metadata": bytes.fromhex("03c2ffffffff00")}]}
+        r = member.call(11, 5, body)
+        if r["error_code"] == 79:
+            body["member_id"] = r["member_id"]
+            r = member.call(11, 5, body)
+        assert r["error_code"] == 0, r
+        s = member.call(14, 3, {"group_id": g, "generation_id": r["generation_id"], "member_id": r["member_id"],
+                                "group_instance_id": None, "assignments": []})
+        assert s["error_code"] == 0, s
+        r = w.call(47, 0, {"group_id": g, "topics": [{"name": t, "partitions": [{"partition_index": 0}]}]})
+        assert (r["error_code"], r["topics"][0]["partitions"][0]["error_code"]) == (0, GROUP_SUBSCRIBED_TO_TOPIC)
+        left = w.call(9, 3, {"group_id": g, "topics": None})  # the connection still serves, nothing was deleted
+        assert [(p["partition_index"], p["committed_offset"]) for x in left["topics"] for p in x["partitions"]] == \
+            [(0, 3)]
+
+
 def test_create_partitions_grows_a_topic_that_survives_a_restart(own_broker, topic_name):
     t = topic_name()
     with Wire(own_broker.port) as w:
