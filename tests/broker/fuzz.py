@@ -442,8 +442,10 @@ class BodyGen:
             return rng.choice((None, None, "fz-i0", "fz-i1", ""))
         if name == "protocol_type":
             return rng.choice(("consumer", "consumer", "connect", "", "x\x00"))
-        if name == "transactional_id":
+        if name == "transactional_id" and api in ("Produce", "InitProducerId"):  # nullable there: mostly none
             return None if rng.random() < 0.96 else rng.choice(("fz-tx", ""))
+        if name in ("transactional_id", "v3_and_below_transactional_id", "transactional_id_pattern"):
+            return rng.choice(("fz-tx", "fz-tx", "fz-tx2", "", "x" * 300, "fz-.*"))
         if name in ("client_software_name", "client_software_version"):
             return rng.choice(("fz", "kafka-python", "2.0.2", "", "x" * 300, "bad name!", "ünï"))
         if name == "rack_id":
