@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from .lab import KafkaBroker, KafkalogServer, LabError, Target, assert_same
+from .lab import KafkaBroker, KafkalogServer, LabError, Target, assert_same, run_java
 
 DEFAULT_TEST_DEADLINE_S = 120
 
@@ -91,7 +91,95 @@ def _is_compat(item) -> bool:
     return item is not None and Path(str(item.path)).resolve().is_relative_to(Path(__file__).resolve().parent)
 
 
+# -- the transaction tests' broker pair ---------------------------------------------------------------------------
+# Kafka with transaction.version=0 (a new 4.4 cluster has 2: Java 4.4 and franz-go then take KIP-890 part 2's paths,
+# which kafkalog does not advertise) and kafkalog, both with TXN_SERVER_KEYS; shared by test_transactions.py,
+# test_transactions_clients.py and test_streams_eos.py through conftest.py's session fixture ``txn_servers``.
+
+TXN_SERVER_KEYS = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
+    "transaction.max.timeout.ms": 900_000,
+    "transaction.state.log.replication.factor": 1,
+    "transaction.state.log.min.isr": 1,
+}
+
+
+class TxnServers:
+    """Kafka (transaction.version=0) and kafkalog with TXN_SERVER_KEYS, each started on first use; a start that
+    failed is remembered (each later test fails at once with the same account)."""
+
+    def __init__(self, tmp_path_factory):
+        self.tmp = tmp_path_factory
+        self.servers: dict[str, object] = {}
+        self.failed: dict[str, str] = {}
+        self.workdirs = []
+
+    def get(self, name: str):
+        if name in self.failed:
+            pytest.fail(self.failed[name], pytrace=False)
+        server = self.servers.get(name)
+        if server is not None:
+            if not server.running():
+                pytest.fail(f"the transaction tests' {name} broker is no longer running:\n{server.log_tail()}",
+                            pytrace=False)
+            return server
+        workdir = self.tmp.mktemp(f"txn-{name}")
+        self.workdirs.append(workdir)
+        server = KafkaBroker(TXN_SERVER_KEYS) if name == "kafka" else KafkalogServer(TXN_SERVER_KEYS)
+        try:
+            server.start(workdir)
+            if name == "kafka":
+                disable_transaction_version(server.bootstrap)
+        except (LabError, OSError, AssertionError) as e:
+            server.stop()
+            self.failed[name] = f"the transaction tests' {name} broker did not start: {e}\n{server.log_tail()}"
+            pytest.fail(self.failed[name], pytrace=False)
+        self.servers[name] = server
+        return server
+
+    def target(self, name: str) -> Target:
+        server = self.get(name)
+        return Target(name, server.bootstrap, server)
+
+    def stop(self):
+        """Stop both and forget them: a later ``get`` starts them again."""
+        for server in self.servers.values():
+            server.stop()
+        for workdir in self.workdirs:
+            shutil.rmtree(workdir, ignore_errors=True)
+        self.servers, self.workdirs, self.failed = {}, [], {}
+
+
+def disable_transaction_version(bootstrap: str) -> None:
+    """kafka-features downgrade --feature transaction.version=0, checked with describe."""
+    tool = "org.apache.kafka.tools.FeatureCommand"
+    r = run_java(tool, ["--bootstrap-server", bootstrap, "downgrade", "--feature", "transaction.version=0"])
+    d = run_java(tool, ["--bootstrap-server", bootstrap, "describe"])
+    m = re.search(r"Feature: transaction\.version\s.*FinalizedVersionLevel: (\d+)", d.stdout)
+    if r.returncode != 0 or m is None or m.group(1) != "0":
+        raise LabError(f"could not set transaction.version=0 on Kafka: {r.stdout[-1000:]}{r.stderr[-2000:]}\n"
+                       f"describe: {d.stdout[-2000:]}")
+
+
+_TXN_SERVERS: list = []  # the session's TxnServers, once made
+
+
+@pytest.fixture(scope="session")
+def txn_servers(tmp_path_factory):
+    """The transaction tests' broker pair (TxnServers: Kafka at transaction.version=0, and kafkalog), shared by
+    the modules that use it (one JVM start, not one per module) and stopped after the last test that uses it."""
+    servers = TxnServers(tmp_path_factory)
+    _TXN_SERVERS.append(servers)
+    try:
+        yield servers
+    finally:
+        _TXN_SERVERS.remove(servers)
+        servers.stop()
+
+
 def pytest_runtest_teardown(item, nextitem):
+    if _TXN_SERVERS and (nextitem is None or "txn_servers" not in getattr(nextitem, "fixturenames", ())):
+        _TXN_SERVERS[0].stop()  # started again by the next test that needs it
     if not _is_compat(nextitem):
         for name, (server, workdir) in list(_SESSION_SERVERS.items()):
             if server.running():

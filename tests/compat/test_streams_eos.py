@@ -20,8 +20,8 @@ polls. Kafka's and kafkalog's final counts and the per-word sequences are compar
 
 The brokers: the same pair as tests/compat/test_transactions.py (``TxnServers``: Kafka downgraded to
 ``transaction.version=0`` right after its start, so the Streams producers take the pre-KIP-890-part-2 paths as on
-kafkalog, which does not advertise the feature; the coordinator's timeout scan every 500 ms), a pair of this
-module's own.
+kafkalog, which does not advertise the feature; the coordinator's timeout scan every 500 ms), conftest.py's
+``txn_servers``, one for the session.
 
 Run: ``pytest -q tests/compat/test_streams_eos.py`` (Kafka only: ``-k "not kafkalog"``).
 """
@@ -55,7 +55,6 @@ from .lab import (
     java_classpath,
     kafka_libs,
 )
-from .test_transactions import TxnServers
 
 LAB_TEST_DEADLINE_S = 300
 JAVA_DIR = Path(__file__).resolve().parent / "java"
@@ -155,15 +154,6 @@ def app_classes():
         return compile_app()
     except LabError as e:
         pytest.fail(str(e), pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def txn_servers(tmp_path_factory):
-    servers = TxnServers(tmp_path_factory)
-    try:
-        yield servers
-    finally:
-        servers.stop()
 
 
 class Instance:
@@ -451,7 +441,7 @@ def answers():
     return {}
 
 
-def answer(answers: dict, txn_servers: TxnServers, name: str, classes: Path, tmp_path_factory) -> dict:
+def answer(answers: dict, txn_servers, name: str, classes: Path, tmp_path_factory) -> dict:
     if name not in answers:
         target = txn_servers.target(name)
         try:

@@ -39,94 +39,23 @@ Run: ``pytest -q tests/compat/test_transactions.py`` (Kafka only: ``-k "not kafk
 
 from __future__ import annotations
 
-import re
-import shutil
 import subprocess
 import time
 import uuid
 
 import pytest
 
-from .lab import KafkaBroker, KafkalogServer, LabError, Target, assert_same, run_java
+from .lab import LabError, Target, assert_same, run_java
 from .test_java_clients import Answer, compile_programs
 
 LAB_TEST_DEADLINE_S = 150
 RUN = uuid.uuid4().hex[:6]  # names are the same on both brokers (so answers compare verbatim)
-TXN_SERVER_KEYS = {
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500,
-    "transaction.max.timeout.ms": 900_000,
-    "transaction.state.log.replication.factor": 1,
-    "transaction.state.log.min.isr": 1,
-}
 FENCED = {"ProducerFencedException", "InvalidProducerEpochException"}
 # what may differ between the brokers in a step's line: timings, texts (they carry producer ids and epochs)
 IGNORE = ("*.elapsed_ms", "*.message", "*.causes", "*.error_message")
 
 
-# -- this module's broker pair -----------------------------------------------------------------------------------
-
-class TxnServers:
-    """Kafka (transaction.version=0) and kafkalog with TXN_SERVER_KEYS, each started on first use; a start that
-    failed is remembered (each later test fails at once with the same account)."""
-
-    def __init__(self, tmp_path_factory):
-        self.tmp = tmp_path_factory
-        self.servers: dict[str, object] = {}
-        self.failed: dict[str, str] = {}
-        self.workdirs = []
-
-    def get(self, name: str):
-        if name in self.failed:
-            pytest.fail(self.failed[name], pytrace=False)
-        server = self.servers.get(name)
-        if server is not None:
-            if not server.running():
-                pytest.fail(f"this module's {name} broker is no longer running:\n{server.log_tail()}", pytrace=False)
-            return server
-        workdir = self.tmp.mktemp(f"txn-{name}")
-        self.workdirs.append(workdir)
-        server = KafkaBroker(TXN_SERVER_KEYS) if name == "kafka" else KafkalogServer(TXN_SERVER_KEYS)
-        try:
-            server.start(workdir)
-            if name == "kafka":
-                disable_transaction_version(server.bootstrap)
-        except (LabError, OSError, AssertionError) as e:
-            server.stop()
-            self.failed[name] = f"this module's {name} broker did not start: {e}\n{server.log_tail()}"
-            pytest.fail(self.failed[name], pytrace=False)
-        self.servers[name] = server
-        return server
-
-    def target(self, name: str) -> Target:
-        server = self.get(name)
-        return Target(name, server.bootstrap, server)
-
-    def stop(self):
-        for server in self.servers.values():
-            server.stop()
-        for workdir in self.workdirs:
-            shutil.rmtree(workdir, ignore_errors=True)
-
-
-def disable_transaction_version(bootstrap: str) -> None:
-    """kafka-features downgrade --feature transaction.version=0, checked with describe."""
-    tool = "org.apache.kafka.tools.FeatureCommand"
-    r = run_java(tool, ["--bootstrap-server", bootstrap, "downgrade", "--feature", "transaction.version=0"])
-    d = run_java(tool, ["--bootstrap-server", bootstrap, "describe"])
-    m = re.search(r"Feature: transaction\.version\s.*FinalizedVersionLevel: (\d+)", d.stdout)
-    if r.returncode != 0 or m is None or m.group(1) != "0":
-        raise LabError(f"could not set transaction.version=0 on Kafka: {r.stdout[-1000:]}{r.stderr[-2000:]}\n"
-                       f"describe: {d.stdout[-2000:]}")
-
-
-@pytest.fixture(scope="module")
-def txn_servers(tmp_path_factory):
-    servers = TxnServers(tmp_path_factory)
-    try:
-        yield servers
-    finally:
-        servers.stop()
-
+# -- the broker pair (conftest.TxnServers, one per session: its txn_servers fixture) ----------------------------------
 
 @pytest.fixture(params=["kafka", "kafkalog"], ids=["kafka", "kafkalog"])
 def txn_target(request, txn_servers) -> Target:
@@ -154,7 +83,7 @@ def scenarios(java_classes, txn_servers):
 class Scenarios:
     """Each (scenario, broker) run once per module (a failure is remembered too)."""
 
-    def __init__(self, classes, servers: TxnServers):
+    def __init__(self, classes, servers):
         self.classes = classes
         self.servers = servers
         self.cache: dict = {}

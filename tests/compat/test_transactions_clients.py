@@ -32,11 +32,12 @@ and the ends (until the LSO is past the abort's marker).
 Each client's answer is checked on each broker against those absolute expectations, then kafkalog's answer is
 compared with Kafka's line by line (``assert_same``; error texts and timings aside, names normalized).
 
-The brokers: test_transactions.py's ``TxnServers`` pair (Kafka with ``transaction.version=0``), one pair for this
-module. It matters for franz-go: v1.22 reads the cluster's finalized ``transaction.version`` and at 2 (the session
-Kafka's default) takes the KIP-890 part 2 paths (Produce v12+ adds partitions implicitly, EndTxn v5, an epoch bump
-per transaction), which kafkalog does not advertise. KafkaJS 2.2.4 (InitProducerId v1, EndTxn v1) and kafka-python
-3.0.12 (AddPartitionsToTxn <= v3, no EndTxn v5) ignore it, and run on the same pair for one set of brokers.
+The brokers: the transaction tests' pair (conftest.py's ``txn_servers``: Kafka with ``transaction.version=0``), one
+for the session. It matters for franz-go: v1.22 reads the cluster's finalized ``transaction.version`` and at 2 (the
+session Kafka's default) takes the KIP-890 part 2 paths (Produce v12+ adds partitions implicitly, EndTxn v5, an
+epoch bump per transaction), which kafkalog does not advertise. KafkaJS 2.2.4 (InitProducerId v1, EndTxn v1) and
+kafka-python 3.0.12 (AddPartitionsToTxn <= v3, no EndTxn v5) ignore it, and run on the same pair for one set of
+brokers.
 
 Run: ``pytest -q tests/compat/test_transactions_clients.py`` (one client: ``-k franz``).
 """
@@ -55,7 +56,7 @@ import pytest
 
 from .lab import assert_same
 from .test_go_js_clients import client_commands  # noqa: F401 — the fixture: builds/installs the Go and JS clients
-from .test_transactions import txn_servers, txn_target  # noqa: F401 — the fixtures: this module's broker pair
+from .test_transactions import txn_target  # noqa: F401 — the fixture: the broker under test of the pair
 
 LAB_TEST_DEADLINE_S = 150
 RUN = uuid.uuid4().hex[:6]   # names are the same on both brokers
