@@ -227,8 +227,15 @@ def baseline(brokers, data, sc: Scenario, extra_args=()) -> dict:
     return first
 
 
-@pytest.mark.parametrize("commit", [True, False], ids=["commit", "abort"])
-@pytest.mark.parametrize("failpoint", FAILPOINTS)
+# the default suite kills at two of the six (failpoint, result) points, each once; the others are slow (about 10 s
+# each: two broker starts and a kill), run before a stop with `pytest -m slow`
+_DEFAULT_CASES = {("txn:after-prepare", True), ("txn:after-marker", False)}
+END_TXN_CASES = [pytest.param(f, c, id=f"{f}-{'commit' if c else 'abort'}",
+                              marks=() if (f, c) in _DEFAULT_CASES else pytest.mark.slow)
+                 for f in FAILPOINTS for c in (True, False)]
+
+
+@pytest.mark.parametrize(("failpoint", "commit"), END_TXN_CASES)
 def test_end_txn_killed_then_completed_on_restart(brokers, tmp_path, failpoint, commit):
     data = tmp_path / "data"
     sc = Scenario()
