@@ -460,6 +460,18 @@ class Log:
                 seg.close()
                 seg = self._open_segment(seg.base_offset, writable=False)
             segments[i] = seg
+            # .txnindex entries are fsynced when their ABORT marker is appended, before the marker's segment: a power
+            # loss can keep an entry whose marker is gone (the coordinator writes that marker again, maybe at another
+            # offset): entries at or past the segment's recovered end go
+            index_path = txn_index_path(self.dir, seg.base_offset)
+            if index_path.exists():
+                idx = TxnIndex(index_path)
+                try:
+                    last = idx.last_offset
+                    if last is not None and last >= seg.next_offset:
+                        idx.truncate_to(seg.next_offset)
+                finally:
+                    idx.close()
             if truncated > 0:
                 for x in self._txn_snapshots():  # they may describe batches that are gone now
                     _unlink(snapshot_path(self.dir, x))
@@ -472,8 +484,12 @@ class Log:
                 _log.warning("%s-%d has no records in offsets [%d, %d) (a gap between segments); the segments "
                              "around it are kept", self.topic, self.partition, seg.next_offset,
                              segments[i + 1].base_offset)
+        end = segments[-1].next_offset
+        for x in self._txn_snapshots():
+            if x > end:  # beyond the recovered log end: written before a power loss took the batches below it
+                _unlink(snapshot_path(self.dir, x))
         # the active segment must be writable and its indexes full-size again
-        return segments, min(rp, segments[-1].next_offset)
+        return segments, min(rp, end)
 
     def _new_active(self) -> None:
         active = self._segments[-1]
@@ -1214,6 +1230,9 @@ class Log:
                         created = not path.exists()
                         idx = TxnIndex(path)
                         try:
+                            last = idx.last_offset
+                            if last is not None and last >= base:
+                                idx.truncate_to(base)  # entries past the log end: their markers were lost
                             idx.append(entry)
                             idx.flush()
                         finally:

@@ -11,7 +11,7 @@ import pytest
 import kafkalog
 from kafkalog._engine.batch import build_batch
 from kafkalog.errors import InvalidProducerEpochError
-from kafkalog.storage.txnformat import snapshot_path
+from kafkalog.storage.txnformat import TxnIndex, snapshot_path, txn_index_path
 from kafkalog.storage.txnstate import PartitionTxns
 
 
@@ -153,4 +153,42 @@ os._exit(0)  # no close: an unclean shutdown
     assert not list(d.glob("*.snapshot"))
     t = log._txn_state()
     assert _state(t) == _state(_full_scan(log)) and log.last_stable_offset == log.log_end_offset == 4
+    store.close()
+
+
+def test_a_txnindex_entry_whose_marker_a_power_loss_took_goes_at_recovery(tmp_path):
+    """The .txnindex entry of an ABORT marker is fsynced before the marker's segment: a power loss can keep the entry
+    and lose the marker. Recovery drops entries past the recovered end, so the coordinator can write that marker
+    again (found by the power-loss soak: the append refused a last offset not above the stale entry's)."""
+    import subprocess
+    import sys
+    script = f"""
+import os, kafkalog
+from kafkalog._engine.batch import build_batch
+store = kafkalog.LogStore({str(tmp_path)!r}, maintenance=False)
+store.create_topic("t", 1)
+log = store.log("t", 0)
+log.append_records(build_batch([b"x"], producer_id=1, producer_epoch=0, base_sequence=0, is_transactional=True))
+log.flush()
+print(log.log_end_offset, flush=True)
+log.append_marker(1, 0, False)
+os._exit(0)
+"""
+    out = subprocess.run([sys.executable, "-c", script], check=True, timeout=120, capture_output=True, text=True)
+    marker_at = int(out.stdout.split()[0])
+    d = tmp_path / "t-0"
+    seg = sorted(d.glob("*.log"))[0]
+    data = seg.read_bytes()
+    first = 12 + int.from_bytes(data[8:12], "big")  # the data batch; the 78-byte marker follows it
+    with open(seg, "r+b") as f:  # the marker's bytes never reached the disk: zeros where it was
+        f.seek(first)
+        f.write(b"\0" * 78)
+    assert [e.last_offset for e in TxnIndex(txn_index_path(d, 0)).entries()] == [marker_at]
+    store = kafkalog.LogStore(tmp_path, maintenance=False)
+    log = store.log("t", 0)
+    assert log.log_end_offset == marker_at and log.open_transactions() == {1: 0}
+    assert TxnIndex(txn_index_path(d, 0)).entries() == []
+    assert log.append_marker(1, 0, False) == marker_at  # what the coordinator's completion does
+    assert [e.last_offset for e in TxnIndex(txn_index_path(d, 0)).entries()] == [marker_at]
+    assert list(log.records(isolation_level="read_committed")) == [] and log.last_stable_offset == marker_at + 1
     store.close()
