@@ -284,3 +284,39 @@ def test_confluent_kafka_transactions_with_read_committed_consumers(wire_broker)
     p2.commit_transaction(10)
     committed, _ = read("read_committed")
     assert b"zombie" not in committed and b"p2" in committed
+
+
+def test_describe_producers_and_write_txn_markers_end_a_hanging_transaction(wire_broker):
+    """What `kafka-transactions describe-producers` and `abort` send (the full tool against Apache Kafka is in
+    tests/compat/test_kafka_transactions_tool.py, under -m slow): DescribeProducers shows the open transaction's start
+    offset and epoch, WriteTxnMarkers with that epoch ends it (a fenced epoch is refused), the LSO reaches the high
+    watermark and the coordinator epoch of the producer's last marker is reported."""
+    t, txn = "t-" + uuid.uuid4().hex[:6], "tx-" + uuid.uuid4().hex[:6]
+    with Wire(wire_broker.port) as w:
+        assert w.create_topic(t)["error_code"] == 0
+        assert _produce(w, None, t, 0, batch([b"plain"]))["error_code"] == NONE
+        r = _init(w, txn)
+        pid, epoch = r["producer_id"], r["producer_epoch"]
+        assert _add(w, txn, pid, epoch, {t: [0]}) == {(t, 0): NONE}
+        assert _produce(w, txn, t, 0, _txn_batch([b"h0", b"h1"], pid, epoch))["base_offset"] == 1
+
+        def producers():
+            r = w.call(61, 0, {"topics": [{"name": t, "partition_indexes": [0]}]})
+            p = r["topics"][0]["partitions"][0]
+            assert p["error_code"] == NONE, p
+            return {a["producer_id"]: (a["producer_epoch"], a["coordinator_epoch"], a["current_txn_start_offset"])
+                    for a in p["active_producers"]}
+        assert producers()[pid] == (epoch, -1, 1)
+
+        def markers(e):
+            r = w.call(27, 1, {"markers": [{"producer_id": pid, "producer_epoch": e, "transaction_result": False,
+                                            "topics": [{"name": t, "partition_indexes": [0]}],
+                                            "coordinator_epoch": 0}]})
+            return r["markers"][0]["topics"][0]["partitions"][0]["error_code"]
+        assert _latest(w, t, 1) == 1
+        assert markers(epoch) == NONE
+        assert _latest(w, t, 1) == _latest(w, t, 0) == 4
+        assert producers()[pid] == (epoch, 0, -1)
+        assert markers(epoch - 1) == INVALID_PRODUCER_EPOCH
+        f = _fetch(w, t, offset=1)
+        assert [(a["producer_id"], a["first_offset"]) for a in f["aborted_transactions"]] == [(pid, 1)]

@@ -227,9 +227,9 @@ def baseline(brokers, data, sc: Scenario, extra_args=()) -> dict:
     return first
 
 
-# the default suite kills at two of the six (failpoint, result) points, each once; the others are slow (about 10 s
+# the default suite kills at one of the six (failpoint, result) points; the others are slow (about 10 s
 # each: two broker starts and a kill), run before a stop with `pytest -m slow`
-_DEFAULT_CASES = {("txn:after-prepare", True), ("txn:after-marker", False)}
+_DEFAULT_CASES = {("txn:after-prepare", True)}
 END_TXN_CASES = [pytest.param(f, c, id=f"{f}-{'commit' if c else 'abort'}",
                               marks=() if (f, c) in _DEFAULT_CASES else pytest.mark.slow)
                  for f in FAILPOINTS for c in (True, False)]

@@ -247,6 +247,7 @@ def test_open_transaction_lso(scenarios, txn_target):
     run_checked(scenarios, txn_target, "open", expect)
 
 
+@pytest.mark.slow  # about 15 s a broker (the suite's 20-minute budget); the wire test covers it by default
 def test_timeout_abort(scenarios, txn_target):
     def expect(c: Check):
         c.ok("init")
@@ -262,6 +263,7 @@ def test_timeout_abort(scenarios, txn_target):
     run_checked(scenarios, txn_target, "timeout", expect)
 
 
+@pytest.mark.slow  # about 15 s a broker (the suite's 20-minute budget); the wire test covers it by default
 def test_offset_fetch_require_stable(scenarios, txn_target):
     tp = f"tx-{RUN}-stable-0"
 
