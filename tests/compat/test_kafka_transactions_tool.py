@@ -37,6 +37,9 @@ import pytest
 
 from .lab import Target, assert_same, children
 
+# about 30 s with its broker start (the suite's 20-minute budget): run with -m slow; DescribeProducers,
+# Describe/ListTransactions and WriteTxnMarkers are checked by default in tests/broker/test_transactions.py
+pytestmark = pytest.mark.slow
 LAB_TEST_DEADLINE_S = 150
 RUN = uuid.uuid4().hex[:6]   # the same names on both brokers (so the tables compare verbatim)
 TXN_TIMEOUT_MS = 600_000
@@ -51,9 +54,6 @@ HANGING_PRODUCER = r"""
 import json, sys, time
 from confluent_kafka import Producer
 
-# about 30 s with its broker start (the suite's 20-minute budget): run with -m slow; DescribeProducers,
-# Describe/ListTransactions and WriteTxnMarkers are checked by default in tests/broker/test_transactions.py
-pytestmark = pytest.mark.slow
 bootstrap, txn_id, topic, timeout_ms = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "transactional.id": txn_id,
               "transaction.timeout.ms": timeout_ms, "linger.ms": 0, "message.timeout.ms": 20000})
