@@ -118,7 +118,7 @@ def test_a_fenced_epoch_is_refused_by_the_partition(tmp_path):
     store.close()
 
 
-def test_a_recovery_that_cuts_the_log_removes_the_snapshots(tmp_path):
+def test_a_recovery_that_cuts_the_log_removes_the_snapshots(tmp_path, child_env):
     """A snapshot may describe batches a power loss took: after a recovery that cut anything, none is trusted."""
     import subprocess
     import sys
@@ -135,7 +135,7 @@ log.append_marker(1, 0, False)
 log.flush()
 os._exit(0)  # no close: an unclean shutdown
 """
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120, env=child_env)
     d = tmp_path / "t-0"
     assert list(d.glob("*.snapshot"))
     active = sorted(d.glob("*.log"))[-1]
@@ -156,7 +156,7 @@ os._exit(0)  # no close: an unclean shutdown
     store.close()
 
 
-def test_a_txnindex_entry_whose_marker_a_power_loss_took_goes_at_recovery(tmp_path):
+def test_a_txnindex_entry_whose_marker_a_power_loss_took_goes_at_recovery(tmp_path, child_env):
     """The .txnindex entry of an ABORT marker is fsynced before the marker's segment: a power loss can keep the entry
     and lose the marker. Recovery drops entries past the recovered end, so the coordinator can write that marker
     again (found by the power-loss soak: the append refused a last offset not above the stale entry's)."""
@@ -174,7 +174,8 @@ print(log.log_end_offset, flush=True)
 log.append_marker(1, 0, False)
 os._exit(0)
 """
-    out = subprocess.run([sys.executable, "-c", script], check=True, timeout=120, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", script], check=True, timeout=120, capture_output=True, text=True,
+                         env=child_env)
     marker_at = int(out.stdout.split()[0])
     d = tmp_path / "t-0"
     seg = sorted(d.glob("*.log"))[0]
