@@ -67,7 +67,7 @@ from ..structs import OffsetAndMetadata, TopicPartition
 from . import failpoints
 from .files import FileLock, atomic_write
 from .log import READ, Log
-from .txnformat import marker_of_batch
+from .txnformat import _read_uvarint, marker_of_batch
 
 __all__ = [
     "GROUP_METADATA_KEY_VERSION", "OFFSETS_TOPIC", "OFFSET_COMMIT_KEY_VERSION", "OFFSET_COMMIT_VALUE_VERSION",
@@ -160,19 +160,6 @@ def _read_string(data, pos: int) -> tuple[str, int]:
     if pos + n > len(data):
         raise ValueError("string runs past the end")
     return bytes(data[pos:pos + n]).decode("utf-8"), pos + n
-
-
-def _read_uvarint(data, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
 
 
 def _read_compact_string(data, pos: int) -> tuple[str, int]:

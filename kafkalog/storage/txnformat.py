@@ -145,8 +145,8 @@ def _uvarint(n: int) -> bytes:
 
 
 # Readers below raise IndexError/struct.error/UnicodeDecodeError on bad bytes; the public decoders turn them into
-# one CorruptRecordError. (storage/offsets.py has the same few helpers, but it imports log.py, which imports this
-# module: sharing them would make an import cycle.)
+# one CorruptRecordError. storage/offsets.py reads its flexible records with this module's _read_uvarint (its string
+# readers differ: a null offset metadata reads as "" there).
 
 def _read_uvarint(data, pos: int) -> tuple[int, int]:
     shift = result = 0
