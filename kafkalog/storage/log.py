@@ -141,6 +141,7 @@ class Log:
         self._txns: PartitionTxns | None = None  # open and aborted transactions, built when first needed
         self._txn_known = False  # True once the partition is known to have held a transactional batch
         self._txn_probed = False  # Kafka's .txnindex files looked for (once)
+        self._txn_absent_at = -1  # the log end when the partition was last found without transactions
         self._apply_config(config)
         self._plock = None
         try:
@@ -1087,6 +1088,8 @@ class Log:
         t = self._txns
         if t is None or t.scanned < 0:
             if not self._txn_known:
+                if not create and self._leo == self._txn_absent_at:
+                    return None  # nothing appended since the last look: still none (no stat on a fetch's path)
                 marker = os.path.join(self._dir_str, TXN_MARKER_FILE)
                 if create:
                     if not os.path.exists(marker):
@@ -1103,6 +1106,7 @@ class Log:
                     self._txn_probed = True  # a log written by Kafka: its aborted transactions left .txnindex files
                     self._txn_known = any(n.endswith(".txnindex") for n in os.listdir(self.dir))
                 if not self._txn_known:
+                    self._txn_absent_at = self._leo
                     return None
             t = self._txns = PartitionTxns()
             self._txn_from_snapshot(t)
