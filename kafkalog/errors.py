@@ -168,6 +168,7 @@ FetchSessionIdNotFoundError = _define("FetchSessionIdNotFoundError", 70, "FETCH_
 InvalidFetchSessionEpochError = _define("InvalidFetchSessionEpochError", 71, "INVALID_FETCH_SESSION_EPOCH",
                                         retriable=True)
 MemberIdRequiredError = _define("MemberIdRequiredError", 79, "MEMBER_ID_REQUIRED")
+FencedInstanceIdError = _define("FencedInstanceIdError", 82, "FENCED_INSTANCE_ID")
 
 # transactions (KIP-98, KIP-447, KIP-890)
 InvalidTxnStateError = _define("InvalidTxnStateError", 48, "INVALID_TXN_STATE")

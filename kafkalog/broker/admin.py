@@ -117,10 +117,10 @@ def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None =
         members = []
         for m in cg.members.values():
             meta = next((md for n, md in m.protocols if n == cg.protocol), b"") if state == "Stable" else b""
-            members.append({"member_id": m.member_id, "group_instance_id": None, "client_id": m.client_id,
+            members.append({"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
                             "client_host": s.groups.hosts.get(m.member_id, ""), "member_metadata": meta,
                             "member_assignment": m.assignment if state == "Stable" else b""})
-        return {"state": state, "protocol_type": "consumer", "protocol": cg.protocol or "", "members": members}
+        return {"state": state, "protocol_type": cg.protocol_type, "protocol": cg.protocol or "", "members": members}
     if gid == "":  # Kafka allows the empty group id for commits (and so to describe and delete): never joined
         d = {"state": "Empty", "members": [], "protocol": None}
     else:
@@ -147,7 +147,7 @@ def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None =
             "member_id": m["member_id"], "group_instance_id": None, "client_id": m["client_id"] or "",
             "client_host": s.groups.hosts.get(m["member_id"], f"pid:{m['pid']}"),
             "member_metadata": metadata if stable else b"", "member_assignment": assignment if stable else b""})
-    return {"state": d["state"], "protocol_type": "consumer" if joined else "",
+    return {"state": d["state"], "protocol_type": (d.get("protocol_type") or "consumer") if joined else "",
             "protocol": (d["protocol"] or "") if d["state"] != "Empty" else "", "members": members}
 
 

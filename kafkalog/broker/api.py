@@ -72,13 +72,13 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     1: (4, 11),   # Fetch
     2: (1, 7),    # ListOffsets (7: max timestamp, KIP-734)
     3: (0, 12),   # Metadata (10+: topic ids)
-    8: (2, 3),    # OffsetCommit
+    8: (2, 9),    # OffsetCommit (7: group instance id, KIP-345; 8+ flexible)
     9: (1, 7),    # OffsetFetch (7: RequireStable, KIP-447)
     10: (0, 2),   # FindCoordinator
-    11: (0, 5),   # JoinGroup
-    12: (0, 3),   # Heartbeat
-    13: (0, 1),   # LeaveGroup
-    14: (0, 3),   # SyncGroup
+    11: (0, 9),   # JoinGroup (4: KIP-394, 5: KIP-345 static members, 7: protocol type, 9: SkipAssignment)
+    12: (0, 4),   # Heartbeat
+    13: (0, 5),   # LeaveGroup (3+: batched, by member or instance id)
+    14: (0, 5),   # SyncGroup (5: protocol type and name checked)
     17: (0, 1),   # SaslHandshake
     18: (0, 4),   # ApiVersions
     19: (2, 7),   # CreateTopics (5+: what was made; 7: topic id)
@@ -1057,7 +1057,7 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
             _log_txn_refusal(ctx, "TxnOffsetCommit", txn, e)
         member, generation = req.get("member_id") or "", req.get("generation_id", -1)
         if not code and (member or generation >= 0):  # KIP-447: a group member's commit is fenced by generation
-            code = s.groups.check_commit(group, member, generation)
+            code = s.groups.check_commit(group, member, generation, req.get("group_instance_id"))
     topics, offsets = [], {}
     for t in req["topics"]:
         name = t["name"]
@@ -1257,16 +1257,22 @@ def heartbeat(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
-    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
-                          "error_code": s.groups.heartbeat(req["group_id"], req["member_id"], req["generation_id"])})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": s.groups.heartbeat(
+        req["group_id"], req["member_id"], req["generation_id"], req.get("group_instance_id"))})
 
 
 def leave_group(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
-        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED})
-    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
-                          "error_code": s.groups.leave(req["group_id"], req["member_id"])})
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED, "members": []})
+    if header.api_version < 3:
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
+                                "error_code": s.groups.leave(req["group_id"], req["member_id"])})
+    # v3+ (KIP-345): a batch of members, each by member id or by a static member's instance id, each answered
+    members = [{"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
+                "error_code": s.groups.leave(req["group_id"], m["member_id"], m.get("group_instance_id"),
+                                             m.get("reason"))} for m in req["members"]]
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "members": members})
 
 
 def offset_commit(s: Services, ctx, header, frame, offset):
@@ -1274,7 +1280,7 @@ def offset_commit(s: Services, ctx, header, frame, offset):
     group = req["group_id"]
     generation = req.get("generation_id_or_member_epoch", req.get("generation_id", -1))
     err = GROUP_DENIED if not_allowed(s, ctx, "READ", "GROUP", group) else \
-        s.groups.check_commit(group, req["member_id"], generation)
+        s.groups.check_commit(group, req["member_id"], generation, req.get("group_instance_id"))
     topics = []
     offsets = {}
     sl = Slice()

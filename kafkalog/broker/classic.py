@@ -1,9 +1,19 @@
-"""Groups whose members assign partitions themselves (sticky, cooperative-sticky, any assignor the group model
-does not run): Kafka's classic coordinator, with the leader's SyncGroup assignments passed through untouched.
+"""Kafka's classic group coordinator, generic: the leader's SyncGroup assignments passed through untouched, member
+metadata and assignments opaque bytes (only a consumer's subscription is read, for the views).
 
-A group takes this path when its first member offers neither range nor roundrobin (the group model's assignors);
-confluent-kafka with ``partition.assignment.strategy=cooperative-sticky`` is the common case. The broker side of
-KIP-429's cooperative protocol is the classic one: the incremental logic lives in the clients. States as Kafka's::
+A group takes this path when its first member is of another protocol type than ``consumer`` (Kafka Connect's
+``connect``, Schema Registry's, any custom group), is a static member (``group.instance.id``, KIP-345), or offers
+neither range nor roundrobin (the group model's assignors: confluent-kafka with
+``partition.assignment.strategy=cooperative-sticky`` is the common case). A member of another protocol type than the
+group's, or with no protocol every member supports, is refused with INCONSISTENT_GROUP_PROTOCOL. The broker side of
+KIP-429's cooperative protocol is the classic one: the incremental logic lives in the clients.
+
+Static members (KIP-345): a member with an instance id joins without the MEMBER_ID_REQUIRED round trip; when it
+restarts (an empty member id, its instance id known) it gets a new member id, takes its old incarnation's place and
+assignment, and in a Stable group whose protocol it still offers no rebalance happens (a leader gets the members and,
+from JoinGroup v9, SkipAssignment). Requests naming the instance id with another member id are answered
+FENCED_INSTANCE_ID. A static member that misses a join phase stays in the group until its session timeout. LeaveGroup
+v3+ removes members by member id or by instance id. States as Kafka's::
 
     Empty -> PreparingRebalance -> CompletingRebalance -> Stable -> (join/leave/expiry) PreparingRebalance ...
 
@@ -30,6 +40,7 @@ import time
 
 from ..client.group import ASSIGNORS, GroupMember, _make_group_dir, _write_state
 from ..errors import (
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     RebalanceInProgressError,
@@ -43,11 +54,12 @@ POLL_S = 0.01
 
 
 class ClassicMember:
-    __slots__ = ("member_id", "gm", "protocols", "session_timeout_ms", "rebalance_timeout_ms", "last_seen",
-                 "join_fut", "joined_at", "assignment", "client_id", "topics")
+    __slots__ = ("member_id", "instance_id", "gm", "protocols", "session_timeout_ms", "rebalance_timeout_ms",
+                 "last_seen", "join_fut", "joined_at", "assignment", "client_id", "topics")
 
-    def __init__(self, member_id: str, gm: GroupMember, client_id: str):
+    def __init__(self, member_id: str, gm: GroupMember, client_id: str, instance_id: str | None = None):
         self.member_id = member_id
+        self.instance_id = instance_id  # KIP-345: group.instance.id of a static member
         self.gm = gm
         self.client_id = client_id
         self.protocols: list[tuple[str, bytes]] = []
@@ -66,9 +78,11 @@ class ClassicGroup:
         self.group_id = group_id
         self.state = "Empty"
         self.generation = 0
+        self.protocol_type = ""  # the members' kind ("consumer", "connect", "sr", ...): opaque, as Kafka keeps it
         self.protocol: str | None = None
         self.leader: str | None = None
         self.members: dict[str, ClassicMember] = {}
+        self.instances: dict[str, str] = {}  # KIP-345: group.instance.id -> the static member's current member id
         self.pending_ids: dict[str, float] = {}
         self.phase: asyncio.Task | None = None
         self.phase_started = 0.0
@@ -88,8 +102,10 @@ class ClassicGroup:
             with gm._locked():
                 for m in self.members.values():
                     m.gm._hold_member_file_locked()
-                state = {"generation": self.generation, "protocol": self.protocol, "leader": self.leader,
-                         "members": {m.member_id: {"client_id": m.client_id, "pid": os.getpid(), "topics": m.topics,
+                state = {"generation": self.generation, "protocol_type": self.protocol_type,
+                         "protocol": self.protocol, "leader": self.leader,
+                         "members": {m.member_id: {"client_id": m.client_id, "instance_id": m.instance_id,
+                                                   "pid": os.getpid(), "topics": m.topics,
                                                    "strategies": [n for n, _ in m.protocols], "joined": time.time(),
                                                    "session_timeout_s": m.session_timeout_ms / 1000.0}
                                      for m in self.members.values()},
@@ -101,6 +117,8 @@ class ClassicGroup:
 
     def _assignments(self) -> dict:
         out = {}
+        if self.protocol_type != "consumer":  # another kind's assignments are not partitions: opaque bytes
+            return {m.member_id: [] for m in self.members.values()}
         for m in self.members.values():
             try:
                 a = protocol.decode_assignment(m.assignment) if m.assignment else {"assigned_partitions": {}}
@@ -111,15 +129,32 @@ class ClassicGroup:
 
     # -- membership -----------------------------------------------------------------------------------------------
 
+    def validate_member(self, member_id: str, instance_id: str | None) -> int:
+        """Kafka's validateMember: a static member's requests carry its instance id, which must map to this member
+        id (FENCED_INSTANCE_ID when another incarnation replaced it); a dynamic member must be known."""
+        if instance_id is not None:
+            current = self.instances.get(instance_id)
+            if current is None:
+                return UnknownMemberIdError.code
+            if current != member_id:
+                return FencedInstanceIdError.code
+            return 0
+        return 0 if member_id in self.members else UnknownMemberIdError.code
+
+    def _forget(self, m: ClassicMember) -> None:
+        self.c.hosts.pop(m.member_id, None)
+        if m.instance_id is not None and self.instances.get(m.instance_id) == m.member_id:
+            del self.instances[m.instance_id]
+        m.gm._release_member_file()
+        m.gm.close()
+
     def remove(self, member_id: str, why: str) -> None:
         m = self.members.pop(member_id, None)
-        self.c.hosts.pop(member_id, None)
         if m is None:
             return
         if m.join_fut is not None and not m.join_fut.done():
             m.join_fut.set_result(UnknownMemberIdError.code)
-        m.gm._release_member_file()
-        m.gm.close()
+        self._forget(m)
         log.info("group %s: member %s removed (%s)", self.group_id, member_id, why)
         if self.members:
             self.prepare_rebalance()
@@ -153,9 +188,10 @@ class ClassicGroup:
             if lagging and now - self.phase_started < timeout:
                 continue
             for mid in lagging:
+                if self.members[mid].instance_id is not None:
+                    continue  # Kafka keeps a static member that did not re-join: only its session timeout removes it
                 m = self.members.pop(mid)
-                m.gm._release_member_file()
-                m.gm.close()
+                self._forget(m)
                 log.info("group %s: member %s did not re-join within the rebalance timeout", self.group_id, mid)
             if not waiting:
                 return
@@ -163,27 +199,48 @@ class ClassicGroup:
             self._complete_join()
             return
 
-    def _complete_join(self) -> None:
-        members = list(self.members.values())
+    def select_protocol(self, members) -> str | None:
+        """Kafka's selectProtocol: of the protocols every member supports, each member votes for the first in its own
+        order; the most votes win (a tie goes to the leader's order)."""
         leader = min(members, key=lambda m: (m.joined_at, m.member_id))
         names = [n for n, _ in leader.protocols]
         common = [n for n in names if all(n in [x for x, _ in m.protocols] for m in members)]
-        if not common:  # cannot happen: joins without a protocol in common are refused
+        if not common:
+            return None
+        votes = dict.fromkeys(common, 0)
+        for m in members:
+            votes[next(n for n, _ in m.protocols if n in votes)] += 1
+        return max(common, key=lambda n: votes[n])  # max keeps the first of equal counts: the leader's order
+
+    def join_answer(self, m: ClassicMember, skip_assignment: bool = False) -> dict:
+        members = []
+        if m.member_id == self.leader:
+            members = [{"member_id": x.member_id, "group_instance_id": x.instance_id,
+                        "metadata": next((md for n, md in x.protocols if n == self.protocol), b"")}
+                       for x in self.members.values()]
+        return {"throttle_time_ms": 0, "error_code": 0, "generation_id": self.generation,
+                "protocol_type": self.protocol_type, "protocol_name": self.protocol, "leader": self.leader,
+                "skip_assignment": skip_assignment, "member_id": m.member_id, "members": members}
+
+    def _complete_join(self) -> None:
+        members = list(self.members.values())
+        joined = [m for m in members if m.join_fut is not None and not m.join_fut.done()]
+        leader = min(joined or members, key=lambda m: (m.joined_at, m.member_id))
+        selected = self.select_protocol(members)
+        if selected is None:  # cannot happen: joins without a protocol in common are refused
             for m in members:
-                m.join_fut.set_result(InconsistentGroupProtocolError.code)
+                if m.join_fut is not None and not m.join_fut.done():
+                    m.join_fut.set_result(InconsistentGroupProtocolError.code)
             return
         self.generation += 1
-        self.protocol = common[0]
+        self.protocol = selected
         self.leader = leader.member_id
         self.state = "CompletingRebalance"
         for m in members:
             m.assignment = b""
-        meta = [{"member_id": m.member_id, "group_instance_id": None,
-                 "metadata": next(md for n, md in m.protocols if n == self.protocol)} for m in members]
         for m in members:
-            m.join_fut.set_result({"throttle_time_ms": 0, "error_code": 0, "generation_id": self.generation,
-                                   "protocol_name": self.protocol, "leader": self.leader, "member_id": m.member_id,
-                                   "members": meta if m.member_id == self.leader else []})
+            if m.join_fut is not None and not m.join_fut.done():
+                m.join_fut.set_result(self.join_answer(m))
         log.info("group %s: generation %d (%s, assigned by the leader %s), %d members", self.group_id,
                  self.generation, self.protocol, self.leader, len(members))
         self.publish()
@@ -198,46 +255,47 @@ class ClassicGroups:
 
     @staticmethod
     def wants_classic(req) -> bool:
-        return not any(p["name"] in ASSIGNORS for p in req["protocols"])
+        """Whether a join goes to this coordinator rather than the group model's: a group of another kind than
+        consumers (Kafka Connect's "connect", Schema Registry's, any custom one), a static member (KIP-345), or
+        consumers that assign partitions themselves."""
+        return (req["protocol_type"] != "consumer" or req.get("group_instance_id") is not None
+                or not any(p["name"] in ASSIGNORS for p in req["protocols"]))
 
     def join(self, ctx, header, req, g: ClassicGroup):
         member_id = req["member_id"] or ""
-        if not member_id:
-            member_id = self.c.new_member_id(ctx.client_id)
-            if header.api_version >= 4:
-                g.pending_ids[member_id] = time.monotonic() + 300.0
-                return self.c._join_error(header, 79, member_id)
-        elif member_id not in g.members and member_id not in g.pending_ids:
-            return self.c._join_error(header, UnknownMemberIdError.code, member_id)
+        instance_id = req.get("group_instance_id")
         protocols = [(p["name"], bytes(p["metadata"] or b"")) for p in req["protocols"]]
         others = [m for mid, m in g.members.items() if mid != member_id]
+        if g.members and req["protocol_type"] != g.protocol_type:
+            log.warning("group %s: a member of kind %r cannot join a group of kind %r", g.group_id,
+                        req["protocol_type"], g.protocol_type)
+            return self.c._join_error(header, InconsistentGroupProtocolError.code, member_id)
         if others and not any(all(n in [x for x, _ in m.protocols] for m in others) for n, _ in protocols):
             log.warning("group %s: member %s offers %s, none in common with the group's members", g.group_id,
                         member_id, [n for n, _ in protocols])
             return self.c._join_error(header, InconsistentGroupProtocolError.code, member_id)
+        if not member_id:
+            if instance_id is not None and instance_id in g.instances:
+                return self._replace_static(ctx, header, req, g, protocols)
+            member_id = self.c.new_member_id(ctx.client_id)
+            if instance_id is None and header.api_version >= 4:
+                g.pending_ids[member_id] = time.monotonic() + 300.0
+                return self.c._join_error(header, 79, member_id)
+            # a static member new to the group (or a client before KIP-394) is added at once
+        else:
+            code = g.validate_member(member_id, instance_id) if instance_id is not None else 0
+            if code:
+                return self.c._join_error(header, code, member_id)
+            if member_id not in g.members and member_id not in g.pending_ids:
+                return self.c._join_error(header, UnknownMemberIdError.code, member_id)
         g.pending_ids.pop(member_id, None)
         m = g.members.get(member_id)
         if m is None:
-            gm = GroupMember(self.c.s.store, g.group_id, client_id=ctx.client_id or "",
-                             strategies=[n for n, _ in protocols], session_timeout_ms=req["session_timeout_ms"],
-                             topic_partitions=self.c._topic_partitions)
-            gm.member_id = member_id
-            m = ClassicMember(member_id, gm, ctx.client_id or "")
-            if not g.members:
-                g.initial = True
-            g.members[member_id] = m
-            self.c.hosts[member_id] = "/" + ctx.connection.peer_host
+            m = self._new_member(ctx, req, g, member_id, protocols)
             changed = True
         else:
             changed = m.protocols != protocols
-        m.protocols = protocols
-        try:
-            m.topics = sorted({t for n, md in protocols for t in protocol.decode_subscription(md)["topics"]})
-        except Exception:
-            m.topics = []
-        m.session_timeout_ms = req["session_timeout_ms"]
-        m.rebalance_timeout_ms = req.get("rebalance_timeout_ms") or m.session_timeout_ms
-        m.last_seen = time.monotonic()
+        self._update(m, req, protocols)
         if m.join_fut is not None and not m.join_fut.done():
             m.join_fut.set_result(RebalanceInProgressError.code)
         m.join_fut = self.c.s.loop.create_future()
@@ -247,13 +305,82 @@ class ClassicGroups:
             g.prepare_rebalance()
         return self.c.await_join(m.join_fut, m.rebalance_timeout_ms, m.member_id, header)
 
+    def _new_member(self, ctx, req, g: ClassicGroup, member_id: str, protocols) -> ClassicMember:
+        gm = GroupMember(self.c.s.store, g.group_id, client_id=ctx.client_id or "",
+                         strategies=[n for n, _ in protocols], session_timeout_ms=req["session_timeout_ms"],
+                         topic_partitions=self.c._topic_partitions)
+        gm.member_id = member_id
+        m = ClassicMember(member_id, gm, ctx.client_id or "", req.get("group_instance_id"))
+        if not g.members:
+            g.initial = True
+            g.protocol_type = req["protocol_type"]
+        g.members[member_id] = m
+        if m.instance_id is not None:
+            g.instances[m.instance_id] = member_id
+        self.c.hosts[member_id] = "/" + ctx.connection.peer_host
+        return m
+
+    def _update(self, m: ClassicMember, req, protocols) -> None:
+        m.protocols = protocols
+        m.topics = []
+        if req["protocol_type"] == "consumer":  # only a consumer's metadata is read (its topics, for the views)
+            try:
+                m.topics = sorted({t for n, md in protocols for t in protocol.decode_subscription(md)["topics"]})
+            except Exception:  # noqa: BLE001  (opaque to the coordinator, as Kafka takes it)
+                m.topics = []
+        m.session_timeout_ms = req["session_timeout_ms"]
+        m.rebalance_timeout_ms = req.get("rebalance_timeout_ms") or m.session_timeout_ms
+        if m.rebalance_timeout_ms < 0:
+            m.rebalance_timeout_ms = m.session_timeout_ms
+        m.last_seen = time.monotonic()
+
+    def _replace_static(self, ctx, header, req, g: ClassicGroup, protocols):
+        """KIP-345: a static member that restarted (its instance id known, its member id new) takes its old
+        incarnation's place: a new member id, the old one fenced (FENCED_INSTANCE_ID), the assignment kept. In a
+        Stable group whose selected protocol it still offers, without a rebalance: the answer is the current
+        generation (with the members for a leader, and SkipAssignment from v9: the assignment stands)."""
+        instance_id = req["group_instance_id"]
+        old_id = g.instances[instance_id]
+        old = g.members.pop(old_id)
+        if old.join_fut is not None and not old.join_fut.done():
+            old.join_fut.set_result(FencedInstanceIdError.code)
+        self.c.hosts.pop(old_id, None)
+        old.gm._release_member_file()
+        old.gm.close()
+        new_id = self.c.new_member_id(ctx.client_id)
+        initial = g.initial
+        m = self._new_member(ctx, req, g, new_id, protocols)
+        g.initial = initial
+        m.joined_at = old.joined_at
+        m.assignment = old.assignment
+        self._update(m, req, protocols)
+        if g.leader == old_id:
+            g.leader = new_id
+        log.info("group %s: static member %s restarted: member %s replaces %s", g.group_id, instance_id, new_id,
+                 old_id)
+        if g.state == "Stable" and g.protocol in [n for n, _ in protocols]:
+            g.publish()
+            answer = g.join_answer(m, skip_assignment=m.member_id == g.leader and header.api_version >= 9)
+            if header.api_version < 9:
+                answer["members"] = []  # as Kafka: before SkipAssignment, a leader told nothing to assign
+            return protocol.encode_response(11, header.api_version, header.correlation_id, answer)
+        m.join_fut = self.c.s.loop.create_future()
+        g.prepare_rebalance()
+        return self.c.await_join(m.join_fut, m.rebalance_timeout_ms, m.member_id, header)
+
     async def sync(self, header, req, g: ClassicGroup):
         m = g.members.get(req["member_id"])
-        if m is None:
-            return self.c._sync_answer(header, UnknownMemberIdError.code, b"")
+        code = g.validate_member(req["member_id"], req.get("group_instance_id"))
+        if code:
+            return self.c._sync_answer(header, code, b"")
         gen = req["generation_id"]
         if gen != g.generation:
             return self.c._sync_answer(header, IllegalGenerationError.code, b"")
+        ptype, pname = req.get("protocol_type"), req.get("protocol_name")
+        if (ptype is not None and ptype != g.protocol_type) or (pname is not None and pname != g.protocol):
+            log.warning("group %s: SyncGroup from %s names protocol %s/%s, the group's is %s/%s", g.group_id,
+                        m.member_id, ptype, pname, g.protocol_type, g.protocol)
+            return self.c._sync_answer(header, InconsistentGroupProtocolError.code, b"")
         if g.state == "PreparingRebalance":
             return self.c._sync_answer(header, RebalanceInProgressError.code, b"")
         m.last_seen = time.monotonic()
@@ -265,7 +392,7 @@ class ClassicGroups:
             g.synced.set()
             g.publish()
         deadline = time.monotonic() + m.rebalance_timeout_ms / 1000.0
-        while g.state == "CompletingRebalance" and g.generation == gen:
+        while g.state == "CompletingRebalance" and g.generation == gen and g.members.get(m.member_id) is m:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -273,33 +400,53 @@ class ClassicGroups:
                 await asyncio.wait_for(g.synced.wait(), min(remaining, 0.5))
             except TimeoutError:
                 pass
-        if g.generation != gen or g.state != "Stable" or m.member_id not in g.members:
+        if g.members.get(m.member_id) is not m:  # removed meanwhile, or replaced by a new static incarnation
+            code = g.validate_member(m.member_id, m.instance_id) or UnknownMemberIdError.code
+            return self.c._sync_answer(header, code, b"")
+        if g.generation != gen or g.state != "Stable":
             return self.c._sync_answer(header, RebalanceInProgressError.code, b"")
-        return self.c._sync_answer(header, 0, m.assignment)
+        return self.c._sync_answer(header, 0, m.assignment, g.protocol_type, g.protocol)
 
     @staticmethod
-    def heartbeat(g: ClassicGroup, member_id: str, generation: int) -> int:
-        m = g.members.get(member_id)
-        if m is None:
-            return UnknownMemberIdError.code
+    def heartbeat(g: ClassicGroup, member_id: str, generation: int, instance_id: str | None = None) -> int:
+        code = g.validate_member(member_id, instance_id)
+        if code:
+            return code
+        m = g.members[member_id]
         m.last_seen = time.monotonic()
         m.gm.heartbeat()
-        if g.state == "PreparingRebalance":
-            return RebalanceInProgressError.code
         if generation != g.generation:
             return IllegalGenerationError.code
+        if g.state == "PreparingRebalance":
+            return RebalanceInProgressError.code
         return 0
 
     @staticmethod
-    def check_commit(g: ClassicGroup, member_id: str, generation: int) -> int:
-        m = g.members.get(member_id)
-        if m is None:
-            return UnknownMemberIdError.code
+    def check_commit(g: ClassicGroup, member_id: str, generation: int, instance_id: str | None = None) -> int:
+        code = g.validate_member(member_id, instance_id)
+        if code:
+            return code
         if generation != g.generation:
             return IllegalGenerationError.code
         if g.state == "CompletingRebalance":
             return RebalanceInProgressError.code
         return 0  # Stable, or PreparingRebalance at the current generation (commit on revoke)
+
+    @staticmethod
+    def leave(g: ClassicGroup, member_id: str, instance_id: str | None, reason: str | None = None) -> int:
+        """One member of a LeaveGroup (v3+ batches them): a static member by its instance id (member id "" is an
+        admin's removal, kafka-consumer-groups --remove-members), a dynamic one by its member id."""
+        if instance_id is not None:
+            current = g.instances.get(instance_id)
+            if current is None:
+                return UnknownMemberIdError.code
+            if member_id and member_id != current:
+                return FencedInstanceIdError.code
+            member_id = current
+        elif member_id not in g.members:
+            return UnknownMemberIdError.code
+        g.remove(member_id, "left the group" + (f" ({reason})" if reason else ""))
+        return 0
 
     def sweep(self) -> None:
         now = time.monotonic()

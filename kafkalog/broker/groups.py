@@ -165,6 +165,9 @@ class GroupCoordinator:
             cg = self.classic.groups[gid] = ClassicGroup(self, gid)
         if cg is not None:
             return self.classic.join(ctx, header, req, cg)
+        if req["protocol_type"] != "consumer":
+            log.warning("group %s: a member of kind %r cannot join a consumer group", gid, req["protocol_type"])
+            return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
         g = self.groups.get(gid)
         if g is None:
             g = self.groups[gid] = WireGroup(gid)
@@ -240,7 +243,7 @@ class GroupCoordinator:
         st = req["session_timeout_ms"]
         if not self.min_session <= st <= self.max_session:
             return InvalidSessionTimeoutError.code
-        if req["protocol_type"] != "consumer" or not req["protocols"]:
+        if not req["protocol_type"] or not req["protocols"]:  # Kafka's supportsProtocols: any kind, not none
             return InconsistentGroupProtocolError.code
         return 0
 
@@ -254,7 +257,8 @@ class GroupCoordinator:
 
     def _join_error(self, header, code: int, member_id: str):
         return protocol.encode_response(11, header.api_version, header.correlation_id, {
-            "throttle_time_ms": 0, "error_code": code, "generation_id": -1, "protocol_name": "", "leader": "",
+            "throttle_time_ms": 0, "error_code": code, "generation_id": -1,
+            "protocol_name": None if header.api_version >= 7 else "", "leader": "",
             "member_id": member_id, "members": []})
 
     @staticmethod
@@ -321,7 +325,8 @@ class GroupCoordinator:
                 continue
             m.joined_generation = generation
             fut.set_result({"throttle_time_ms": 0, "error_code": 0, "generation_id": generation,
-                            "protocol_name": protocol_name, "leader": leader, "member_id": m.gm.member_id,
+                            "protocol_type": "consumer", "protocol_name": protocol_name, "leader": leader,
+                            "skip_assignment": False, "member_id": m.gm.member_id,
                             "members": members if m.gm.member_id == leader else []})
         log.info("group %s: generation %d (%s), %d members (%d over the wire), leader %s", g.group_id, generation,
                  protocol_name, len(state["members"]), len(ours), leader)
@@ -337,9 +342,11 @@ class GroupCoordinator:
             return self._sync_answer(header, UnknownMemberIdError.code, b"")
         return self._sync_wait(m, header, req["generation_id"])
 
-    def _sync_answer(self, header, code: int, assignment: bytes):
+    def _sync_answer(self, header, code: int, assignment: bytes, protocol_type: str | None = None,
+                     protocol_name: str | None = None):
         return protocol.encode_response(14, header.api_version, header.correlation_id, {
-            "throttle_time_ms": 0, "error_code": code, "assignment": assignment})
+            "throttle_time_ms": 0, "error_code": code, "protocol_type": protocol_type,
+            "protocol_name": protocol_name, "assignment": assignment})
 
     async def _sync_wait(self, m: WireMember, header, generation: int):
         gm = m.gm
@@ -372,7 +379,7 @@ class GroupCoordinator:
                 except Exception:  # noqa: BLE001  (a subscription we cannot read: null user data)
                     empty = False
                 m.assignment = protocol.encode_assignment(assigned, b"" if empty else None)
-                return self._sync_answer(header, 0, m.assignment)
+                return self._sync_answer(header, 0, m.assignment, "consumer", state.get("protocol"))
             if time.monotonic() > deadline:
                 return self._sync_answer(header, RebalanceInProgressError.code, b"")
             gm.heartbeat()
@@ -381,10 +388,10 @@ class GroupCoordinator:
 
     # -- Heartbeat / LeaveGroup / commits -------------------------------------------------------------------------
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> int:
+    def heartbeat(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
         cg = self.classic.groups.get(group_id)
         if cg is not None:
-            return self.classic.heartbeat(cg, member_id, generation)
+            return self.classic.heartbeat(cg, member_id, generation, instance_id)
         g = self.groups.get(group_id)
         m = g.members.get(member_id) if g is not None else None
         if m is None:
@@ -402,21 +409,18 @@ class GroupCoordinator:
             return RebalanceInProgressError.code if state["generation"] > generation else IllegalGenerationError.code
         return 0
 
-    def leave(self, group_id: str, member_id: str) -> int:
+    def leave(self, group_id: str, member_id: str, instance_id: str | None = None, reason: str | None = None) -> int:
         cg = self.classic.groups.get(group_id)
         if cg is not None:
-            if member_id not in cg.members:
-                return UnknownMemberIdError.code
-            cg.remove(member_id, "left the group")
-            return 0
+            return self.classic.leave(cg, member_id, instance_id, reason)
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
-            return UnknownMemberIdError.code
-        self._drop(g, member_id, True, "left the group")
+            return UnknownMemberIdError.code  # (static members live in classic groups only)
+        self._drop(g, member_id, True, "left the group" + (f" ({reason})" if reason else ""))
         return 0
 
-    def check_commit(self, group_id: str, member_id: str, generation: int) -> int:
-        if generation < 0 and not member_id:
+    def check_commit(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
+        if generation < 0 and not member_id and instance_id is None:
             # a commit from outside the group (admin, a consumer without group management): Kafka takes it while the
             # group is empty and answers UNKNOWN_MEMBER_ID while it has members (their positions are theirs)
             cg = self.classic.groups.get(group_id)
@@ -427,7 +431,7 @@ class GroupCoordinator:
             return InvalidGroupIdError.code
         cg = self.classic.groups.get(group_id)
         if cg is not None:
-            return self.classic.check_commit(cg, member_id, generation)
+            return self.classic.check_commit(cg, member_id, generation, instance_id)
         m = self._member(group_id, member_id)
         if m is None:
             return UnknownMemberIdError.code

@@ -162,17 +162,19 @@ METADATA = {
 }
 
 OFFSET_COMMIT = {
-    "key": 8, "name": "OffsetCommit", "versions": (2, 3), "flexible": 8,
+    "key": 8, "name": "OffsetCommit", "versions": (2, 9), "flexible": 8,
     "request": (
         ("group_id", "string", "0+", {}),
         ("generation_id_or_member_epoch", "int32", "1+", {"default": -1}),
         ("member_id", "string", "1+", {}),
+        ("group_instance_id", "string", "7+", {"nullable": "7+", "default": None}),
         ("retention_time_ms", "int64", "2-4", {"default": -1}),
         ("topics", "[]OffsetCommitRequestTopic", "0+", {}, (
             ("name", "string", "0-9", {}),
             ("partitions", "[]OffsetCommitRequestPartition", "0+", {}, (
                 ("partition_index", "int32", "0+", {}),
                 ("committed_offset", "int64", "0+", {}),
+                ("committed_leader_epoch", "int32", "6+", {"default": -1}),
                 ("committed_metadata", "string", "0+", {"nullable": "0+"}),
             )),
         )),
@@ -232,7 +234,7 @@ FIND_COORDINATOR = {
 }
 
 JOIN_GROUP = {
-    "key": 11, "name": "JoinGroup", "versions": (0, 5), "flexible": 6,
+    "key": 11, "name": "JoinGroup", "versions": (0, 9), "flexible": 6,
     "request": (
         ("group_id", "string", "0+", {}),
         ("session_timeout_ms", "int32", "0+", {}),
@@ -244,13 +246,16 @@ JOIN_GROUP = {
             ("name", "string", "0+", {}),
             ("metadata", "bytes", "0+", {}),
         )),
+        ("reason", "string", "8+", {"nullable": "8+", "default": None}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "2+", {}),
         ("error_code", "int16", "0+", {}),
         ("generation_id", "int32", "0+", {"default": -1}),
-        ("protocol_name", "string", "0+", {}),
+        ("protocol_type", "string", "7+", {"nullable": "7+", "default": None}),
+        ("protocol_name", "string", "0+", {"nullable": "7+"}),
         ("leader", "string", "0+", {}),
+        ("skip_assignment", "bool", "9+", {"default": False}),
         ("member_id", "string", "0+", {}),
         ("members", "[]JoinGroupResponseMember", "0+", {}, (
             ("member_id", "string", "0+", {}),
@@ -261,7 +266,7 @@ JOIN_GROUP = {
 }
 
 HEARTBEAT = {
-    "key": 12, "name": "Heartbeat", "versions": (0, 3), "flexible": 4,
+    "key": 12, "name": "Heartbeat", "versions": (0, 4), "flexible": 4,
     "request": (
         ("group_id", "string", "0+", {}),
         ("generation_id", "int32", "0+", {}),
@@ -275,24 +280,36 @@ HEARTBEAT = {
 }
 
 LEAVE_GROUP = {
-    "key": 13, "name": "LeaveGroup", "versions": (0, 1), "flexible": 4,
+    "key": 13, "name": "LeaveGroup", "versions": (0, 5), "flexible": 4,
     "request": (
         ("group_id", "string", "0+", {}),
         ("member_id", "string", "0-2", {}),
+        ("members", "[]MemberIdentity", "3+", {}, (
+            ("member_id", "string", "3+", {}),
+            ("group_instance_id", "string", "3+", {"nullable": "3+", "default": None}),
+            ("reason", "string", "5+", {"nullable": "5+", "default": None}),
+        )),
     ),
     "response": (
         ("throttle_time_ms", "int32", "1+", {}),
         ("error_code", "int16", "0+", {}),
+        ("members", "[]MemberResponse", "3+", {}, (
+            ("member_id", "string", "3+", {}),
+            ("group_instance_id", "string", "3+", {"nullable": "3+", "default": None}),
+            ("error_code", "int16", "3+", {}),
+        )),
     ),
 }
 
 SYNC_GROUP = {
-    "key": 14, "name": "SyncGroup", "versions": (0, 3), "flexible": 4,
+    "key": 14, "name": "SyncGroup", "versions": (0, 5), "flexible": 4,
     "request": (
         ("group_id", "string", "0+", {}),
         ("generation_id", "int32", "0+", {}),
         ("member_id", "string", "0+", {}),
         ("group_instance_id", "string", "3+", {"nullable": "3+", "default": None}),
+        ("protocol_type", "string", "5+", {"nullable": "5+", "default": None}),
+        ("protocol_name", "string", "5+", {"nullable": "5+", "default": None}),
         ("assignments", "[]SyncGroupRequestAssignment", "0+", {}, (
             ("member_id", "string", "0+", {}),
             ("assignment", "bytes", "0+", {}),
@@ -301,6 +318,8 @@ SYNC_GROUP = {
     "response": (
         ("throttle_time_ms", "int32", "1+", {}),
         ("error_code", "int16", "0+", {}),
+        ("protocol_type", "string", "5+", {"nullable": "5+", "default": None}),
+        ("protocol_name", "string", "5+", {"nullable": "5+", "default": None}),
         ("assignment", "bytes", "0+", {}),
     ),
 }

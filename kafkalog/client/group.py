@@ -254,7 +254,8 @@ def known_groups(store_path) -> list[str]:
 
 
 def describe_group(store, group: str) -> dict:
-    """{"group_id", "state" ("Empty" | "PreparingRebalance" | "Stable"), "generation", "protocol", "leader",
+    """{"group_id", "state" ("Empty" | "PreparingRebalance" | "Stable"), "generation", "protocol", "protocol_type"
+    (the members' kind: "consumer" unless the broker's classic coordinator ran another kind), "leader",
     "members": [{"member_id", "client_id", "pid", "topics", "assignment": [TopicPartition]}]} as seen now."""
     path = group_dir(store.path, group)
     state = read_state(path)
@@ -268,7 +269,7 @@ def describe_group(store, group: str) -> dict:
                         "assignment": [TopicPartition(t, p) for t, p in state["assignment"].get(m, [])]})
     kind = "Empty" if not members else ("Stable" if state["stable"] else "PreparingRebalance")
     return {"group_id": group, "state": kind, "generation": state["generation"], "protocol": state["protocol"],
-            "leader": state["leader"], "members": members}
+            "protocol_type": state.get("protocol_type", "consumer"), "leader": state["leader"], "members": members}
 
 
 # ---------------------------------------------------------------------------------------------------- membership
