@@ -76,6 +76,7 @@ def _produce_flat_out(bs, client_id, meter, stop, throttles):
     p.flush(30)
 
 
+@pytest.mark.slow  # the default suite's 20-minute budget on 2 cores; run with -m slow
 def test_producer_and_consumer_held_at_their_quota_others_unaffected(broker):
     bs = broker.bootstrap_servers
     with Wire(broker.port) as w:

@@ -929,6 +929,7 @@ def test_incremental_fetch_sessions_on_the_wire(workloads, target):
     assert s["incremental_answers_with_records"] >= 3, s
 
 
+@pytest.mark.slow  # the default suite's 20-minute budget on 2 cores; run with -m slow
 def test_fetch_session_cache_of_one_slot(workloads, tmp_path_factory):
     """kafkalog only (Kafka splits its slots over 8 shards, so 1 slot there means no session at all): two consumers
     compete for a cache of one session; the loser fetches without a session, and both read everything."""

@@ -107,6 +107,7 @@ def test_a_batch_read_seeks_by_time_through_the_broker(cluster, broker):
     assert after.get(key, 0) - before.get(key, 0) >= 2  # the seeks were the broker's, by time
 
 
+@pytest.mark.slow  # the default suite's 20-minute budget on 2 cores; run with -m slow
 def test_a_streaming_read_restarts_from_its_checkpoint_after_kill_9_and_loses_and_repeats_nothing(cluster, broker):
     create(broker.bootstrap, "stream", 2)
     rows = produce(broker.bootstrap, "stream", 2, 150)
@@ -201,6 +202,7 @@ def test_batch_and_streaming_writes_through_the_broker_read_back_exactly(cluster
         assert [(r[0], r[1].upper()) for r in src if r[3] == p] == [(r[0], r[1]) for r in dst if r[3] == p]
 
 
+@pytest.mark.slow  # the default suite's 20-minute budget on 2 cores; run with -m slow
 def test_reads_and_writes_over_sasl_scram(cluster, sasl_broker):
     b = sasl_broker.bootstrap
     create(b, "secure", 2, SASL_RDKAFKA)
@@ -241,6 +243,7 @@ def quotas(bootstrap, *args):
     return r.stdout
 
 
+@pytest.mark.slow  # the default suite's 20-minute budget on 2 cores; run with -m slow
 def test_the_executors_use_fetch_sessions_and_are_held_to_the_consumer_quota(cluster, broker):
     create(broker.bootstrap, "quota", 2)
     produce(broker.bootstrap, "quota", 2, 1500, value_size=1000)  # 1.5 MB a partition, one consumer each
@@ -264,6 +267,7 @@ def test_the_executors_use_fetch_sessions_and_are_held_to_the_consumer_quota(clu
     assert m["kafkalog_fetch_session_partitions_cached"] >= 1
 
 
+@pytest.mark.slow  # the default suite's 20-minute budget on 2 cores; run with -m slow
 def test_format_kafkalog_on_executors_without_the_data_dir_fails_with_one_clear_message(cluster, broker):
     create(broker.bootstrap, "local-only", 2)
     produce(broker.bootstrap, "local-only", 2, 10)
