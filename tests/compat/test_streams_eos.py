@@ -159,7 +159,8 @@ def app_classes():
 class Instance:
     """One StreamsWordCount JVM: its JSON lines gathered by a thread, its log (WARN and up) in ``log``."""
 
-    def __init__(self, classes: Path, bootstrap: str, app_id: str, workdir: Path, name: str, topics):
+    def __init__(self, classes: Path, bootstrap: str, app_id: str, workdir: Path, name: str, topics,
+                 env: dict | None = None):
         self.name = name
         self.workdir = workdir / name
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -169,7 +170,7 @@ class Instance:
                            TOOL_JVM_OPTS, classpath_extra=[classes, streams_libs() / "*"], log_file=str(self.log))
         self.stderr = open(self.workdir / "stderr", "wb")
         self.proc = children.popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.stderr,
-                                   cwd=self.workdir)
+                                   cwd=self.workdir, env=dict(os.environ, **env) if env else None)
         self.lines: list[dict] = []
         self.junk: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

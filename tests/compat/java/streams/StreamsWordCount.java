@@ -34,6 +34,9 @@ import org.apache.kafka.streams.state.Stores;
  * {"event":"error","instance":NAME,"error":class,"message":...,"cause":class,"cause_message":...} for an uncaught
  * exception (the client then shuts down). The program closes itself after MAX_TICKS looks (default 3000) or on
  * SIGTERM, and prints {"event":"closed",...}.
+ * <p>
+ * Environment (tests/compat/test_streams_static.py): STREAMS_GROUP_INSTANCE_ID makes the instance a static member
+ * (KIP-345), STREAMS_SESSION_TIMEOUT_MS replaces the 6 s session, STREAMS_PROCESSING_GUARANTEE the guarantee.
  */
 public class StreamsWordCount {
     public static void main(String[] args) throws Exception {
@@ -53,7 +56,12 @@ public class StreamsWordCount {
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
-        props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
+        String session = System.getenv().getOrDefault("STREAMS_SESSION_TIMEOUT_MS", "6000");
+        props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), Integer.parseInt(session));
+        String instanceId = System.getenv("STREAMS_GROUP_INSTANCE_ID");  // KIP-345 static membership when set
+        if (instanceId != null) props.put(StreamsConfig.consumerPrefix(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG), instanceId);
+        String guarantee = System.getenv("STREAMS_PROCESSING_GUARANTEE");
+        if (guarantee != null) props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee);
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
         props.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 5000);
         props.put(StreamsConfig.producerPrefix(ProducerConfig.LINGER_MS_CONFIG), 5);
