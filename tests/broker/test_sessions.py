@@ -874,3 +874,39 @@ def test_evictions_are_exactly_the_sessions_that_vanished_unasked(slots, n_clien
             created += 1
     # no client closes its own session here: every session created and gone was evicted
     assert cache.evictions_total == created - cache.num_sessions
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# topic ids (Fetch v13+, KIP-516)
+
+def test_a_session_by_topic_id_resolves_an_id_once_a_topic_has_it():
+    import uuid
+    cache, _ = make()
+    a, b = uuid.UUID(int=1), uuid.UUID(int=2)
+    ctx = cache.new_context(13, 0, INITIAL_EPOCH, [fd(a, 0), fd(b, 0)], [], names={a: "ta"})
+    assert ctx.partitions_to_read() == [(a, 0, 0, 100, "ta"), (b, 0, 0, 100, None)]
+    # the answer's order makes the session's: b (refused before any read) after a
+    sid, out = ctx.build_response({(a, 0): res(10), (b, 0): res(-1, lso=-1, error=100)})
+    assert sid and cache.get(sid).uses_topic_ids and keys(out) == [(a, 0), (b, 0)]
+    ctx = cache.new_context(13, sid, 1, [], [], names={a: "ta", b: "tb"})
+    assert ctx.partitions_to_read() == [(a, 0, 0, 100, "ta"), (b, 0, 0, 100, "tb")]
+    ctx.build_response({(a, 0): res(10), (b, 0): res(10)})
+    # a name once resolved stays with the session's partition, whatever the id names later (Kafka's
+    # maybeResolveUnknownName only fills a missing name)
+    ctx = cache.new_context(13, sid, 2, [], [], names={})
+    assert [x[4] for x in ctx.partitions_to_read()] == ["ta", "tb"]
+    ctx.build_response({(a, 0): res(10), (b, 0): res(10)})
+    # a request before v13 cannot continue it (FETCH_SESSION_TOPIC_ID_ERROR), and the session stays
+    bad = cache.new_context(12, sid, 3, [], [])
+    assert type(bad) is SessionErrorContext and bad.error_code == 106 and cache.get(sid) is not None
+    assert cache.new_context(13, sid, 3, [], [], names={}).error_code == 0
+
+
+def test_a_session_by_name_is_not_continued_by_ids():
+    cache, _ = make()
+    _, sid, _ = full(cache, [fd("foo", 0)])
+    assert not cache.get(sid).uses_topic_ids
+    assert cache.new_context(13, sid, 1, [], [], names={}).error_code == 106
+    # checked after the epoch, as Kafka does: a wrong epoch is 71 whatever the version
+    assert cache.new_context(13, sid, 5, [], [], names={}).error_code == BAD_EPOCH
+    assert cache.new_context(V, sid, 1, [], []).error_code == 0
