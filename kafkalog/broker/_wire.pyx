@@ -56,7 +56,6 @@ from kafkalog.errors import InvalidRequestError, UnsupportedVersionError
 
 __all__ = ["encode_fetch_response", "encode_produce_response", "parse_fetch", "parse_produce"]
 
-DEF_ZERO_UUID = uuid.UUID(int=0)
 _UUID = uuid.UUID
 # topic ids met in requests, so a fetch loop does not build the same UUID object every time (bounded: ids are
 # whatever a client sends)
@@ -626,7 +625,10 @@ def encode_fetch_response(int version, int32_t correlation_id, int32_t throttle_
 
 
 def parse_fetch(frame, Py_ssize_t offset, int version):
-    """FetchRequest v4-17 body at ``offset`` → the dict protocol.decode_request(1, version, ...) returns."""
+    """FetchRequest v4-17 body at ``offset`` → the dict protocol.decode_request(1, version, ...) returns, with the
+    fields this version carries (tagged ones skipped) and only those, but for the ones the broker reads of every
+    version, with their defaults when the version lacks them: session_id / session_epoch (0 / -1 before v7),
+    forgotten_topics_data ([]), rack_id (""), current_leader_epoch and log_start_offset (-1)."""
     if version < 4 or version > 17:
         raise UnsupportedVersionError(f"Fetch v{version} is not supported (supported 4-17)")
     return _parse(1, frame, offset, version)
@@ -637,15 +639,17 @@ cdef object _parse_fetch(const unsigned char *buf, Py_ssize_t size, Py_ssize_t o
     cdef Py_ssize_t n_topics, n_parts, i, j, k
     cdef bint fx = version >= 12
     cdef bint ids = version >= 13
+    cdef int32_t partition, leader_epoch, last_fetched_epoch, max_bytes
+    cdef int64_t fetch_offset, log_start_offset
     c.buf = buf
     c.end = size
     c.pos = offset
     c.bad = offset < 0 or offset > size
     if c.bad:
         return None
-    zero = DEF_ZERO_UUID
-    out = {"cluster_id": None, "replica_state": None}  # tagged fields: skipped
-    out["replica_id"] = read_i32(&c) if version <= 14 else -1
+    out = {}
+    if version <= 14:
+        out["replica_id"] = read_i32(&c)
     out["max_wait_ms"] = read_i32(&c)
     out["min_bytes"] = read_i32(&c)
     out["max_bytes"] = read_i32(&c)
@@ -661,32 +665,34 @@ cdef object _parse_fetch(const unsigned char *buf, Py_ssize_t size, Py_ssize_t o
         return None
     topics = []
     for i in range(n_topics):
-        if ids:
-            topic = ""
-            topic_id = read_uuid(&c)
-        else:
-            topic = read_str(&c, fx, False)
-            topic_id = zero
+        topic = read_uuid(&c) if ids else read_str(&c, fx, False)
         n_parts = read_len(&c, fx, False)
         if c.bad:
             return None
         parts = []
         for j in range(n_parts):
-            part = {"partition": read_i32(&c)}
-            part["current_leader_epoch"] = read_i32(&c) if version >= 9 else -1
-            part["fetch_offset"] = read_i64(&c)
-            part["last_fetched_epoch"] = read_i32(&c) if fx else -1
-            part["log_start_offset"] = read_i64(&c) if version >= 5 else -1
-            part["partition_max_bytes"] = read_i32(&c)
-            part["replica_directory_id"] = zero  # tagged (v17+): skipped
+            partition = read_i32(&c)
+            leader_epoch = read_i32(&c) if version >= 9 else -1
+            fetch_offset = read_i64(&c)
+            last_fetched_epoch = read_i32(&c) if fx else -1
+            log_start_offset = read_i64(&c) if version >= 5 else -1
+            max_bytes = read_i32(&c)
             if fx:
                 skip_tags(&c)
             if c.bad:
                 return None
-            PyList_Append(parts, part)
+            # one presized dict (its fields read first): the fetch hot path builds one per partition
+            if fx:
+                PyList_Append(parts, {"partition": partition, "current_leader_epoch": leader_epoch,
+                                      "fetch_offset": fetch_offset, "last_fetched_epoch": last_fetched_epoch,
+                                      "log_start_offset": log_start_offset, "partition_max_bytes": max_bytes})
+            else:
+                PyList_Append(parts, {"partition": partition, "current_leader_epoch": leader_epoch,
+                                      "fetch_offset": fetch_offset, "log_start_offset": log_start_offset,
+                                      "partition_max_bytes": max_bytes})
         if fx:
             skip_tags(&c)
-        PyList_Append(topics, {"topic": topic, "topic_id": topic_id, "partitions": parts})
+        PyList_Append(topics, {"topic_id" if ids else "topic": topic, "partitions": parts})
     out["topics"] = topics
     forgotten = []
     if version >= 7:
@@ -694,19 +700,14 @@ cdef object _parse_fetch(const unsigned char *buf, Py_ssize_t size, Py_ssize_t o
         if c.bad:
             return None
         for i in range(n_topics):
-            if ids:
-                topic = ""
-                topic_id = read_uuid(&c)
-            else:
-                topic = read_str(&c, fx, False)
-                topic_id = zero
+            topic = read_uuid(&c) if ids else read_str(&c, fx, False)
             n_parts = read_len(&c, fx, False)
             if c.bad or n_parts * 4 > c.end - c.pos:
                 return None
             partitions = [read_i32(&c) for k in range(n_parts)]
             if fx:
                 skip_tags(&c)
-            PyList_Append(forgotten, {"topic": topic, "topic_id": topic_id, "partitions": partitions})
+            PyList_Append(forgotten, {"topic_id" if ids else "topic": topic, "partitions": partitions})
     out["forgotten_topics_data"] = forgotten
     out["rack_id"] = read_str(&c, fx, False) if version >= 11 else ""
     if fx:

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkalog._engine.batch import build_batch
-from kafkalog.broker import _wire, protocol
+from kafkalog.broker import _wire, protocol, schemas
 from kafkalog.errors import InvalidRequestError, UnsupportedVersionError
 
 I16 = st.integers(-(2**15), 2**15 - 1)
@@ -93,7 +93,32 @@ def _same_outcome(fast, slow, *args):
 
 
 def table_fetch(frame, offset, version):
-    return protocol.decode_request(1, version, frame, offset)
+    return fetch_fields(protocol.decode_request(1, version, frame, offset), version)
+
+
+# what the hot path's parse_fetch returns besides the version's own fields (their defaults): what the broker reads of
+# every version
+_FETCH_ALWAYS = {"session_id", "session_epoch", "forgotten_topics_data", "rack_id", "current_leader_epoch",
+                 "log_start_offset"}
+
+
+def fetch_fields(decoded, version, rows=None):
+    """The table codec's FetchRequest dict cut to the fields ``version`` carries (no tagged field, none of another
+    version), plus _FETCH_ALWAYS: what _wire.parse_fetch returns."""
+    rows = schemas.FETCH["request"] if rows is None else rows
+    out = {}
+    for row in rows:
+        name, _typ, versions, opts = row[:4]
+        sub = row[4] if len(row) > 4 else None
+        present = protocol._in(versions, version) and not ("tag" in opts and protocol._in(opts.get("tagged"),
+                                                                                               version))
+        if not present and name not in _FETCH_ALWAYS:
+            continue
+        value = decoded[name]
+        if sub is not None and isinstance(value, list):
+            value = [fetch_fields(x, version, sub) for x in value]
+        out[name] = value
+    return out
 
 
 @pytest.mark.parametrize("version", [7, 8, 9, 11])
@@ -274,9 +299,15 @@ def _with_tags(frame: bytes, version: int) -> bytes:
 def test_parse_fetch_equals_table_codec(version, body):
     frame = protocol.encode_request(1, version, 3, "consumer", body)[4:]
     _, offset = protocol.read_request_header(frame)
-    assert _wire.parse_fetch(frame, offset, version) == protocol.decode_request(1, version, frame, offset)
+    assert _wire.parse_fetch(frame, offset, version) == table_fetch(frame, offset, version)
     tagged = _with_tags(frame, version)
-    assert _wire.parse_fetch(tagged, offset, version) == protocol.decode_request(1, version, tagged, offset)
+    assert _wire.parse_fetch(tagged, offset, version) == table_fetch(tagged, offset, version)
+    # the version's own fields, each with the value sent
+    got = _wire.parse_fetch(frame, offset, version)
+    topic_key = "topic_id" if version >= 13 else "topic"
+    assert [t[topic_key] for t in got["topics"]] == [t[topic_key] for t in body["topics"]]
+    assert [p["fetch_offset"] for t in got["topics"] for p in t["partitions"]] == [
+        p["fetch_offset"] for t in body["topics"] for p in t["partitions"]]
 
 
 def test_parse_fetch_truncated_and_fuzzed_same_error_as_table_codec():
