@@ -167,6 +167,8 @@ UnknownProducerIdError = _define("UnknownProducerIdError", 59, "UNKNOWN_PRODUCER
 FetchSessionIdNotFoundError = _define("FetchSessionIdNotFoundError", 70, "FETCH_SESSION_ID_NOT_FOUND", retriable=True)
 InvalidFetchSessionEpochError = _define("InvalidFetchSessionEpochError", 71, "INVALID_FETCH_SESSION_EPOCH",
                                         retriable=True)
+InconsistentTopicIdError = _define("InconsistentTopicIdError", 103, "INCONSISTENT_TOPIC_ID", retriable=True)
+FetchSessionTopicIdError = _define("FetchSessionTopicIdError", 106, "FETCH_SESSION_TOPIC_ID_ERROR", retriable=True)
 MemberIdRequiredError = _define("MemberIdRequiredError", 79, "MEMBER_ID_REQUIRED")
 FencedInstanceIdError = _define("FencedInstanceIdError", 82, "FENCED_INSTANCE_ID")
 

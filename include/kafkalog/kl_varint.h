@@ -56,5 +56,17 @@ static inline int kl_next_uvarint(const unsigned char **pp, const unsigned char 
     }
     return 0;
 }
+/* Unsigned varints of the Kafka protocol's flexible versions (KIP-482: compact lengths, tag buffers), <= 5 bytes. */
+static inline size_t kl_uvarint_size(uint32_t v) {
+    size_t n = 1;
+    while (v >= 0x80) { v >>= 7; n++; }
+    return n;
+}
+static inline size_t kl_write_uvarint(unsigned char *p, uint32_t v) {
+    size_t n = 0;
+    while (v >= 0x80) { p[n++] = (unsigned char)(v | 0x80); v >>= 7; }
+    p[n++] = (unsigned char)v;
+    return n;
+}
 static inline int64_t kl_unzigzag(uint64_t z) { return (int64_t)(z >> 1) ^ -(int64_t)(z & 1); }
 #endif

@@ -30,6 +30,9 @@ cdef extern from "kafkalog/kl_varint.h" nogil:
     # cursor decoding for hot scans: advances *pp, 0 on a truncated/over-long varint
     int kl_next_uvarint(const unsigned char **pp, const unsigned char *end, uint64_t *out)
     int64_t kl_unzigzag(uint64_t z)
+    # unsigned varints of the protocol's flexible versions (compact lengths, tag buffers)
+    size_t kl_uvarint_size(uint32_t v)
+    size_t kl_write_uvarint(unsigned char *p, uint32_t v)
 
 cdef extern from "kafkalog/kl_debug.h" nogil:
     int KL_DEBUG_ENABLED

@@ -6,8 +6,9 @@ answers per partition are answered per partition; a request that cannot be parse
 the connection is closed (Kafka's answer too).
 
 The advertised matrix (``ADVERTISED``) is the one every real client accepts (see the protocol reference): Produce
-advertises 0-7 but v0-2 close the connection (KAFKA-18659: librdkafka 2.0 probes Produce v0 to enable compression);
-no flexible version is advertised except ApiVersions 3-4, and no tagged field is ever written.
+advertises 0-11 but v0-2 close the connection (KAFKA-18659: librdkafka 2.0 probes Produce v0 to enable compression).
+No tagged field is ever written: those Kafka defines for these answers are set only by what one node never does (a
+leader change, a follower), and Kafka writes a tagged field only when it is set.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import uuid
 from .._engine.batch import RecordBatch, iter_batches
 from ..errors import (
     ClusterAuthorizationFailedError,
+    InconsistentTopicIdError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -63,13 +65,13 @@ from .producers import ProducerStates
 from .quotas import FETCH as FETCH_QUOTA
 from .quotas import PRODUCE as PRODUCE_QUOTA
 from .quotas import ClientQuotas
-from .sessions import FetchSessionCache, PartitionResult
+from .sessions import TOPIC_IDS_FROM, FetchSessionCache, PartitionResult
 
 log = logging.getLogger("kafkalog.broker")
 
 ADVERTISED: dict[int, tuple[int, int]] = {
-    0: (0, 7),    # Produce (3-7 accepted)
-    1: (4, 11),   # Fetch
+    0: (0, 11),   # Produce (3-11 accepted; 8: record errors, 9: flexible; 12 is transactions v2, KIP-890 part 2)
+    1: (4, 17),   # Fetch (12: flexible, 13: topic ids, 15: replica state, 16: KIP-951 fields, 17: directory id)
     2: (1, 7),    # ListOffsets (7: max timestamp, KIP-734)
     3: (0, 12),   # Metadata (10+: topic ids)
     8: (2, 9),    # OffsetCommit (7: group instance id, KIP-345; 8+ flexible)
@@ -520,6 +522,7 @@ def produce(s: Services, ctx, header, frame, offset):
                 yield
             code = 0
             base = append_time = lso = -1
+            lg = None
             if denied or txn_denied:
                 parts.append((idx, security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID" if txn_denied else "TOPIC"], base,
                               append_time, lso))
@@ -544,10 +547,16 @@ def produce(s: Services, ctx, header, frame, offset):
             except KafkaError as e:
                 code = error_code(e)
                 failed = True
+                if lg is not None and code not in _PRODUCE_UNKNOWN_APPEND:
+                    lso = lg.last_known_log_start_offset  # Kafka's processFailedRecord answers the log start
                 if not isinstance(e, UnknownTopicOrPartitionError):
                     refused += 1
                     if refused <= 3:
                         log.warning("produce from %s to %s-%d refused: %s", ctx.peer, name, idx, e)
+                record_errors = getattr(e, "record_errors", None)
+                if record_errors is not None:  # KIP-467 (v8+): which records made the batch be dropped, and why
+                    parts.append((idx, code, base, append_time, lso, record_errors, str(e)))
+                    continue
             except (ValueError, TypeError) as e:
                 code = 2  # CORRUPT_MESSAGE: a batch our parser rejects
                 failed = True
@@ -568,6 +577,11 @@ def produce(s: Services, ctx, header, frame, offset):
         return Pipelined(_produce_synced(s, ctx, header, responses, synced, ctx.throttle_time_ms))
     return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
                                           ctx.throttle_time_ms)]
+
+
+# errors Kafka's ReplicaManager answers with an unknown append info (log_start_offset -1); any other refusal of a
+# partition it holds carries the partition's log start offset
+_PRODUCE_UNKNOWN_APPEND = frozenset({UnknownTopicOrPartitionError.code, 6, 10, 18, 2, KafkaStorageError.code})
 
 
 def _check_transactional(s: Services, txn, topic: str, partition: int, records) -> None:
@@ -621,24 +635,37 @@ async def _produce_synced(s: Services, ctx, header, responses, synced, throttle_
 def fetch(s: Services, ctx, header, frame, offset):
     req = _wire.parse_fetch(frame, offset, header.api_version)
     v = header.api_version
+    names = None
+    if v >= TOPIC_IDS_FROM:
+        # KIP-516: topics by id. Ids the registry does not hold yet may be topics of an older kafkalog (or a Kafka
+        # log dir) without an id on record: those get theirs off the loop, once, before the answer is UNKNOWN_TOPIC_ID
+        names = s.store.topics_by_id()
+        if any(t["topic_id"] not in names for t in req["topics"]):
+            names = yield s.loop.run_in_executor(None, _topics_by_id, s)
+        fetch_data = [(t["topic_id"], p["partition"], p["fetch_offset"], p["log_start_offset"],
+                       p["partition_max_bytes"]) for t in req["topics"] for p in t["partitions"]]
+        forgotten = [(t["topic_id"], i) for t in req["forgotten_topics_data"] for i in t["partitions"]]
+    else:
+        fetch_data = [(t["topic"], p["partition"], p["fetch_offset"], p["log_start_offset"], p["partition_max_bytes"])
+                      for t in req["topics"] for p in t["partitions"]]
+        forgotten = [(t["topic"], i) for t in req["forgotten_topics_data"] for i in t["partitions"]]
     # KIP-227: the session decides which partitions this fetch covers (a full fetch: the request's; an incremental
     # one: every partition of the session, in its rotation order)
-    fctx = s.fetch_sessions.new_context(
-        v, req["session_id"], req["session_epoch"],
-        [(t["topic"], p["partition"], p["fetch_offset"], p["log_start_offset"], p["partition_max_bytes"])
-         for t in req["topics"] for p in t["partitions"]],
-        [(t["topic"], i) for t in req["forgotten_topics_data"] for i in t["partitions"]])
-    if fctx.error_code:  # FETCH_SESSION_ID_NOT_FOUND (70) / INVALID_FETCH_SESSION_EPOCH (71), top level (KIP-227)
+    fctx = s.fetch_sessions.new_context(v, req["session_id"], req["session_epoch"], fetch_data, forgotten,
+                                        names=names)
+    if fctx.error_code:  # FETCH_SESSION_ID_NOT_FOUND (70) / INVALID_FETCH_SESSION_EPOCH (71) /
+        # FETCH_SESSION_TOPIC_ID_ERROR (106), top level (KIP-227)
         return _wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, fctx.error_code, 0, [])
-    parts = [(t, {"partition": p, "fetch_offset": off, "partition_max_bytes": mb})
-             for t, p, off, mb in fctx.partitions_to_read()]
+    parts = [(t, name, {"partition": p, "fetch_offset": off, "partition_max_bytes": mb})
+             for t, p, off, mb, name in fctx.partitions_to_read()]
     req["fctx"] = fctx
+    req["names"] = names
     if s.authorizer is not None:
-        denied = {t for t, _p in parts if not_allowed(s, ctx, "READ", "TOPIC", t)}
+        denied = {name for _t, name, _p in parts if name is not None and not_allowed(s, ctx, "READ", "TOPIC", name)}
         if denied:
             req["denied"] = denied
     result, size = yield from _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"),
-                                          req.get("isolation_level", 0) == 1)
+                                          req.get("isolation_level", 0) == 1, names)
     max_wait = req["max_wait_ms"] / 1000.0
     if size >= max(req["min_bytes"], 1) or max_wait <= 0 or any(r["error_code"] for r in result.values()):
         return _fetch_response(s, header, ctx, req, result)
@@ -648,9 +675,11 @@ def fetch(s: Services, ctx, header, frame, offset):
 async def _fetch_wait(s, ctx, header, req, parts, max_wait):
     deadline = time.monotonic() + max_wait
     fut = s.loop.create_future()
-    tps = [TopicPartition(t, p["partition"]) for t, p in parts]
+    tps = [TopicPartition(name, p["partition"]) for _t, name, p in parts if name is not None]
     for tp in tps:
         s.waiters.setdefault(tp, set()).add(fut)
+    read = functools.partial(_fetch_once, s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"),
+                             req.get("isolation_level", 0) == 1, req["names"])
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -666,8 +695,7 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 for tp in tps:
                     s.waiters.setdefault(tp, set()).add(fut)
             if _any_new(s, parts):
-                result, size = await finish(_fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF),
-                                                        req.get("denied"), req.get("isolation_level", 0) == 1))
+                result, size = await finish(read())
                 if size >= req["min_bytes"] or any(r["error_code"] for r in result.values()):
                     return _fetch_response(s, header, ctx, req, result)
     finally:
@@ -677,52 +705,72 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
                 w.discard(fut)
                 if not w:
                     del s.waiters[tp]
-    result, _ = await finish(_fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"),
-                                         req.get("isolation_level", 0) == 1))
+    result, _ = await finish(read())
     return _fetch_response(s, header, ctx, req, result)
 
 
 def _any_new(s, parts) -> bool:
-    for topic, p in parts:
+    for _t, name, p in parts:
+        if name is None:
+            continue
         try:
-            if s.log(topic, p["partition"]).has_data_after(p["fetch_offset"]):
+            if s.log(name, p["partition"]).has_data_after(p["fetch_offset"]):
                 return True
         except KafkaError:
             return True
     return False
 
 
-def _fetch_once(s, parts, max_bytes, denied=None, read_committed=False):
-    """(result per partition, bytes) of one read of every partition; a generator (time slices). read_committed:
-    each partition's records end at its last stable offset, with the aborted transactions they may hold."""
+# errors Kafka finds before reading (KafkaApis.handleFetchRequest): those partitions come after the ones read, in
+# the response and in a new session's order
+_REFUSED_BEFORE_READ = frozenset({UnknownTopicIdError.code, TOPIC_DENIED, UnknownTopicOrPartitionError.code})
+
+
+def _fetch_once(s, parts, max_bytes, denied=None, read_committed=False, names=None):
+    """(result per (topic, partition), bytes) of one read of every partition; a generator (time slices).
+    read_committed: each partition's records end at its last stable offset, with the aborted transactions they may
+    hold. ``parts``: (topic, name, {"partition", "fetch_offset", "partition_max_bytes"}), topic the name or, with
+    ``names`` ({topic id: name}, v13+), the topic id. The result lists the partitions refused before any read last."""
     result = {}
+    refused = None
     total = 0
     sl = Slice()
-    for topic, p in parts:
+    for topic, name, p in parts:
         if sl.due():
             yield
         idx = p["partition"]
         r = {"error_code": 0, "high_watermark": -1, "last_stable_offset": -1, "log_start_offset": -1,
              "records": b"", "aborted": None}  # records empty, not null: kafka-python reads len() of it
-        if denied and topic in denied:
+        if name is None:
+            r["error_code"] = UnknownTopicIdError.code
+        elif denied and name in denied:
             r["error_code"] = security.DENIAL_ERROR_CODE["TOPIC"]
+        else:
+            try:
+                lg = s.log(name, idx)
+                if names is not None and names.get(topic) != name:
+                    # the session's id names a topic deleted since (and made again under its name)
+                    raise InconsistentTopicIdError(f"topic id {topic} is not {name}'s")
+                budget = min(p["partition_max_bytes"], max_bytes - total)
+                # KIP-74: the first partition with data returns at least one whole batch, whatever the budget
+                start, hwm, lso, data, aborted = lg.fetch_isolated(
+                    p["fetch_offset"], max(budget, 1) if total == 0 else budget, read_committed)
+                if data is not None and total > 0 and len(data) > budget:
+                    data = None
+                if data is not None:
+                    total += len(data)
+                r.update(high_watermark=hwm, last_stable_offset=lso, log_start_offset=start,
+                         records=data if data is not None else b"", aborted=aborted if data is not None else None)
+            except KafkaError as e:
+                r["error_code"] = error_code(e)
+        if r["error_code"] in _REFUSED_BEFORE_READ:
+            if refused is None:
+                refused = {}
+            refused[(topic, idx)] = r
+        else:
             result[(topic, idx)] = r
-            continue
-        try:
-            lg = s.log(topic, idx)
-            budget = min(p["partition_max_bytes"], max_bytes - total)
-            # KIP-74: the first partition with data returns at least one whole batch, whatever the budget
-            start, hwm, lso, data, aborted = lg.fetch_isolated(
-                p["fetch_offset"], max(budget, 1) if total == 0 else budget, read_committed)
-            if data is not None and total > 0 and len(data) > budget:
-                data = None
-            if data is not None:
-                total += len(data)
-            r.update(high_watermark=hwm, last_stable_offset=lso, log_start_offset=start,
-                     records=data if data is not None else b"", aborted=aborted if data is not None else None)
-        except KafkaError as e:
-            r["error_code"] = error_code(e)
-        result[(topic, idx)] = r
+    if refused:
+        result.update(refused)
     return result, total
 
 
@@ -744,13 +792,15 @@ def _fetch_response(s, header, ctx, req, result):
                                     for tp, r in result.items()})
     if fctx.error_code:  # a stale incremental request (a duplicate that was overtaken): INVALID_FETCH_SESSION_EPOCH
         return _wire.encode_fetch_response(v, header.correlation_id, ctx.throttle_time_ms, fctx.error_code, sid, [])
+    # partitions of one topic next to each other share its entry, as Kafka's FetchResponse.of groups them (a topic
+    # whose partitions are apart in the order gets an entry for each run)
     topics = []
-    by_topic: dict[str, list] = {}
+    last = lst = None
     for topic, idx, r in out:
-        lst = by_topic.get(topic)
-        if lst is None:
-            lst = by_topic[topic] = []
+        if topic != last or lst is None:
+            lst = []
             topics.append((topic, lst))
+            last = topic
         lst.append((idx, r.error_code, r.high_watermark, r.last_stable_offset, r.log_start_offset, r.records,
                     r.aborted))
     # header bytes, then the segment slices themselves: no copy of record data

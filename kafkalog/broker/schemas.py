@@ -14,7 +14,7 @@ An API table: ``{"key", "name", "versions": (min, max) this codec speaks, "flexi
 """
 
 PRODUCE = {
-    "key": 0, "name": "Produce", "versions": (3, 7), "flexible": 9,
+    "key": 0, "name": "Produce", "versions": (3, 11), "flexible": 9,
     "request": (
         ("transactional_id", "string", "3+", {"nullable": "3+", "default": None}),
         ("acks", "int16", "0+", {}),
@@ -36,16 +36,39 @@ PRODUCE = {
                 ("base_offset", "int64", "0+", {}),
                 ("log_append_time_ms", "int64", "2+", {"default": -1}),
                 ("log_start_offset", "int64", "5+", {"default": -1}),
+                # KIP-467: which records of an INVALID_RECORD batch made it be dropped
+                ("record_errors", "[]BatchIndexAndErrorMessage", "8+", {}, (
+                    ("batch_index", "int32", "8+", {}),
+                    ("batch_index_error_message", "string", "8+", {"nullable": "8+", "default": None}),
+                )),
+                ("error_message", "string", "8+", {"nullable": "8+", "default": None}),
+                # KIP-951: only with NOT_LEADER_OR_FOLLOWER, which a single node never answers
+                ("current_leader", "LeaderIdAndEpoch", "10+", {"tag": 0, "tagged": "10+"}, (
+                    ("leader_id", "int32", "10+", {"default": -1}),
+                    ("leader_epoch", "int32", "10+", {"default": -1}),
+                )),
             )),
         )),
         ("throttle_time_ms", "int32", "1+", {"default": 0}),
+        ("node_endpoints", "[]NodeEndpoint", "10+", {"tag": 0, "tagged": "10+"}, (
+            ("node_id", "int32", "10+", {}),
+            ("host", "string", "10+", {}),
+            ("port", "int32", "10+", {}),
+            ("rack", "string", "10+", {"nullable": "10+", "default": None}),
+        )),
     ),
 }
 
 FETCH = {
-    "key": 1, "name": "Fetch", "versions": (4, 11), "flexible": 12,
+    "key": 1, "name": "Fetch", "versions": (4, 17), "flexible": 12,
     "request": (
+        ("cluster_id", "string", "12+", {"tag": 0, "tagged": "12+", "nullable": "12+", "default": None}),
         ("replica_id", "int32", "0-14", {"default": -1}),
+        # KIP-903: a follower's id and broker epoch (consumers leave it out: a tagged field)
+        ("replica_state", "ReplicaState", "15+", {"tag": 1, "tagged": "15+"}, (
+            ("replica_id", "int32", "15+", {"default": -1}),
+            ("replica_epoch", "int64", "15+", {"default": -1}),
+        )),
         ("max_wait_ms", "int32", "0+", {}),
         ("min_bytes", "int32", "0+", {}),
         ("max_bytes", "int32", "3+", {"default": 2147483647}),
@@ -54,16 +77,20 @@ FETCH = {
         ("session_epoch", "int32", "7+", {"default": -1}),
         ("topics", "[]FetchTopic", "0+", {}, (
             ("topic", "string", "0-12", {}),
+            ("topic_id", "uuid", "13+", {}),
             ("partitions", "[]FetchPartition", "0+", {}, (
                 ("partition", "int32", "0+", {}),
                 ("current_leader_epoch", "int32", "9+", {"default": -1}),
                 ("fetch_offset", "int64", "0+", {}),
+                ("last_fetched_epoch", "int32", "12+", {"default": -1}),
                 ("log_start_offset", "int64", "5+", {"default": -1}),
                 ("partition_max_bytes", "int32", "0+", {}),
+                ("replica_directory_id", "uuid", "17+", {"tag": 0, "tagged": "17+"}),
             )),
         )),
         ("forgotten_topics_data", "[]ForgottenTopic", "7+", {}, (
             ("topic", "string", "7-12", {}),
+            ("topic_id", "uuid", "13+", {}),
             ("partitions", "[]int32", "7+", {}),
         )),
         ("rack_id", "string", "11+", {"default": ""}),
@@ -74,12 +101,28 @@ FETCH = {
         ("session_id", "int32", "7+", {"default": 0}),
         ("responses", "[]FetchableTopicResponse", "0+", {}, (
             ("topic", "string", "0-12", {}),
+            ("topic_id", "uuid", "13+", {}),
             ("partitions", "[]PartitionData", "0+", {}, (
                 ("partition_index", "int32", "0+", {}),
                 ("error_code", "int16", "0+", {}),
                 ("high_watermark", "int64", "0+", {}),
                 ("last_stable_offset", "int64", "4+", {"default": -1}),
                 ("log_start_offset", "int64", "5+", {"default": -1}),
+                # tagged, written by Kafka only when set: a follower's divergence (KIP-595), the new leader after
+                # NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH (KIP-951), a snapshot to fetch (KIP-630); one node
+                # without followers or leader changes has none of them to say
+                ("diverging_epoch", "EpochEndOffset", "12+", {"tag": 0, "tagged": "12+"}, (
+                    ("epoch", "int32", "12+", {"default": -1}),
+                    ("end_offset", "int64", "12+", {"default": -1}),
+                )),
+                ("current_leader", "LeaderIdAndEpoch", "12+", {"tag": 1, "tagged": "12+"}, (
+                    ("leader_id", "int32", "12+", {"default": -1}),
+                    ("leader_epoch", "int32", "12+", {"default": -1}),
+                )),
+                ("snapshot_id", "SnapshotId", "12+", {"tag": 2, "tagged": "12+"}, (
+                    ("end_offset", "int64", "0+", {"default": -1}),
+                    ("epoch", "int32", "0+", {"default": -1}),
+                )),
                 ("aborted_transactions", "[]AbortedTransaction", "4+", {"nullable": "4+"}, (
                     ("producer_id", "int64", "4+", {}),
                     ("first_offset", "int64", "4+", {}),
@@ -87,6 +130,12 @@ FETCH = {
                 ("preferred_read_replica", "int32", "11+", {"default": -1}),
                 ("records", "records", "0+", {"nullable": "0+"}),
             )),
+        )),
+        ("node_endpoints", "[]NodeEndpoint", "16+", {"tag": 0, "tagged": "16+"}, (
+            ("node_id", "int32", "16+", {}),
+            ("host", "string", "16+", {}),
+            ("port", "int32", "16+", {}),
+            ("rack", "string", "16+", {"nullable": "16+", "default": None}),
         )),
     ),
 }

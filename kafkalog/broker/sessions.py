@@ -9,10 +9,12 @@ What the session fields of a FetchRequest v7+ mean (``FetchMetadata``)::
     ID          -1             close session ID; full fetch, no new session
     ID           0             close session ID; full fetch; create a new session if possible
     ID           E >= 1        incremental fetch of session ID if E is the epoch it expects; unknown ID =>
-                               FETCH_SESSION_ID_NOT_FOUND (70), another E => INVALID_FETCH_SESSION_EPOCH (71)
+                               FETCH_SESSION_ID_NOT_FOUND (70), another E => INVALID_FETCH_SESSION_EPOCH (71), a
+                               request on the other side of v13 than the one that made the session =>
+                               FETCH_SESSION_TOPIC_ID_ERROR (106)
 
     FetchResponse => throttle_time_ms => INT32  error_code => INT16  session_id => INT32  [responses]
-    error_code 70/71: no partitions, session_id 0 (a 71 found only when the response is built, because a duplicate
+    error_code 70/71/106: no partitions, session_id 0 (a 71 found only when the response is built, because a duplicate
     request overtook this one, carries the session's id, as Kafka's does).  session_id 0: no session (the next
     request is a full one);
     session_id ID: the next request may be incremental with epoch 1 (then 2, ...; after 2147483647 comes 1, never 0).
@@ -24,6 +26,13 @@ error. Per partition the session keeps what the seed lists: topic, partition, ma
 fetcher's log start offset (from the latest request naming it), high watermark and local log start offset (from the
 latest response). Partitions that returned records move to the end of the session's order, so under a response size
 limit every partition gets its turn (no starvation of the ones at the end).
+
+Topic ids (KIP-516): from v13 a request names topics by id, and a session made by a v13+ request keys its partitions
+by (topic id, partition), one made before v13 by (topic name, partition); a session is continued only by requests on
+its side of v13 (Kafka's ``usesTopicIds``). Here a partition's "topic" is whichever key its session uses (a str name or
+a uuid.UUID id); ids are resolved to names through the ``names`` map the caller passes, and a partition whose id
+resolved to no topic keeps ``name`` None (answered UNKNOWN_TOPIC_ID by the caller) until a later request of its
+session finds the id (a topic created meanwhile), as Kafka's ``maybeResolveUnknownName``; once resolved, a name stays.
 
 The cache follows Kafka's ``FetchSession.scala``: ``max.incremental.fetch.session.cache.slots`` split over 8 shards
 used round-robin, each owning a disjoint range of session ids (random, positive, never 0); when a shard is full a
@@ -44,7 +53,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
-from ..errors import FetchSessionIdNotFoundError, InvalidFetchSessionEpochError
+from ..errors import FetchSessionIdNotFoundError, FetchSessionTopicIdError, InvalidFetchSessionEpochError
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -56,8 +65,10 @@ DEFAULT_SLOTS = 1000  # max.incremental.fetch.session.cache.slots
 
 _NOT_FOUND = FetchSessionIdNotFoundError.code
 _BAD_EPOCH = InvalidFetchSessionEpochError.code
+_TOPIC_ID_USE = FetchSessionTopicIdError.code
+TOPIC_IDS_FROM = 13  # the first Fetch version that names topics by id
 
-TP = tuple[str, int]
+TP = tuple[object, int]  # (topic name, or topic id from v13, partition)
 
 
 def next_epoch(epoch: int) -> int:
@@ -82,12 +93,15 @@ class PartitionResult(NamedTuple):
 
 class CachedPartition:
     """One partition of a session: the request side (``max_bytes``, ``fetch_offset``, ``fetcher_log_start_offset``)
-    and what was last sent of the response side (``high_watermark``, ``local_log_start_offset``)."""
+    and what was last sent of the response side (``high_watermark``, ``local_log_start_offset``); ``name`` is its
+    topic's name (None: a topic id no topic has, yet)."""
 
-    __slots__ = ("max_bytes", "fetch_offset", "fetcher_log_start_offset", "high_watermark", "local_log_start_offset")
+    __slots__ = ("max_bytes", "fetch_offset", "fetcher_log_start_offset", "high_watermark", "local_log_start_offset",
+                 "name")
 
     def __init__(self, fetch_offset: int, fetcher_log_start_offset: int, max_bytes: int,
-                 high_watermark: int = -1, local_log_start_offset: int = -1):
+                 high_watermark: int = -1, local_log_start_offset: int = -1, name: str | None = None):
+        self.name = name
         self.fetch_offset = fetch_offset
         self.fetcher_log_start_offset = fetcher_log_start_offset
         self.max_bytes = max_bytes
@@ -120,12 +134,16 @@ class CachedPartition:
 
 class FetchSession:
     """One incremental fetch session. ``partitions`` is in rotation order (dict insertion order); ``cached_size`` is
-    the partition count the cache last accounted for (-1: not in a cache)."""
+    the partition count the cache last accounted for (-1: not in a cache); ``uses_topic_ids``: made by a v13+ request,
+    its partitions keyed by topic id."""
 
-    __slots__ = ("id", "privileged", "partitions", "creation_ms", "last_used_ms", "epoch", "cached_size")
+    __slots__ = ("id", "privileged", "partitions", "creation_ms", "last_used_ms", "epoch", "cached_size",
+                 "uses_topic_ids")
 
-    def __init__(self, session_id: int, privileged: bool, partitions: dict[TP, CachedPartition], now_ms: int):
+    def __init__(self, session_id: int, privileged: bool, partitions: dict[TP, CachedPartition], now_ms: int,
+                 uses_topic_ids: bool = False):
         self.id = session_id
+        self.uses_topic_ids = uses_topic_ids
         self.privileged = privileged
         self.partitions = partitions
         self.creation_ms = now_ms
@@ -140,14 +158,16 @@ class FetchSession:
     def evictable_key(self) -> tuple[bool, int, int]:
         return (self.privileged, self.cached_size, self.id)
 
-    def update(self, fetch_data: Iterable[tuple[str, int, int, int, int]], forgotten: Iterable[TP]) -> None:
+    def update(self, fetch_data: Iterable[tuple[object, int, int, int, int]], forgotten: Iterable[TP],
+               names=None) -> None:
         """Apply an incremental request: add or update the listed partitions (new ones go to the end), then drop
-        the forgotten ones."""
+        the forgotten ones. ``names``: {topic id: name} when the session uses topic ids."""
         parts = self.partitions
         for topic, partition, fetch_offset, log_start_offset, max_bytes in fetch_data:
             cp = parts.get((topic, partition))
             if cp is None:
-                parts[(topic, partition)] = CachedPartition(fetch_offset, log_start_offset, max_bytes)
+                parts[(topic, partition)] = CachedPartition(fetch_offset, log_start_offset, max_bytes,
+                                                            name=_name_of(topic, names))
             else:
                 cp.fetch_offset = fetch_offset
                 cp.fetcher_log_start_offset = log_start_offset
@@ -185,11 +205,12 @@ class FetchSessionCacheShard:
             if sid != INVALID_SESSION_ID and sid not in self.sessions:
                 return sid
 
-    def maybe_create_session(self, now_ms: int, privileged: bool, partitions: dict[TP, CachedPartition]) -> int:
+    def maybe_create_session(self, now_ms: int, privileged: bool, partitions: dict[TP, CachedPartition],
+                             uses_topic_ids: bool = False) -> int:
         """The new session's id, or 0 when the shard is full and no session may be evicted for it."""
         if len(self.sessions) >= self.capacity and not self._try_evict(privileged, len(partitions), now_ms):
             return INVALID_SESSION_ID
-        session = FetchSession(self.new_session_id(), privileged, partitions, now_ms)
+        session = FetchSession(self.new_session_id(), privileged, partitions, now_ms, uses_topic_ids)
         self.sessions[session.id] = session
         self.touch(session, now_ms)
         return session.id
@@ -246,7 +267,7 @@ class FetchSessionCacheShard:
 class FetchContext:
     """What one Fetch request reads and how its response is built. Use it on the thread that created it.
 
-    ``error_code`` is 0, 70 or 71; when it is not 0 nothing is read and the response has no partitions (an
+    ``error_code`` is 0, 70, 71 or 106; when it is not 0 nothing is read and the response has no partitions (an
     incremental context whose session moved on in the meantime turns to 71 in ``build_response``)."""
 
     __slots__ = ("error_code",)
@@ -255,12 +276,16 @@ class FetchContext:
     def __init__(self, error_code: int = 0):
         self.error_code = error_code
 
-    def partitions_to_read(self) -> list[tuple[str, int, int, int]]:
-        """(topic, partition, fetch_offset, partition_max_bytes) in the order the response budget is spent."""
+    def partitions_to_read(self) -> list[tuple[object, int, int, int, str | None]]:
+        """(topic, partition, fetch_offset, partition_max_bytes, topic name or None) in the order the response
+        budget is spent; topic is the name, or the topic id from v13 (then the name is None for an unknown id)."""
         return []
 
-    def build_response(self, results: dict[TP, PartitionResult]) -> tuple[int, list[tuple[str, int, PartitionResult]]]:
-        """(session id for the response, [(topic, partition, result)] to send in this order)."""
+    def build_response(self, results: dict[TP, PartitionResult]) -> tuple[int, list[tuple[object, int,
+                                                                                            PartitionResult]]]:
+        """(session id for the response, [(topic, partition, result)] to send): ``results`` holds a result for
+        every partition to read, in the order the response lists them (Kafka's: the partitions read, in their order,
+        then the ones refused before any read: unknown topic or id, not authorized)."""
         return INVALID_SESSION_ID, []
 
     def throttled_response(self) -> int:
@@ -271,7 +296,7 @@ class FetchContext:
 
 
 class SessionErrorContext(FetchContext):
-    """A request naming a session we do not have (70) or at another epoch (71)."""
+    """A request naming a session we do not have (70), at another epoch (71), or on the other side of v13 (106)."""
 
     __slots__ = ()
 
@@ -280,14 +305,18 @@ class SessionlessFetchContext(FetchContext):
     """A full fetch that creates no session: epoch -1, a pre-v7 request, or an incremental request that emptied
     its session."""
 
-    __slots__ = ("_parts",)
+    __slots__ = ("_parts", "_names")
 
-    def __init__(self, fetch_data: Sequence[tuple[str, int, int, int, int]]):
+    def __init__(self, fetch_data: Sequence[tuple[object, int, int, int, int]], names=None):
         super().__init__()
         self._parts = _dedup(fetch_data)
+        self._names = names
 
     def partitions_to_read(self):
-        return [(t, p, off, mb) for (t, p), (off, _ls, mb) in self._parts.items()]
+        names = self._names
+        if names is None:
+            return [(t, p, off, mb, t) for (t, p), (off, _ls, mb) in self._parts.items()]
+        return [(t, p, off, mb, names.get(t)) for (t, p), (off, _ls, mb) in self._parts.items()]
 
     def build_response(self, results):
         return INVALID_SESSION_ID, _all_of(self._parts, results)
@@ -298,8 +327,8 @@ class FullFetchContext(SessionlessFetchContext):
 
     __slots__ = ("_cache", "_privileged", "_session_id")
 
-    def __init__(self, cache: FetchSessionCache, fetch_data, privileged: bool):
-        super().__init__(fetch_data)
+    def __init__(self, cache: FetchSessionCache, fetch_data, privileged: bool, names=None):
+        super().__init__(fetch_data, names)
         self._cache = cache
         self._privileged = privileged
         self._session_id: int | None = None
@@ -308,11 +337,12 @@ class FullFetchContext(SessionlessFetchContext):
         out = _all_of(self._parts, results)
         if self._session_id is None:  # a second call answers the same session, it does not make another
             cached: dict[TP, CachedPartition] = {}
-            for (t, p), (off, ls, mb) in self._parts.items():
-                r = results[(t, p)]
+            names = self._names
+            for t, p, r in out:  # in the response's order, as Kafka fills its session from the response
+                off, ls, mb = self._parts[(t, p)]
                 cached[(t, p)] = CachedPartition(off, ls, mb, -1 if r.error_code else r.high_watermark,
-                                                 r.log_start_offset)
-            self._session_id = self._cache._create(self._privileged, cached)
+                                                 r.log_start_offset, t if names is None else names.get(t))
+            self._session_id = self._cache._create(self._privileged, cached, names is not None)
         return self._session_id, out
 
 
@@ -322,12 +352,16 @@ class IncrementalFetchContext(FetchContext):
     __slots__ = ("_session", "_expected_epoch", "_order")
     incremental = True
 
-    def __init__(self, session: FetchSession):
+    def __init__(self, session: FetchSession, names=None):
         super().__init__()
         self._session = session
         self._expected_epoch = session.epoch
+        if names is not None:  # ids no topic had when they were added may name one now
+            for (t, _p), cp in session.partitions.items():
+                if cp.name is None:
+                    cp.name = names.get(t)
         # the session's order cannot change without its epoch changing too, which makes this context stale
-        self._order = [(t, p, cp.fetch_offset, cp.max_bytes) for (t, p), cp in session.partitions.items()]
+        self._order = [(t, p, cp.fetch_offset, cp.max_bytes, cp.name) for (t, p), cp in session.partitions.items()]
 
     @property
     def session_id(self) -> int:
@@ -348,10 +382,9 @@ class IncrementalFetchContext(FetchContext):
             return session.id, []
         parts = session.partitions
         out = []
-        for t, p, _off, _mb in self._order:
-            r = results.get((t, p))
+        for (t, p), r in results.items():
             cp = parts.get((t, p))
-            if r is None or cp is None:
+            if cp is None:
                 continue
             if cp.must_respond(r, True):
                 out.append((t, p, r))
@@ -366,6 +399,10 @@ class IncrementalFetchContext(FetchContext):
         return self._session.id
 
 
+def _name_of(topic, names) -> str | None:
+    return topic if names is None else names.get(topic)
+
+
 def _dedup(fetch_data) -> dict[TP, tuple[int, int, int]]:
     # Kafka's fetch data is a map: a partition listed twice is read once, at its first place, with its last values
     parts: dict[TP, tuple[int, int, int]] = {}
@@ -374,13 +411,11 @@ def _dedup(fetch_data) -> dict[TP, tuple[int, int, int]]:
     return parts
 
 
-def _all_of(parts: dict[TP, tuple[int, int, int]], results) -> list[tuple[str, int, PartitionResult]]:
-    out = []
-    for t, p in parts:
-        r = results.get((t, p))
-        if r is None:  # a full response lists every partition asked for (kafka-python rejects one that does not)
-            raise ValueError(f"no result for {t}-{p}: a full fetch response must cover every requested partition")
-        out.append((t, p, r))
+def _all_of(parts: dict[TP, tuple[int, int, int]], results) -> list[tuple[object, int, PartitionResult]]:
+    out = [(t, p, r) for (t, p), r in results.items() if (t, p) in parts]
+    if len(out) != len(parts):  # a full response lists every partition asked for (kafka-python rejects one that
+        missing = ", ".join(f"{t}-{p}" for t, p in parts if (t, p) not in results)  # does not)
+        raise ValueError(f"no result for {missing}: a full fetch response must cover every requested partition")
     return out
 
 
@@ -425,37 +460,46 @@ class FetchSessionCache:
     # -- requests -------------------------------------------------------------------------------------------------
 
     def new_context(self, version: int, session_id: int, session_epoch: int,
-                    fetch_data: Sequence[tuple[str, int, int, int, int]], forgotten: Sequence[TP],
-                    privileged: bool = False) -> FetchContext:
+                    fetch_data: Sequence[tuple[object, int, int, int, int]], forgotten: Sequence[TP],
+                    privileged: bool = False, names=None) -> FetchContext:
         """The context of one Fetch request. ``fetch_data``: (topic, partition, fetch_offset, log_start_offset,
         partition_max_bytes) as requested; ``forgotten``: (topic, partition) of ``forgotten_topics_data``;
-        ``privileged``: the request comes from a follower (replica_id >= 0)."""
+        ``privileged``: the request comes from a follower (replica_id >= 0). From v13 topics are topic ids and
+        ``names`` maps the ids of existing topics to their names."""
+        if version >= TOPIC_IDS_FROM:
+            if names is None:
+                names = {}
+        else:
+            names = None
         if version < 7:
             return SessionlessFetchContext(fetch_data)
         if session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != INVALID_SESSION_ID:
                 self.remove(session_id)  # a full request closes the session it names
             if session_epoch == FINAL_EPOCH:
-                return SessionlessFetchContext(fetch_data)
-            return FullFetchContext(self, fetch_data, privileged)
+                return SessionlessFetchContext(fetch_data, names)
+            return FullFetchContext(self, fetch_data, privileged, names)
         shard = self.shard_for(session_id)
         session = shard.get(session_id) if shard is not None else None
         if session is None:
             return SessionErrorContext(_NOT_FOUND)
         if session.epoch != session_epoch:
             return SessionErrorContext(_BAD_EPOCH)
-        session.update(fetch_data, forgotten)
+        if session.uses_topic_ids != (names is not None):
+            # partitions keyed by name cannot be continued by ids, nor the other way round (the session stays)
+            return SessionErrorContext(_TOPIC_ID_USE)
+        session.update(fetch_data, forgotten, names)
         if not session.partitions:
             shard.remove(session_id)
-            return SessionlessFetchContext(fetch_data)
+            return SessionlessFetchContext(fetch_data, names)
         shard.touch(session, self._now_ms())
         session.epoch = next_epoch(session.epoch)
-        return IncrementalFetchContext(session)
+        return IncrementalFetchContext(session, names)
 
-    def _create(self, privileged: bool, partitions: dict[TP, CachedPartition]) -> int:
+    def _create(self, privileged: bool, partitions: dict[TP, CachedPartition], uses_topic_ids: bool = False) -> int:
         shard = self.shards[self._next_shard]
         self._next_shard = (self._next_shard + 1) % len(self.shards)
-        return shard.maybe_create_session(self._now_ms(), privileged, partitions)
+        return shard.maybe_create_session(self._now_ms(), privileged, partitions, uses_topic_ids)
 
     # -- sessions -------------------------------------------------------------------------------------------------
 

@@ -665,7 +665,36 @@ class Log:
     def _keyless(self) -> InvalidRecordError:
         # Kafka's LogValidator, word for word: INVALID_RECORD (87) on the wire, nothing of the call appended
         return InvalidRecordError(f"Compacted topic cannot accept message without key in topic partition "
-                                  f"{self.topic}-{self.partition}.")
+                                  f"{self.topic}-{self.partition}")
+
+    def _rejected_records(self, buf, pos: int, batch) -> KafkaError:
+        """Kafka's RecordValidationException for the batch at ``pos`` (LogValidator): each of its records without a
+        key (compacted topic) or with a CreateTime timestamp out of range is listed in ``record_errors`` as (index in
+        the batch, message): Produce v8+ answers them (KIP-467). INVALID_TIMESTAMP when some timestamp is out of
+        range, else INVALID_RECORD; nothing of the call is appended."""
+        cols = decode_columns(buf, pos, pos + batch.size_in_bytes)
+        keys, stamps = cols["key_valid"], cols["timestamp"]
+        now = _now_ms()
+        lo = now - self._ts_before if self._ts_before != LONG_MAX else None
+        hi = now + self._ts_after if self._ts_after != LONG_MAX else None
+        errors, bad_time = [], False
+        for i in range(len(stamps)):
+            ts = int(stamps[i])
+            if self._compact and not keys[i]:
+                errors.append((i, self._keyless().args[0]))
+            elif not self._log_append_time and ts >= 0 and ((lo is not None and ts < lo) or
+                                                             (hi is not None and ts > hi)):
+                bad_time = True
+                errors.append((i, f"Timestamp {ts} of message with offset {batch.base_offset + i} is out of range. "
+                                  f"The timestamp should be within [{now - self._ts_before}, {now + self._ts_after}]"))
+        if bad_time:
+            e = InvalidTimestampError("One or more records have been rejected due to invalid timestamp")
+        else:
+            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+            e = InvalidRecordError(f"One or more records have been rejected due to {len(errors)} record errors in "
+                                   f"total, and only showing the first three errors at most: [{shown}]")
+        e.record_errors = errors
+        return e
 
     def _refresh_time_bounds(self) -> None:
         """Timestamp bounds the staged fast path checks without reading the clock. They only ever err on the
@@ -785,13 +814,19 @@ class Log:
                 if batch.timestamp_type == 1:
                     raise InvalidTimestampError(f"batch at byte {pos}: LogAppendTime set by the producer on a "
                                                 f"CreateTime topic")
-                self._check_timestamp(min_ts)
-                self._check_timestamp(max_ts)
+                try:
+                    self._check_timestamp(min_ts)
+                    self._check_timestamp(max_ts)
+                except InvalidTimestampError:
+                    raise self._rejected_records(buf, pos, batch) from None
             batches.append((pos, batch, max_ts))
             pos += batch.size_in_bytes
         if pos != total or not batches:
             raise InvalidRecordError(f"{total - pos} trailing bytes do not form a complete record batch")
         if self._compact and not decode_columns(buf)["key_valid"].all():
+            for pos, batch, _ in batches:
+                if not decode_columns(buf, pos, pos + batch.size_in_bytes)["key_valid"].all():
+                    raise self._rejected_records(buf, pos, batch)
             raise self._keyless()
         with self._lock:
             self._check_writable()

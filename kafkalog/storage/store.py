@@ -136,6 +136,8 @@ class LogStore:
         self._producer_ids = None
         self._topics: dict[str, dict] = {}
         self._topics_stamp = None
+        self._names_by_id: dict[uuid.UUID, str] = {}
+        self._names_by_id_of: dict | None = None  # the registry dict _names_by_id was made from
         self._closed = False
         self._stop = threading.Event()
         self._thread = None
@@ -431,6 +433,26 @@ class LogStore:
         with self._lock:
             entry = self._topics.get(name)
             return entry.get("topic_id") if entry is not None else None
+
+    def topics_by_id(self) -> dict[uuid.UUID, str]:
+        """{topic id (uuid.UUID): name} of every topic whose id the registry holds, without writing anything (a topic
+        of an older kafkalog, or a Kafka log dir's, is missing until ``topic_id`` gives or reads its id). Costs one
+        stat of the registry when no topic changed; the dict returned is shared: do not change it."""
+        with self._lock:
+            self._check_open()
+            self._reload_topics()
+            topics = self._topics
+            if self._names_by_id_of is not topics:
+                by_id = {}
+                for name, entry in topics.items():
+                    tid = entry.get("topic_id")
+                    if tid:
+                        try:
+                            by_id[uuid.UUID(bytes=base64.urlsafe_b64decode(tid + "=="))] = name
+                        except ValueError:
+                            continue  # not an id Kafka could have written: no fetch can name it
+                self._names_by_id, self._names_by_id_of = by_id, topics
+            return self._names_by_id
 
     def topic_id(self, name: str) -> str:
         """The topic's id (KIP-516; Kafka's base64 form of a random UUID), made when the topic was created. A topic of

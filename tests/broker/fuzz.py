@@ -50,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 import zlib
 from pathlib import Path
 
@@ -418,7 +419,6 @@ class BodyGen:
         if typ == "float64":
             return rng.choice((1e9, 1e12, 5e8, float("inf"), -1.0, 0.0, float("nan"), 1e-300, 2.5))
         if typ == "uuid":
-            import uuid
             return uuid.UUID(int=rng.getrandbits(128))
         return self.integer(api, name, parent, typ)
 
@@ -965,9 +965,11 @@ def frame_stream(corpus: Corpus, seed: int, worker: int, workers: int, count: in
         elif kind == "session" and fetch_sessions:
             e = rng.choice(fetch_sessions)
             b = bytearray(e.data)
-            # Fetch v7+: replica_id max_wait min_bytes max_bytes isolation session_id session_epoch
+            # Fetch v7-14: replica_id max_wait min_bytes max_bytes isolation session_id session_epoch (v15+: no
+            # replica_id, a tagged field there)
             anns = [a for a in e.ann if a[1] == "int32"]
-            sid_pos, epoch_pos = anns[4][0], anns[5][0]
+            first = 4 if e.version <= 14 else 3
+            sid_pos, epoch_pos = anns[first][0], anns[first + 1][0]
             sid = rng.choice(live_sessions) if live_sessions and rng.random() < 0.8 else rng.getrandbits(31)
             _I32.pack_into(b, sid_pos, sid)
             _I32.pack_into(b, epoch_pos, rng.choice((1, 1, 2, 3, 0, -1, 0x7FFFFFFF)))
@@ -1810,14 +1812,23 @@ class Run:
         return True
 
     def _dance_fetch(self, sock, fr, rng) -> bool:
-        v = rng.randint(7, 11)
+        v = rng.randint(7, 17)
+        ids = {}
+        if v >= 13:  # topics by id (KIP-516): the ids of the fuzz topics that exist, now and then one nobody has
+            md = self._dc(sock, fr, 3, 12, {"topics": [{"name": t, "topic_id": uuid.UUID(int=0)} for t in FUZZ_TOPICS],
+                                            "allow_auto_topic_creation": False,
+                                            "include_topic_authorized_operations": False}, "metadata")
+            ids = {t["name"]: t["topic_id"] for t in md.get("topics") or () if t.get("error_code") == 0}
+
+        def topic_id(t):
+            return ids.get(t) if t in ids and rng.random() < 0.9 else uuid.UUID(int=rng.getrandbits(128))
 
         def parts():
-            return [{"topic": t, "partitions": [{"partition": partition(rng), "current_leader_epoch": -1,
-                                                 "fetch_offset": rng.choice((0, 0, 5, -1, 2**40)),
-                                                 "log_start_offset": -1, "partition_max_bytes": 1 << 16}
-                                                for _ in range(rng.randint(1, 3))]}
-                    for t in rng.sample(FUZZ_TOPICS + (rng.choice(POOL_TOPICS),), rng.randint(1, 3))]
+            return [{"topic": t, "topic_id": topic_id(t), "partitions": [
+                {"partition": partition(rng), "current_leader_epoch": -1,
+                 "fetch_offset": rng.choice((0, 0, 5, -1, 2**40)), "log_start_offset": -1,
+                 "partition_max_bytes": 1 << 16} for _ in range(rng.randint(1, 3))]}
+                for t in rng.sample(FUZZ_TOPICS + (rng.choice(POOL_TOPICS),), rng.randint(1, 3))]
 
         def req(sid, epoch, topics, forgotten):
             return {"replica_id": rng.choice((-1, -1, -1, 1)), "max_wait_ms": 0, "min_bytes": 0,
@@ -1831,11 +1842,14 @@ class Run:
         self.live_sessions.append(sid)
         epoch = 1
         for i in range(rng.randint(1, 6)):
-            forgotten = [] if rng.random() < 0.6 else [{"topic": rng.choice(FUZZ_TOPICS),
+            t = rng.choice(FUZZ_TOPICS)
+            forgotten = [] if rng.random() < 0.6 else [{"topic": t, "topic_id": topic_id(t),
                                                         "partitions": [partition(rng) for _ in range(2)]}]
             e = epoch if rng.random() < 0.85 else rng.choice((epoch + 1, epoch - 1, 0x7FFFFFFF, 1))
             topics = [] if rng.random() < 0.4 else parts()
-            r = self._dc(sock, fr, 1, v, req(sid, e, topics, forgotten), f"incremental-{i}")
+            # now and then a request on the other side of v13 (FETCH_SESSION_TOPIC_ID_ERROR)
+            iv = v if rng.random() < 0.93 else (rng.randint(7, 12) if v >= 13 else rng.randint(13, 17))
+            r = self._dc(sock, fr, 1, iv, req(sid, e, topics, forgotten), f"incremental-{i}")
             if r.get("error_code"):
                 break
             epoch = epoch + 1 if epoch < 0x7FFFFFFF else 1

@@ -71,17 +71,18 @@ def test_api_versions_lists_exactly_the_matrix(broker):
             assert resp["error_code"] == 0
             got = {k["api_key"]: (k["min_version"], k["max_version"]) for k in resp["api_keys"]}
             assert got == ADVERTISED
-    # the matrix of the issue: Produce 0-7 (3-7 accepted), Fetch 4-11, ...; produce, fetch, offsets, groups and
-    # SASL stay non-flexible; flexible: ApiVersions 3-4, ListOffsets 6-7 (v7: the max-timestamp lookup of
-    # kafka-get-offsets --time -3), Metadata 9-12 (10+: topic ids), CreateTopics 5-7 (what was made) and the admin
-    # APIs (issue 12), at the versions Kafka 4's clients and tools pick; Fetch stays below 13 (no topic ids there);
-    # transactions (issue 23): OffsetFetch 7 (RequireStable), InitProducerId 2-5, AddPartitionsToTxn 3, AddOffsetsToTxn,
-    # EndTxn and TxnOffsetCommit 3-4, DescribeProducers / DescribeTransactions / ListTransactions
-    assert ADVERTISED[0] == (0, 7) and ADVERTISED[1] == (4, 11) and ADVERTISED[18] == (0, 4)
+    # the matrix of the issue: Produce 0-11 (3-11 accepted; 12 is transactions v2), Fetch 4-17 (13+: topic ids),
+    # ...; SASL stays non-flexible; flexible: Produce 9-11, Fetch 12-17, ApiVersions 3-4, ListOffsets 6-7 (v7: the
+    # max-timestamp lookup of kafka-get-offsets --time -3), Metadata 9-12 (10+: topic ids), CreateTopics 5-7 (what was
+    # made) and the admin APIs (issue 12), at the versions Kafka 4's clients and tools pick; transactions (issue 23):
+    # OffsetFetch 7 (RequireStable), InitProducerId 2-5, AddPartitionsToTxn 3, AddOffsetsToTxn, EndTxn and
+    # TxnOffsetCommit 3-4, DescribeProducers / DescribeTransactions / ListTransactions; issue 24: the classic group
+    # protocol (OffsetCommit 2-9, JoinGroup 0-9, Heartbeat 0-4, LeaveGroup 0-5, SyncGroup 0-5)
+    assert ADVERTISED[0] == (0, 11) and ADVERTISED[1] == (4, 17) and ADVERTISED[18] == (0, 4)
     assert ADVERTISED[2] == (1, 7) and ADVERTISED[3] == (0, 12)
     assert {k for k in ADVERTISED if protocol.is_flexible(k, ADVERTISED[k][1])} == {
-        2, 3, 18, 19, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75,
-        9, 22, 24, 25, 26, 27, 28, 61, 65, 66}
+        0, 1, 2, 3, 18, 19, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75,
+        9, 22, 24, 25, 26, 27, 28, 61, 65, 66, 8, 11, 12, 13, 14}
 
 
 def test_api_versions_unknown_version_answers_v0_with_error_35(broker):

@@ -67,6 +67,13 @@ def full(cache, parts, results=None, sid=0, epoch=INITIAL_EPOCH, privileged=Fals
     return ctx, rsid, out
 
 
+def to_read(ctx):
+    """What a context reads, without the topic names (before v13 a partition's topic is its name)."""
+    out = ctx.partitions_to_read()
+    assert all(name == t for t, _p, _off, _mb, name in out)
+    return [x[:4] for x in out]
+
+
 def keys(out):
     return [(t, p) for t, p, _ in out]
 
@@ -124,7 +131,7 @@ def test_sessionless_request_creates_no_session():
     cache, _ = make()
     ctx = cache.new_context(V, 0, FINAL_EPOCH, [fd("foo", 0), fd("foo", 1, 10)], [])
     assert type(ctx) is SessionlessFetchContext and ctx.error_code == 0
-    assert ctx.partitions_to_read() == [("foo", 0, 0, 100), ("foo", 1, 10, 100)]
+    assert to_read(ctx) == [("foo", 0, 0, 100), ("foo", 1, 10, 100)]
     sid, out = ctx.build_response({("foo", 0): res(5), ("foo", 1): res(10)})
     assert sid == 0 and keys(out) == [("foo", 0), ("foo", 1)]
     assert cache.num_sessions == 0
@@ -143,7 +150,7 @@ def test_full_request_at_epoch_zero_creates_a_session_with_the_response_state():
     parts = [fd("foo", 0, 0, 100, 0), fd("foo", 1, 10, 200, 3)]
     ctx = cache.new_context(V, 0, INITIAL_EPOCH, parts, [])
     assert type(ctx) is FullFetchContext
-    assert ctx.partitions_to_read() == [("foo", 0, 0, 100), ("foo", 1, 10, 200)]
+    assert to_read(ctx) == [("foo", 0, 0, 100), ("foo", 1, 10, 200)]
     sid, out = ctx.build_response({("foo", 0): res(100, lso=100), ("foo", 1): res(10, lso=10, size=7)})
     assert sid > 0
     assert keys(out) == [("foo", 0), ("foo", 1)]
@@ -161,7 +168,7 @@ def test_full_request_at_epoch_zero_creates_a_session_with_the_response_state():
 def test_a_partition_listed_twice_is_read_once_with_its_last_values():
     cache, _ = make()
     ctx = cache.new_context(V, 0, INITIAL_EPOCH, [fd("a", 0, 1), fd("b", 0), fd("a", 0, 5)], [])
-    assert ctx.partitions_to_read() == [("a", 0, 5, 100), ("b", 0, 0, 100)]
+    assert to_read(ctx) == [("a", 0, 5, 100), ("b", 0, 0, 100)]
 
 
 def test_full_response_must_cover_every_requested_partition():
@@ -195,7 +202,7 @@ def test_unknown_session_id_is_70_with_nothing_read():
     for bad in (sid + 1, -5, INT32_MAX, cache.id_range * 8):  # the last ids are past the last shard's range
         ctx = cache.new_context(V, bad, 1, [fd("foo", 0)], [])
         assert type(ctx) is SessionErrorContext and ctx.error_code == NOT_FOUND
-        assert ctx.partitions_to_read() == []
+        assert to_read(ctx) == []
         assert ctx.build_response({("foo", 0): res(10)}) == (0, [])
     assert cache.get(sid).epoch == 1  # untouched
 
@@ -206,7 +213,7 @@ def test_wrong_epoch_is_71_and_the_session_still_expects_its_epoch():
     for bad in (5, 2, -3):
         ctx = cache.new_context(V, sid, bad, [fd("foo", 0, 99)], [])
         assert type(ctx) is SessionErrorContext and ctx.error_code == BAD_EPOCH
-        assert ctx.partitions_to_read() == [] and ctx.build_response({}) == (0, [])
+        assert to_read(ctx) == [] and ctx.build_response({}) == (0, [])
     s = cache.get(sid)
     assert s.epoch == 1 and s.partitions[("foo", 0)].fetch_offset == 0  # the bad request changed nothing
     ctx = cache.new_context(V, sid, 1, [], [])
@@ -220,11 +227,11 @@ def test_a_context_whose_session_moved_on_answers_71_and_changes_nothing():
     _, sid, _ = full(cache, [fd("foo", 0), fd("foo", 1)], {("foo", 0): res(10), ("foo", 1): res(10)})
     slow = cache.new_context(V, sid, 1, [], [])  # e.g. waiting in a long poll
     fast = cache.new_context(V, sid, 2, [], [])  # the client's next request overtook it
-    assert slow.partitions_to_read() == [("foo", 0, 0, 100), ("foo", 1, 0, 100)]
+    assert to_read(slow) == [("foo", 0, 0, 100), ("foo", 1, 0, 100)]
     rsid, out = slow.build_response({("foo", 0): res(20, size=5), ("foo", 1): res(10)})
     assert slow.error_code == BAD_EPOCH and out == [] and rsid == sid
     assert cache.get(sid).partitions[("foo", 0)].high_watermark == 10
-    assert slow.partitions_to_read() == []
+    assert to_read(slow) == []
     rsid, out = fast.build_response({("foo", 0): res(20, size=5), ("foo", 1): res(10)})
     assert fast.error_code == 0 and rsid == sid and keys(out) == [("foo", 0)]
 
@@ -248,13 +255,13 @@ def test_incremental_request_adds_updates_and_forgets_partitions():
                      {("foo", 0): res(100, lso=100), ("foo", 1): res(10, lso=10)})
     ctx = cache.new_context(V, sid, 1, [fd("bar", 0, 15, 0)], [("foo", 0)])
     assert type(ctx) is IncrementalFetchContext
-    assert ctx.partitions_to_read() == [("foo", 1, 10, 100), ("bar", 0, 15, 0)]
+    assert to_read(ctx) == [("foo", 1, 10, 100), ("bar", 0, 15, 0)]
     rsid, out = ctx.build_response({("foo", 1): res(10, lso=10), ("bar", 0): res(10, lso=10)})
     assert rsid == sid and keys(out) == [("bar", 0)]  # foo-1 unchanged, bar-0 new
     assert cache.num_partitions_cached == 2
     # an update keeps the partition's place and takes the new offset, max bytes and fetcher log start offset
     ctx = cache.new_context(V, sid, 2, [fd("foo", 1, 12, 300, 4)], [("nope", 9)])
-    assert ctx.partitions_to_read() == [("foo", 1, 12, 300), ("bar", 0, 15, 0)]
+    assert to_read(ctx) == [("foo", 1, 12, 300), ("bar", 0, 15, 0)]
     assert cache.get(sid).partitions[("foo", 1)].fetcher_log_start_offset == 4
 
 
@@ -316,7 +323,7 @@ def test_idle_rounds_carry_no_partition_and_keep_the_session():
     for epoch in range(1, 6):
         clock.advance_ms(500)
         ctx = cache.new_context(V, sid, epoch, [], [])
-        assert len(ctx.partitions_to_read()) == 50  # every partition is read ...
+        assert len(to_read(ctx)) == 50  # every partition is read ...
         rsid, out = ctx.build_response({(t, p): res(10) for t, p, *_ in parts})
         assert rsid == sid and out == []  # ... and none is sent
     assert cache.get(sid).epoch == 6
@@ -336,7 +343,7 @@ def test_emptying_a_session_removes_it_and_the_answer_is_sessionless():
     _, sid, _ = full(cache, [fd("foo", 0), fd("foo", 1, 10)])
     ctx = cache.new_context(V, sid, 1, [], [("foo", 0), ("foo", 1)])
     assert type(ctx) is SessionlessFetchContext
-    assert ctx.partitions_to_read() == []
+    assert to_read(ctx) == []
     assert ctx.build_response({}) == (0, [])
     assert cache.num_sessions == 0 and cache.num_partitions_cached == 0 and cache.evictions_total == 0
     assert cache.new_context(V, sid, 2, [], []).error_code == NOT_FOUND
@@ -367,14 +374,14 @@ def test_only_partitions_that_returned_records_move_to_the_end():
     _, sid, out = full(cache, parts, {("foo", 1): res(50), ("bar", 2): res(50), ("zar", 3): res(50)})
     assert keys(out) == [("foo", 1), ("bar", 2), ("zar", 3)]
     ctx = cache.new_context(V, sid, 1, parts, [])
-    assert [(t, p) for t, p, *_ in ctx.partitions_to_read()] == [("foo", 1), ("bar", 2), ("zar", 3)]
+    assert [(t, p) for t, p, *_ in to_read(ctx)] == [("foo", 1), ("bar", 2), ("zar", 3)]
     assert ctx.build_response({}) == (sid, [])
     # foo-1 changed its hwm only, bar-2 returned records: only bar-2 goes to the back
     _, out = ctx.build_response({("foo", 1): res(60), ("bar", 2): res(60, size=20), ("zar", 3): res(50)})
     assert keys(out) == [("foo", 1), ("bar", 2)]
     assert order(cache, sid) == [("foo", 1), ("zar", 3), ("bar", 2)]
     ctx = cache.new_context(V, sid, 2, [], [])
-    assert [(t, p) for t, p, *_ in ctx.partitions_to_read()] == [("foo", 1), ("zar", 3), ("bar", 2)]
+    assert [(t, p) for t, p, *_ in to_read(ctx)] == [("foo", 1), ("zar", 3), ("bar", 2)]
 
 
 class ModelLog:
@@ -433,7 +440,7 @@ def test_rotation_serves_a_partition_that_never_fits_its_budget():
     cache, _ = make()
     offsets = {(t, p): 0 for t, p, *_ in request}
     ctx = cache.new_context(V, 0, INITIAL_EPOCH, request, [])
-    sid, out = ctx.build_response(read(logs, ctx.partitions_to_read(), 1000))
+    sid, out = ctx.build_response(read(logs, to_read(ctx), 1000))
     epoch, rounds = 1, 1
     while offsets[("big", 0)] < 3:
         changed = []
@@ -443,7 +450,7 @@ def test_rotation_serves_a_partition_that_never_fits_its_budget():
                 changed.append(fd(t, p, offsets[(t, p)], 100))
         ctx = cache.new_context(V, sid, epoch, changed, [])
         assert type(ctx) is IncrementalFetchContext
-        rsid, out = ctx.build_response(read(logs, ctx.partitions_to_read(), 1000))
+        rsid, out = ctx.build_response(read(logs, to_read(ctx), 1000))
         assert rsid == sid
         epoch, rounds = epoch + 1, rounds + 1
         assert rounds < 40, offsets
@@ -714,7 +721,7 @@ class ModelClient:
         ctx = cache.new_context(V, sid, epoch, data, forgotten)
         if ctx.error_code:
             return self.response(ctx.error_code, 0, [], full_request), 0
-        rsid, out = ctx.build_response(read(logs, ctx.partitions_to_read(), max_bytes))
+        rsid, out = ctx.build_response(read(logs, to_read(ctx), max_bytes))
         if ctx.error_code:
             return self.response(ctx.error_code, rsid, [], full_request), 0
         got = self.response(0, rsid, out, full_request)
@@ -829,14 +836,14 @@ def test_random_request_sequences_keep_the_cache_consistent(ops, slots, shards, 
                 continue
             if type(ctx) is SessionlessFetchContext:  # the request emptied the session: answered sessionless
                 assert cache.get(sid) is None
-                to_read = ctx.partitions_to_read()
-                assert ctx.build_response({(t, p): res(2) for t, p, *_ in to_read})[0] == 0
+                reads = to_read(ctx)
+                assert ctx.build_response({(t, p): res(2) for t, p, *_ in reads})[0] == 0
                 closed += 1
                 clients[c] = (0, 0)
                 continue
-            to_read = ctx.partitions_to_read()
-            assert [(t, p) for t, p, *_ in to_read] == list(session.partitions)
-            rsid, out = ctx.build_response({(t, p): res(2) for t, p, *_ in to_read})
+            reads = to_read(ctx)
+            assert [(t, p) for t, p, *_ in reads] == list(session.partitions)
+            rsid, out = ctx.build_response({(t, p): res(2) for t, p, *_ in reads})
             assert rsid == sid and set(keys(out)) <= set(session.partitions)
             clients[c] = (sid, next_epoch(epoch))
         # invariants
@@ -867,3 +874,39 @@ def test_evictions_are_exactly_the_sessions_that_vanished_unasked(slots, n_clien
             created += 1
     # no client closes its own session here: every session created and gone was evicted
     assert cache.evictions_total == created - cache.num_sessions
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# topic ids (Fetch v13+, KIP-516)
+
+def test_a_session_by_topic_id_resolves_an_id_once_a_topic_has_it():
+    import uuid
+    cache, _ = make()
+    a, b = uuid.UUID(int=1), uuid.UUID(int=2)
+    ctx = cache.new_context(13, 0, INITIAL_EPOCH, [fd(a, 0), fd(b, 0)], [], names={a: "ta"})
+    assert ctx.partitions_to_read() == [(a, 0, 0, 100, "ta"), (b, 0, 0, 100, None)]
+    # the answer's order makes the session's: b (refused before any read) after a
+    sid, out = ctx.build_response({(a, 0): res(10), (b, 0): res(-1, lso=-1, error=100)})
+    assert sid and cache.get(sid).uses_topic_ids and keys(out) == [(a, 0), (b, 0)]
+    ctx = cache.new_context(13, sid, 1, [], [], names={a: "ta", b: "tb"})
+    assert ctx.partitions_to_read() == [(a, 0, 0, 100, "ta"), (b, 0, 0, 100, "tb")]
+    ctx.build_response({(a, 0): res(10), (b, 0): res(10)})
+    # a name once resolved stays with the session's partition, whatever the id names later (Kafka's
+    # maybeResolveUnknownName only fills a missing name)
+    ctx = cache.new_context(13, sid, 2, [], [], names={})
+    assert [x[4] for x in ctx.partitions_to_read()] == ["ta", "tb"]
+    ctx.build_response({(a, 0): res(10), (b, 0): res(10)})
+    # a request before v13 cannot continue it (FETCH_SESSION_TOPIC_ID_ERROR), and the session stays
+    bad = cache.new_context(12, sid, 3, [], [])
+    assert type(bad) is SessionErrorContext and bad.error_code == 106 and cache.get(sid) is not None
+    assert cache.new_context(13, sid, 3, [], [], names={}).error_code == 0
+
+
+def test_a_session_by_name_is_not_continued_by_ids():
+    cache, _ = make()
+    _, sid, _ = full(cache, [fd("foo", 0)])
+    assert not cache.get(sid).uses_topic_ids
+    assert cache.new_context(13, sid, 1, [], [], names={}).error_code == 106
+    # checked after the epoch, as Kafka does: a wrong epoch is 71 whatever the version
+    assert cache.new_context(13, sid, 5, [], [], names={}).error_code == BAD_EPOCH
+    assert cache.new_context(V, sid, 1, [], []).error_code == 0
