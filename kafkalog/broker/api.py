@@ -7,7 +7,7 @@ the connection is closed (Kafka's answer too).
 
 The advertised matrix (``ADVERTISED``) is the one every real client accepts (see the protocol reference): Produce
 advertises 0-7 but v0-2 close the connection (KAFKA-18659: librdkafka 2.0 probes Produce v0 to enable compression);
-no flexible version is advertised except ApiVersions 3-4, and no tagged field is ever written.
+flexible versions are advertised where their semantics are served, and no tagged field is ever written.
 """
 
 from __future__ import annotations
