@@ -90,6 +90,7 @@ TransactionalIdAuthorizationFailedError = _define("TransactionalIdAuthorizationF
 MismatchedEndpointTypeError = _define("MismatchedEndpointTypeError", 114, "MISMATCHED_ENDPOINT_TYPE")
 UnknownTopicIdError = _define("UnknownTopicIdError", 100, "UNKNOWN_TOPIC_ID", retriable=True,
                               bases=(LookupError,))
+TopicDeletionDisabledError = _define("TopicDeletionDisabledError", 73, "TOPIC_DELETION_DISABLED")
 InvalidRecordStateError = _define("InvalidRecordStateError", 121, "INVALID_RECORD_STATE", bases=(ValueError,))
 InvalidRecordStateError.__doc__ = ("Kafka error 121 INVALID_RECORD_STATE (share groups, KIP-932): an ack or nack of a "
                                    "message a DurableQueue does not hold (already acked or nacked, or got by another "

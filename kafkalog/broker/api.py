@@ -36,9 +36,9 @@ from ..errors import (
     KafkaStorageError,
     LogClosedError,
     OperationNotAttemptedError,
-    PolicyViolationError,
     ProducerFencedError,
     TopicAlreadyExistsError,
+    TopicDeletionDisabledError,
     TransactionalIdNotFoundError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
@@ -72,11 +72,11 @@ log = logging.getLogger("kafkalog.broker")
 ADVERTISED: dict[int, tuple[int, int]] = {
     0: (0, 11),   # Produce (3-11 accepted; 8: record errors, 9: flexible; 12 is transactions v2, KIP-890 part 2)
     1: (4, 17),   # Fetch (12: flexible, 13: topic ids, 15: replica state, 16: KIP-951 fields, 17: directory id)
-    2: (1, 7),    # ListOffsets (7: max timestamp, KIP-734)
-    3: (0, 12),   # Metadata (10+: topic ids)
+    2: (1, 11),   # ListOffsets (7: max timestamp, KIP-734; 8-11: tiered-storage timestamps, answered untiered)
+    3: (0, 13),   # Metadata (10+: topic ids; 13: top-level error)
     8: (2, 9),    # OffsetCommit (7: group instance id, KIP-345; 8+ flexible)
-    9: (1, 7),    # OffsetFetch (7: RequireStable, KIP-447)
-    10: (0, 2),   # FindCoordinator
+    9: (1, 10),   # OffsetFetch (7: RequireStable, KIP-447; 8: batched groups; 10: topic ids)
+    10: (0, 6),   # FindCoordinator (4+: batched keys, KIP-699; 6: share keys, answered INVALID_REQUEST)
     11: (0, 9),   # JoinGroup (4: KIP-394, 5: KIP-345 static members, 7: protocol type, 9: SkipAssignment)
     12: (0, 4),   # Heartbeat
     13: (0, 5),   # LeaveGroup (3+: batched, by member or instance id)
@@ -84,7 +84,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     17: (0, 1),   # SaslHandshake
     18: (0, 4),   # ApiVersions
     19: (2, 7),   # CreateTopics (5+: what was made; 7: topic id)
-    20: (1, 3),   # DeleteTopics
+    20: (1, 6),   # DeleteTopics (6: by topic id)
     21: (0, 1),   # DeleteRecords
     22: (0, 5),   # InitProducerId (transactional ids; 3+: KIP-360 epoch bump)
     24: (0, 3),   # AddPartitionsToTxn (the client forms; 4+ is broker to broker)
@@ -397,13 +397,21 @@ def metadata(s: Services, ctx, header, frame, offset):
         names = sorted(t for t in s.store.topics() if allowed(s, ctx, "DESCRIBE", "TOPIC", t))
     else:
         names = []
+        seen = set()
+        # Kafka: a request naming any topic by id (KIP-516, v10+) is answered for its ids alone, its names ignored
+        ids = v >= 10 and any(t["topic_id"].int for t in wanted)
         for t in wanted:
-            if t["name"] is None:  # asked for by topic id (KIP-516; a null name from v10)
+            if ids and not t["topic_id"].int:
+                continue
+            if t["name"] is None or ids:  # asked for by topic id (a null name from v10)
                 if by_id is None:
                     by_id = yield s.loop.run_in_executor(None, _topics_by_id, s)
-                names.append(by_id.get(t["topic_id"], t["topic_id"]))
+                name = by_id.get(t["topic_id"], t["topic_id"])
             else:
-                names.append(t["name"])
+                name = t["name"]
+            if name not in seen:  # Kafka answers each topic once
+                seen.add(name)
+                names.append(name)
     allow_create = req.get("allow_auto_topic_creation", True) if v >= 4 else True
     want_ops = bool(req.get("include_topic_authorized_operations"))
     topics = []
@@ -426,7 +434,7 @@ def metadata(s: Services, ctx, header, frame, offset):
                 validate_topic_name(name)
             except (KafkaError, ValueError, TypeError):
                 topics.append({"error_code": InvalidTopicError.code, "name": name, "is_internal": False,
-                               "partitions": []})
+                               "partitions": [], **_operations(s, ctx, name, want_ops)})
                 continue
             if s.auto_create and allow_create and not allowed(s, ctx, "CREATE", "CLUSTER", security.CLUSTER_NAME) \
                     and not_allowed(s, ctx, "CREATE", "TOPIC", name):
@@ -464,13 +472,17 @@ def metadata(s: Services, ctx, header, frame, offset):
                     t.update(error_code=UnknownTopicOrPartitionError.code, partitions=[])
             if tid is not None:
                 t["topic_id"] = _topic_uuid(tid)
-        if want_ops and n:
-            t["topic_authorized_operations"] = _authorized_bits(s, ctx, "TOPIC", name)
+        t.update(_operations(s, ctx, name, want_ops))  # also a topic not found (Kafka's answer)
         topics.append(t)
     return (yield from answer_sliced(s, sl, header, {
         "throttle_time_ms": ctx.throttle_time_ms,
         "brokers": [{"node_id": s.node_id, "host": s.host, "port": s.port, "rack": None}],
-        "cluster_id": CLUSTER_ID, "controller_id": s.node_id, "topics": topics}))
+        "cluster_id": CLUSTER_ID, "controller_id": s.node_id, "topics": topics,
+        "error_code": 0}))  # v13's top-level error (KIP-1102's REBOOTSTRAP_REQUIRED: never, one node)
+
+
+def _operations(s: Services, ctx, name: str, wanted: bool) -> dict:
+    return {"topic_authorized_operations": _authorized_bits(s, ctx, "TOPIC", name)} if wanted else {}
 
 
 def _topic_uuid(topic_id: str) -> uuid.UUID:
@@ -809,27 +821,44 @@ def _fetch_response(s, header, ctx, req, result):
 
 # ---------------------------------------------------------------------------------------------------- ListOffsets
 
+# ListOffsets' special timestamps (ListOffsetsRequest.java) and the first version that may send each
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3                     # v1+, v1+, v7+ (KIP-734)
+EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -4, -5, -6  # v8+ (KIP-405), v9+ (KIP-1005), v11+ (KIP-1023)
+_TIMESTAMP_FROM = {MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
+# the leader epoch of an offset found: one node, never a leader change, so always Kafka's first epoch
+LEADER_EPOCH = 0
+
+
 def list_offsets(s: Services, ctx, header, frame, offset):
+    """ListOffsets, answered as one Kafka node without tiered storage: the local log is the whole log, so
+    EARLIEST_LOCAL (-4) is the log start offset, and LATEST_TIERED (-5) / EARLIEST_PENDING_UPLOAD (-6) find no
+    offset (-1, no error). v10's timeout_ms (remote-storage reads) has nothing to wait for."""
     req = request_body(ctx, header, frame, offset)
+    v = header.api_version
     committed = req.get("isolation_level", 0) == 1
+
+    def check(p):  # before the partition is looked up: Kafka's order
+        ts = p["timestamp"]
+        if ts < 0 and v < _TIMESTAMP_FROM.get(ts, 1 if ts >= EARLIEST else 1 << 16):
+            raise UnsupportedVersionError(f"ListOffsets timestamp {ts} is not supported at v{v}")
 
     def lookup(lg, _topic, p, r):
         ts = p["timestamp"]
-        if ts < -3 or (ts == -3 and header.api_version < 7):
-            # -3 (the record of the largest timestamp, KIP-734) from v7; -4/-5 (tiered storage) are not served
-            raise UnsupportedVersionError(f"ListOffsets timestamp {ts} is not supported at v{header.api_version}")
-        if committed and ts == -1:  # LATEST for read_committed: the last stable offset
-            r["offset"] = lg.last_stable_offset
+        if ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+            return  # nothing is tiered: no offset
+        if committed and ts == LATEST:  # LATEST for read_committed: the last stable offset
+            r.update(offset=lg.last_stable_offset, leader_epoch=LEADER_EPOCH)
             return
-        found = lg.offset_for_time(ts)  # the engine's time index: -1 latest, -2 earliest, -3 max timestamp
+        # the engine's time index: -1 latest, -2 earliest, -3 max timestamp
+        found = lg.offset_for_time(EARLIEST if ts == EARLIEST_LOCAL else ts)
         if found is not None:
             if committed and ts >= 0 and found.offset >= lg.last_stable_offset:
                 return  # not readable by a read_committed consumer yet: no offset (Kafka's answer)
-            r["offset"] = found.offset
-            r["timestamp"] = found.timestamp
+            r.update(offset=found.offset, timestamp=found.timestamp, leader_epoch=LEADER_EPOCH)
     sl = Slice()
-    topics = yield from _each_partition(s, ctx, req["topics"], "DESCRIBE", {"timestamp": -1, "offset": -1}, lookup,
-                                        sl)
+    topics = yield from _each_partition(s, ctx, req["topics"], "DESCRIBE", {"timestamp": -1, "offset": -1,
+                                                                            "leader_epoch": -1}, lookup, sl,
+                                        check)
     return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
 
 
@@ -850,11 +879,11 @@ def delete_records(s: Services, ctx, header, frame, offset):
     return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
 
 
-def _each_partition(s, ctx, topics, operation: str, blank: dict, work, sl: Slice) -> list:
+def _each_partition(s, ctx, topics, operation: str, blank: dict, work, sl: Slice, check=None) -> list:
     """Kafka's per-partition answer: ``operation`` on each TOPIC checked once (a denial answers 29 for its
-    partitions), ``work(log, topic, partition request, answer)`` per partition, a KafkaError answered as that
-    partition's error code while the others go on. A generator (time slices); ``work`` may return an awaitable to
-    be waited for (work done off the loop)."""
+    partitions), ``check(partition request)`` then ``work(log, topic, partition request, answer)`` per partition, a
+    KafkaError answered as that partition's error code while the others go on. A generator (time slices); ``work``
+    may return an awaitable to be waited for (work done off the loop)."""
     out = []
     for t in topics:
         name = t["name"]
@@ -868,6 +897,8 @@ def _each_partition(s, ctx, topics, operation: str, blank: dict, work, sl: Slice
                 r["error_code"] = TOPIC_DENIED
             else:
                 try:
+                    if check is not None:
+                        check(p)
                     pending = work(s.log(name, p["partition_index"]), name, p, r)
                     if pending is not None:
                         yield pending  # done off the loop; its exception comes back here
@@ -949,28 +980,109 @@ def _created_configs(s: Services, overrides: dict) -> list:
             for k, e in sorted(_topic_config_entries(s.store.config, overrides, False).items())]
 
 
+# Kafka's default texts of DeleteTopics' errors (v5+'s ErrorMessage; null on success)
+_DELETE_TEXT = {
+    TOPIC_DENIED: "Topic authorization failed.",
+    CLUSTER_DENIED: "Cluster authorization failed.",
+    UnknownTopicOrPartitionError.code: "This server does not host this topic-partition.",
+    UnknownTopicIdError.code: "This server does not host this topic ID.",
+}
+_NO_ID = uuid.UUID(int=0)
+
+
 def delete_topics(s: Services, ctx, header, frame, offset):
+    """DeleteTopics, as Kafka's controller answers it: v6 names each topic by name or by id (KIP-516), never both;
+    a duplicate, an entry with neither, or a name whose id was given too is INVALID_REQUEST and deletes nothing for
+    that topic; an unknown id is UNKNOWN_TOPIC_ID. v5+ carries Kafka's error messages."""
     req = request_body(ctx, header, frame, offset)
-    out = []
-    for name in req["topic_names"]:
-        r = {"name": name, "error_code": 0}
-        if not_allowed(s, ctx, "DELETE", "TOPIC", name):
-            r["error_code"] = TOPIC_DENIED
-            out.append(r)
+    v = header.api_version
+    entries = req["topics"] if v >= 6 else [{"name": n, "topic_id": _NO_ID} for n in req["topic_names"]]
+    if not s.config["delete.topic.enable"]:  # Kafka fails the whole request: every entry, no message
+        code = TopicDeletionDisabledError.code if v >= 3 else InvalidRequestError.code
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": [
+            {"name": e["name"], "topic_id": e["topic_id"], "error_code": code} for e in entries]})
+    out = []  # (position of the entry in the request, its result): answered in the request's order
+
+    def answer(at, name, tid, code, message=None):
+        out.append((at, {"name": name, "topic_id": tid, "error_code": code,
+                         "error_message": message if message is not None or not code else _DELETE_TEXT.get(code)}))
+
+    names: dict[str, int] = {}  # name or id -> position of its first entry (ordered)
+    ids: dict[uuid.UUID, int] = {}
+    dup_names: dict[str, int] = {}
+    dup_ids: dict[uuid.UUID, int] = {}
+    for at, e in enumerate(entries):
+        name, tid = e["name"], e["topic_id"]
+        if name is None and not tid.int:
+            answer(at, None, _NO_ID, InvalidRequestError.code, "Neither topic name nor id were specified.")
+        elif name is not None and tid.int:
+            answer(at, name, tid, InvalidRequestError.code, "You may not specify both topic name and topic id.")
+        else:
+            seen, dups, key = (names, dup_names, name) if name is not None else (ids, dup_ids, tid)
+            if key in dups or key in seen:
+                dups.setdefault(key, seen.pop(key, at))
+            else:
+                seen[key] = at
+    for name, at in dup_names.items():
+        answer(at, name, _NO_ID, InvalidRequestError.code, "Duplicate topic name.")
+    for tid, at in dup_ids.items():
+        answer(at, None, tid, InvalidRequestError.code, "Duplicate topic id.")
+    cluster_delete = allowed(s, ctx, "DELETE", "CLUSTER", security.CLUSTER_NAME)
+
+    def deletable(name):
+        return cluster_delete or not not_allowed(s, ctx, "DELETE", "TOPIC", name)
+
+    def describable(name):
+        return cluster_delete or allowed(s, ctx, "DESCRIBE", "TOPIC", name)
+    doomed: dict[uuid.UUID | str, tuple[int, str]] = {}  # id (a topic without one: its name) -> (position, name)
+    if ids:
+        by_id = yield s.loop.run_in_executor(None, _topics_by_id, s)
+        for tid, at in ids.items():
+            name = by_id.get(tid)
+            if name is None:
+                answer(at, None, tid, UnknownTopicIdError.code)
+            elif not deletable(name):  # the name only to whom may see the topic
+                answer(at, name if describable(name) else None, tid, TOPIC_DENIED)
+            else:
+                doomed[tid] = (at, name)
+    for name, at in names.items():
+        if not describable(name):
+            answer(at, name, _NO_ID, TOPIC_DENIED)
             continue
+        if name not in INTERNAL_TOPICS and not s.partitions(name):
+            answer(at, name, _NO_ID, UnknownTopicOrPartitionError.code)
+            continue
+        if not deletable(name):
+            answer(at, name, _NO_ID, TOPIC_DENIED)
+            continue
+        tid = name
+        if v >= 6 and name not in INTERNAL_TOPICS:
+            try:
+                tid = _topic_uuid(s.store.cached_topic_id(name)
+                                  or (yield s.loop.run_in_executor(None, s.store.topic_id, name)))
+            except UnknownTopicOrPartitionError:  # deleted meanwhile
+                answer(at, name, _NO_ID, UnknownTopicOrPartitionError.code)
+                continue
+        if tid in doomed or tid in dup_ids:  # also given by its id: Kafka deletes neither
+            doomed.pop(tid, None)
+            answer(at, name, tid, InvalidRequestError.code, "The provided topic name maps to an ID that was already "
+                                                            "supplied.")
+            continue
+        doomed[tid] = (at, name)
+    for tid, (at, name) in doomed.items():
+        tid = tid if isinstance(tid, uuid.UUID) else _NO_ID
         try:
-            if not s.config["delete.topic.enable"]:
-                raise PolicyViolationError("delete.topic.enable is false")
             if name in INTERNAL_TOPICS:
                 raise ClusterAuthorizationFailedError(f"topic {name!r} is internal")
             s.forget_topic(name)
             yield s.loop.run_in_executor(None, s.store.delete_topic, name)  # renames, fsyncs, removal: off the loop
             s.producers.forget_topic(name)
             log.info("deleted topic %s for %s", name, ctx.peer)
+            answer(at, name, tid, 0)
         except KafkaError as e:
-            r["error_code"] = error_code(e)
-        out.append(r)
-    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": out})
+            answer(at, name, tid, error_code(e), _DELETE_TEXT.get(error_code(e), str(e)))
+    out.sort(key=lambda r: r[0])
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": [r for _, r in out]})
 
 
 # ---------------------------------------------------------------------------------------------------- producers
@@ -1271,22 +1383,64 @@ def describe_producers(s: Services, ctx, header, frame, offset):
 
 # ---------------------------------------------------------------------------------------------------- groups
 
+# Kafka's default texts of the errors FindCoordinator answers (Errors.message(): what v1-3's ErrorMessage and a v4+
+# whole-request error carry; a v4+ per-key error carries "", the generated default)
+_ERROR_TEXT = {
+    0: "NONE",
+    30: "Group authorization failed.",
+    31: "Cluster authorization failed.",
+    42: "This most likely occurs because of a request being malformed by the client library or the message was sent "
+        "to an incompatible broker. See the broker logs for more details.",
+    53: "Transactional Id authorization failed.",
+}
+_GROUP_KEY, _TXN_KEY, _SHARE_KEY = 0, 1, 2
+
+
+def _coordinator_error(s: Services, ctx, key_type: int, key: str, version: int) -> int:
+    """Kafka's KafkaApis.getCoordinator for one key: 0 (this node) or the key's error code."""
+    if key_type == _GROUP_KEY:
+        return GROUP_DENIED if not_allowed(s, ctx, "DESCRIBE", "GROUP", key) else 0
+    if key_type == _TXN_KEY:
+        return security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"] \
+            if not_allowed(s, ctx, "DESCRIBE", "TRANSACTIONAL_ID", key) else 0
+    # a share-group state key (KIP-932, v6+, "groupId:topicId:partition", asked by brokers' share-group persisters):
+    # no share coordinator runs here, and Kafka's answer from a broker without one is INVALID_REQUEST, after the
+    # CLUSTER_ACTION check (a denial fails the whole request)
+    if version >= 6 and not_allowed(s, ctx, "CLUSTER_ACTION", "CLUSTER", security.CLUSTER_NAME):
+        raise ClusterAuthorizationFailedError("CLUSTER_ACTION is needed to find a share coordinator")
+    return InvalidRequestError.code
+
+
 def find_coordinator(s: Services, ctx, header, frame, offset):
+    """FindCoordinator: this node coordinates every group and transactional id. v4+ (KIP-699) batches keys, each
+    answered on its own (an ACL denial is that key's error)."""
     req = request_body(ctx, header, frame, offset)
-    key_type = req.get("key_type", 0)
-    if key_type not in (0, 1):
-        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": InvalidRequestError.code,
-                              "error_message": f"coordinator key type {key_type} is not served", "node_id": -1,
-                              "host": "", "port": -1})
-    if key_type == 1 and not_allowed(s, ctx, "DESCRIBE", "TRANSACTIONAL_ID", req["key"]):
-        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
-                              "error_code": security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"], "error_message": None,
-                              "node_id": -1, "host": "", "port": -1})
-    if key_type == 0 and not_allowed(s, ctx, "DESCRIBE", "GROUP", req["key"]):
-        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,
-                              "error_message": None, "node_id": -1, "host": "", "port": -1})
-    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
-                          "node_id": s.node_id, "host": s.host, "port": s.port})
+    v = header.api_version
+    key_type = req["key_type"]
+    keys = req["coordinator_keys"] if v >= 4 else [req["key"]]
+    try:
+        if key_type not in (_GROUP_KEY, _TXN_KEY, _SHARE_KEY):
+            raise InvalidRequestError(f"unknown coordinator key type {key_type}")
+        codes = [_coordinator_error(s, ctx, key_type, key, v) for key in keys]
+        per_key_text = ""
+    except KafkaError as e:  # Kafka fails the whole request: every key gets the code and its default text
+        codes = [error_code(e)] * len(keys)
+        per_key_text = None
+
+    def where(code):
+        return (s.node_id, s.host, s.port) if code == 0 else (-1, "", -1)
+    if v < 4:
+        code = codes[0]
+        node_id, host, port = where(code)
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code,
+                                "error_message": _ERROR_TEXT.get(code), "node_id": node_id, "host": host,
+                                "port": port})
+    out = []
+    for key, code in zip(keys, codes):
+        node_id, host, port = where(code)
+        out.append({"key": key, "node_id": node_id, "host": host, "port": port, "error_code": code,
+                    "error_message": _ERROR_TEXT.get(code) if per_key_text is None else per_key_text})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "coordinators": out})
 
 
 def join_group(s: Services, ctx, header, frame, offset):
@@ -1373,50 +1527,90 @@ def offset_commit(s: Services, ctx, header, frame, offset):
 
 
 def offset_fetch(s: Services, ctx, header, frame, offset):
+    """OffsetFetch: v1-7 one group; v8+ a batch of groups, each answered on its own (KIP-709); v9+'s member id and
+    epoch belong to KIP-848 consumer groups, and a classic group's fetch ignores them (Kafka 4.4's answer, checked
+    in the lab); v10 names topics by id (UNKNOWN_TOPIC_ID for an id no topic has)."""
     req = request_body(ctx, header, frame, offset)
-    group = req["group_id"]
+    v = header.api_version
+    stable = bool(req.get("require_stable"))
+    sl = Slice()
+    if v < 8:
+        code, topics = yield from _group_offsets(s, ctx, req["group_id"], req["topics"], stable, v, sl)
+        return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics,
+                                                         "error_code": code}))
+    by_id = None
+    if v >= 10 and any(g["topics"] for g in req["groups"]):
+        by_id = yield s.loop.run_in_executor(None, _topics_by_id, s)  # ids to names (a registry read): off the loop
+    groups = []
+    for g in req["groups"]:
+        code, topics = yield from _group_offsets(s, ctx, g["group_id"], g["topics"], stable, v, sl, by_id)
+        groups.append({"group_id": g["group_id"], "topics": topics, "error_code": code})
+    return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": groups}))
+
+
+def _no_offset(idx: int, code: int) -> dict:
+    return {"partition_index": idx, "committed_offset": -1, "metadata": "", "error_code": code}
+
+
+def _group_offsets(s: Services, ctx, group: str, wanted, stable: bool, v: int, sl: Slice, by_id=None):
+    """One group's committed offsets → (group error code, topics); ``wanted`` None = every committed partition the
+    principal may describe. From v10 topics are named by id: ``by_id`` maps ids to names."""
+    by_ids = v >= 10
+    key = "topic_id" if by_ids else "name"
     if not_allowed(s, ctx, "DESCRIBE", "GROUP", group):
-        wanted = req.get("topics") or []
-        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED, "topics": [
-            {"name": t["name"], "partitions": [{"partition_index": i, "committed_offset": -1, "metadata": "",
-                                                "error_code": GROUP_DENIED} for i in t["partition_indexes"]]}
-            for t in wanted]})
+        if v >= 8:  # a batch: the group's error alone
+            return GROUP_DENIED, []
+        return GROUP_DENIED, [{"name": t["name"], "partitions": [_no_offset(i, GROUP_DENIED)
+                                                                  for i in t["partition_indexes"]]}
+                              for t in wanted or ()]
     committed = s.store.offsets.committed_all(group)
     # KIP-447: a read_committed consumer must not start from an offset a transaction may still replace
-    unstable = s.store.offsets.pending(group) if req.get("require_stable") else ()
-    wanted = req.get("topics")
+    unstable = s.store.offsets.pending(group) if stable else ()
     if wanted is None:
         pairs = sorted(tp for tp in committed if allowed(s, ctx, "DESCRIBE", "TOPIC", tp.topic))
-        names = []
+        names: dict[str, list[int]] = {}
         for tp in pairs:
-            if tp.topic not in names:
-                names.append(tp.topic)
-        wanted = [{"name": n, "partition_indexes": [tp.partition for tp in pairs if tp.topic == n]} for n in names]
+            names.setdefault(tp.topic, []).append(tp.partition)
+        wanted = []
+        for name, parts in names.items():
+            if by_ids:
+                tid = s.store.cached_topic_id(name)
+                if tid is None:  # no such topic any more (or one of an older kafkalog, not asked for yet): no id
+                    continue
+                wanted.append({"topic_id": _topic_uuid(tid), "name": name, "partition_indexes": parts})
+            else:
+                wanted.append({"name": name, "partition_indexes": parts})
+    elif by_ids:
+        wanted = [dict(t, name=by_id.get(t["topic_id"])) for t in wanted]
     topics = []
-    sl = Slice()
+    # v8+: the topics answered with an error follow the others (Kafka appends its error answers to the group's)
+    failed = [] if v >= 8 else topics
     for t in wanted:
-        parts = []
         if sl.due():
             yield
-        if not_allowed(s, ctx, "DESCRIBE", "TOPIC", t["name"]):
-            topics.append({"name": t["name"], "partitions": [
-                {"partition_index": i, "committed_offset": -1, "metadata": "", "error_code": TOPIC_DENIED}
-                for i in t["partition_indexes"]]})
+        name = t["name"]
+        if name is None:  # v10: an id no topic has
+            failed.append({key: t[key], "partitions": [_no_offset(i, UnknownTopicIdError.code)
+                                                       for i in t["partition_indexes"]]})
             continue
+        if not_allowed(s, ctx, "DESCRIBE", "TOPIC", name):
+            failed.append({key: t[key], "partitions": [_no_offset(i, TOPIC_DENIED) for i in t["partition_indexes"]]})
+            continue
+        parts = []
         for idx in t["partition_indexes"]:
             if sl.due():
                 yield
-            tp = TopicPartition(t["name"], idx)
+            tp = TopicPartition(name, idx)
             if tp in unstable:
-                parts.append({"partition_index": idx, "committed_offset": -1, "metadata": "",
-                              "error_code": UnstableOffsetCommitError.code})
+                parts.append(_no_offset(idx, UnstableOffsetCommitError.code))
                 continue
             om = committed.get(tp)
             parts.append({"partition_index": idx, "committed_offset": om.offset if om else -1,
                           "metadata": (om.metadata if om else "") or "", "error_code": 0})
-        topics.append({"name": t["name"], "partitions": parts})
-    return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics,
-                                               "error_code": 0}))
+        topics.append({key: t[key], "partitions": parts})
+    if failed is not topics:
+        topics += failed
+    return 0, topics
 
 
 # ---------------------------------------------------------------------------------------------------- quotas

@@ -141,7 +141,7 @@ FETCH = {
 }
 
 LIST_OFFSETS = {
-    "key": 2, "name": "ListOffsets", "versions": (1, 7), "flexible": 6,
+    "key": 2, "name": "ListOffsets", "versions": (1, 11), "flexible": 6,
     "request": (
         ("replica_id", "int32", "0+", {}),
         ("isolation_level", "int8", "2+", {}),
@@ -153,6 +153,7 @@ LIST_OFFSETS = {
                 ("timestamp", "int64", "0+", {}),
             )),
         )),
+        ("timeout_ms", "int32", "10+", {}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "2+", {}),
@@ -170,7 +171,7 @@ LIST_OFFSETS = {
 }
 
 METADATA = {
-    "key": 3, "name": "Metadata", "versions": (0, 12), "flexible": 9,
+    "key": 3, "name": "Metadata", "versions": (0, 13), "flexible": 9,
     "request": (
         ("topics", "[]MetadataRequestTopic", "0+", {'nullable': '1+'}, (
             ("topic_id", "uuid", "10+", {}),
@@ -207,6 +208,7 @@ METADATA = {
             ("topic_authorized_operations", "int32", "8+", {'default': -2147483648}),
         )),
         ("cluster_authorized_operations", "int32", "8-10", {'default': -2147483648}),
+        ("error_code", "int16", "13+", {}),
     ),
 }
 
@@ -241,12 +243,22 @@ OFFSET_COMMIT = {
 }
 
 OFFSET_FETCH = {
-    "key": 9, "name": "OffsetFetch", "versions": (1, 7), "flexible": 6,
+    "key": 9, "name": "OffsetFetch", "versions": (1, 10), "flexible": 6,
     "request": (
         ("group_id", "string", "0-7", {}),
         ("topics", "[]OffsetFetchRequestTopic", "0-7", {"nullable": "2-7"}, (
             ("name", "string", "0-7", {}),
             ("partition_indexes", "[]int32", "0-7", {}),
+        )),
+        ("groups", "[]OffsetFetchRequestGroup", "8+", {}, (
+            ("group_id", "string", "8+", {}),
+            ("member_id", "string", "9+", {"nullable": "9+", "default": None}),
+            ("member_epoch", "int32", "9+", {"default": -1}),
+            ("topics", "[]OffsetFetchRequestTopics", "8+", {"nullable": "8+"}, (
+                ("name", "string", "8-9", {}),
+                ("topic_id", "uuid", "10+", {}),
+                ("partition_indexes", "[]int32", "8+", {}),
+            )),
         )),
         ("require_stable", "bool", "7+", {"default": False}),
     ),
@@ -263,14 +275,30 @@ OFFSET_FETCH = {
             )),
         )),
         ("error_code", "int16", "2-7", {"default": 0}),
+        ("groups", "[]OffsetFetchResponseGroup", "8+", {}, (
+            ("group_id", "string", "8+", {}),
+            ("topics", "[]OffsetFetchResponseTopics", "8+", {}, (
+                ("name", "string", "8-9", {}),
+                ("topic_id", "uuid", "10+", {}),
+                ("partitions", "[]OffsetFetchResponsePartitions", "8+", {}, (
+                    ("partition_index", "int32", "8+", {}),
+                    ("committed_offset", "int64", "8+", {}),
+                    ("committed_leader_epoch", "int32", "8+", {"default": -1}),
+                    ("metadata", "string", "8+", {"nullable": "8+"}),
+                    ("error_code", "int16", "8+", {}),
+                )),
+            )),
+            ("error_code", "int16", "8+", {"default": 0}),
+        )),
     ),
 }
 
 FIND_COORDINATOR = {
-    "key": 10, "name": "FindCoordinator", "versions": (0, 2), "flexible": 3,
+    "key": 10, "name": "FindCoordinator", "versions": (0, 6), "flexible": 3,
     "request": (
         ("key", "string", "0-3", {}),
         ("key_type", "int8", "1+", {"default": 0}),
+        ("coordinator_keys", "[]string", "4+", {}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "1+", {}),
@@ -279,6 +307,14 @@ FIND_COORDINATOR = {
         ("node_id", "int32", "0-3", {}),
         ("host", "string", "0-3", {}),
         ("port", "int32", "0-3", {}),
+        ("coordinators", "[]Coordinator", "4+", {}, (
+            ("key", "string", "4+", {}),
+            ("node_id", "int32", "4+", {}),
+            ("host", "string", "4+", {}),
+            ("port", "int32", "4+", {}),
+            ("error_code", "int16", "4+", {}),
+            ("error_message", "string", "4+", {"nullable": "4+"}),
+        )),
     ),
 }
 
@@ -455,16 +491,22 @@ CREATE_TOPICS = {
 
 
 DELETE_TOPICS = {
-    "key": 20, "name": "DeleteTopics", "versions": (1, 3), "flexible": 4,
+    "key": 20, "name": "DeleteTopics", "versions": (1, 6), "flexible": 4,
     "request": (
+        ("topics", "[]DeleteTopicState", "6+", {}, (
+            ("name", "string", "6+", {"nullable": "6+", "default": None}),
+            ("topic_id", "uuid", "6+", {}),
+        )),
         ("topic_names", "[]string", "0-5", {}),
         ("timeout_ms", "int32", "0+", {}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "1+", {}),
         ("responses", "[]DeletableTopicResult", "0+", {}, (
-            ("name", "string", "0+", {}),
+            ("name", "string", "0+", {"nullable": "6+"}),
+            ("topic_id", "uuid", "6+", {}),
             ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "5+", {"nullable": "5+", "default": None}),
         )),
     ),
 }

@@ -418,12 +418,23 @@ class BodyGen:
             return rng.random() < 0.5
         if typ == "float64":
             return rng.choice((1e9, 1e12, 5e8, float("inf"), -1.0, 0.0, float("nan"), 1e-300, 2.5))
-        if typ == "uuid":
-            return uuid.UUID(int=rng.getrandbits(128))
+        if typ == "uuid":  # topic ids: the null id (a name given instead) or one no topic has
+            return uuid.UUID(int=0 if rng.random() < 0.4 else rng.getrandbits(128))
         return self.integer(api, name, parent, typ)
 
     def string(self, api, path, name, parent):
         rng = self.rng
+        if name == "topic_names" or (api == "DeleteTopics" and name == "name"):
+            # DeleteTopics (v6 names topics in structs): mostly the pool, now and then a topic the others use
+            r = rng.random()
+            return rng.choice(POOL_TOPICS) if r < 0.85 else rng.choice(FUZZ_TOPICS) if r < 0.92 else topic_name(rng)
+        if api == "FindCoordinator" and name == "coordinator_keys":  # v4+: groups, transactional ids, share keys
+            r = rng.random()
+            if r < 0.6:
+                return group_id(rng)
+            if r < 0.8:
+                return rng.choice(("fz-tx", "fz-tx2", ""))
+            return rng.choice((f"{group_id(rng)}:AAAAAAAAAAAAAAAAAAAAAA:0", "g:x", "g:AAAA:y", "::", "g:t:p:q"))
         if name in ("name", "topic") and parent in ("topics", "topic_data", "forgotten_topics_data", ""):
             return topic_name(rng)
         if name == "name" and api == "JoinGroup":
@@ -463,9 +474,6 @@ class BodyGen:
             return rng.choice(QUOTA_ENTITIES + (None, "", "fz-c1"))
         if name == "key" and api in ("AlterClientQuotas", "DescribeClientQuotas"):
             return rng.choice(("producer_byte_rate", "consumer_byte_rate", "request_percentage", "", "x"))
-        if name == "topic_names":  # DeleteTopics: mostly the pool, now and then a topic the others use
-            r = rng.random()
-            return rng.choice(POOL_TOPICS) if r < 0.85 else rng.choice(FUZZ_TOPICS) if r < 0.92 else topic_name(rng)
         return rng.choice(("", "x", "fz", "x" * 100))
 
     def bytes_(self, api, name):
@@ -490,8 +498,8 @@ class BodyGen:
             return partition(rng)
         if name in ("fetch_offset", "committed_offset", "offset", "log_start_offset"):
             return offset(rng)
-        if name == "timestamp":
-            return rng.choice((-1, -2, -3, 0, T0, int(time.time() * 1000), 2**63 - 1, -(2**63)))
+        if name == "timestamp":  # ListOffsets' special ones: -1 latest ... -6 earliest pending upload (v11)
+            return rng.choice((-1, -2, -3, -4, -5, -6, -7, 0, T0, int(time.time() * 1000), 2**63 - 1, -(2**63)))
         if name == "num_partitions":
             return rng.choice((-1, 1, 2, 3, 4, 0, -5, MAX_CREATE_PARTITIONS) + DELIBERATE_BIG_PARTITIONS)
         if name == "replication_factor":
@@ -521,7 +529,9 @@ class BodyGen:
         if name == "current_leader_epoch":
             return rng.choice((-1, 0, 5))
         if name == "key_type":
-            return rng.choice((0, 0, 1, 2, -1))
+            return rng.choice((0, 0, 1, 2, 3, -1))
+        if name == "member_epoch":  # OffsetFetch v9+
+            return rng.choice((-1, -1, 0, 1, 5, 0x7FFFFFFF))
         if name == "match_type":
             return rng.choice((0, 1, 2, 7, -1))
         if name in ("timeout_ms", "transaction_timeout_ms"):

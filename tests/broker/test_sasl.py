@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 import time
+import uuid
 
 import pytest
 
@@ -95,6 +96,52 @@ def test_handshake_v0_raw_tokens(sasl_broker):
         assert w.recv_frame() == b""  # PLAIN's (empty) server reply as a bare frame
         md = w.call(3, 4, {"topics": [{"name": "t"}], "allow_auto_topic_creation": False})
         assert md["topics"][0]["error_code"] == 0
+
+
+def test_batched_requests_answer_each_denial_on_its_own(sasl_broker):
+    """FindCoordinator v4+ and OffsetFetch v8+ batch keys and groups: a denied one is its own error, the others are
+    answered; a share coordinator key (v6) needs CLUSTER_ACTION first, whose denial fails the whole request (Kafka's
+    KafkaApis order); DeleteTopics v6 by id names a denied topic only to whom may describe it."""
+    with Wire(sasl_broker.port) as admin:
+        _authenticate_plain(admin, "admin", PASSWORDS["admin"])
+        assert admin.create_topic("hidden", 1)["error_code"] in (0, 36)
+        md = admin.call(3, 12, {"topics": [{"topic_id": uuid.UUID(int=0), "name": n} for n in ("t", "hidden")],
+                                "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        ids = {t["name"]: t["topic_id"] for t in md["topics"]}
+    with Wire(sasl_broker.port) as w:
+        _authenticate_plain(w, "alice", PASSWORDS["alice"])
+        r = w.call(10, 4, {"key_type": 0, "coordinator_keys": ["g", "other", "g"]})
+        assert [(c["key"], c["error_code"], c["node_id"] >= 0, c["error_message"]) for c in r["coordinators"]] == [
+            ("g", 0, True, ""), ("other", 30, False, ""), ("g", 0, True, "")]
+        r = w.call(10, 5, {"key_type": 1, "coordinator_keys": ["tx"]})
+        assert r["coordinators"][0]["error_code"] == 53
+        r = w.call(10, 6, {"key_type": 2, "coordinator_keys": ["g:AAAAAAAAAAAAAAAAAAAAAA:0", "x"]})
+        assert [(c["error_code"], c["error_message"]) for c in r["coordinators"]] == [
+            (31, "Cluster authorization failed.")] * 2
+        r = w.call(10, 3, {"key": "other", "key_type": 0})
+        assert (r["error_code"], r["error_message"], r["node_id"]) == (30, "Group authorization failed.", -1)
+        r = w.call(9, 8, {"groups": [
+            {"group_id": "g", "topics": [{"name": "hidden", "partition_indexes": [0]},
+                                         {"name": "t", "partition_indexes": [0]}]},
+            {"group_id": "other", "topics": None}], "require_stable": False})
+        g, other = r["groups"]
+        assert (g["error_code"], [(t["name"], t["partitions"][0]["error_code"]) for t in g["topics"]]) == (
+            0, [("t", 0), ("hidden", 29)])  # the denied topic after the others, as Kafka answers
+        assert (other["error_code"], other["topics"]) == (30, [])
+        r = w.call(9, 10, {"groups": [{"group_id": "g", "member_id": None, "member_epoch": -1, "topics": [
+            {"topic_id": ids["hidden"], "partition_indexes": [0]}, {"topic_id": uuid.uuid4(), "partition_indexes": [0]},
+            {"topic_id": ids["t"], "partition_indexes": [0]}]}], "require_stable": False})
+        assert [(t["topic_id"], t["partitions"][0]["error_code"]) for t in r["groups"][0]["topics"]][0] == (ids["t"], 0)
+        assert sorted(t["partitions"][0]["error_code"] for t in r["groups"][0]["topics"]) == [0, 29, 100]
+        r = w.call(20, 6, {"timeout_ms": 5000, "topics": [{"name": None, "topic_id": ids["t"]},
+                                                          {"name": None, "topic_id": ids["hidden"]}]})
+        assert [(x["name"], x["error_code"], x["error_message"]) for x in r["responses"]] == [
+            ("t", 29, "Topic authorization failed."), (None, 29, "Topic authorization failed.")]
+    with Wire(sasl_broker.port) as admin:  # nothing was deleted
+        _authenticate_plain(admin, "admin", PASSWORDS["admin"])
+        md = admin.call(3, 13, {"topics": [{"topic_id": tid, "name": None} for tid in ids.values()],
+                                "allow_auto_topic_creation": False, "include_topic_authorized_operations": False})
+        assert sorted(t["error_code"] for t in md["topics"]) == [0, 0] and md["error_code"] == 0
 
 
 # ---------------------------------------------------------------------------------------------------- real clients

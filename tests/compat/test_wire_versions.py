@@ -1,0 +1,404 @@
+"""Differential wire tests of the newest versions of FindCoordinator (0-6), OffsetFetch (1-10), Metadata (13),
+ListOffsets (1-11) and DeleteTopics (1-6): the same request frames, built with kafkalog's codec, to Apache Kafka 4.4
+and to kafkalog over raw sockets (tests/broker/wire.py), the answers compared field by field.
+
+What truly differs and is not compared: ports and cluster ids; topic ids are compared through what they stand
+for (each broker's ids are mapped to their topic names, the null id to "zero", an id neither broker has to
+"unknown"). Kafka answers Metadata and DeleteTopics topics in no fixed order (hash sets; DeleteTopics shuffles on
+purpose): those lists are sorted before the comparison. Kafka creates its coordinators' topics on first use: the
+tests ask FindCoordinator until Kafka answers (a bounded number of times).
+
+Where kafkalog answers differently on purpose, the test says so and checks kafkalog's answer on its own: a share
+coordinator key (FindCoordinator v6 key type 2) is INVALID_REQUEST here (no share coordinator runs; Kafka's answer
+from a broker without one), where Kafka 4.4 runs one.
+
+Cost: one pair of brokers for the session (the lab's), then milliseconds per request; about 2 s per module run.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from tests.broker.wire import Wire, batch
+
+from .lab import assert_same
+
+LAB_TEST_DEADLINE_S = 120
+ZERO = uuid.UUID(int=0)
+IGNORE = ("port", "*.port", "cluster_id")
+INVALID_REQUEST_TEXT = ("This most likely occurs because of a request being malformed by the client library or the "
+                        "message was sent to an incompatible broker. See the broker logs for more details.")
+
+
+class Side:
+    """One broker over the wire: set-up helpers and the map of its topic ids to names."""
+
+    def __init__(self, target):
+        self.name = target.name
+        host, port = target.bootstrap.split(":")
+        self.w = Wire(int(port), timeout=30)
+        self.ids: dict[uuid.UUID, str] = {}
+
+    def close(self):
+        self.w.close()
+
+    def call(self, key, version, body):
+        return self.w.call(key, version, body)
+
+    def coordinator_ready(self, key_type: int, key: str) -> None:
+        for _ in range(100):  # Kafka creates __consumer_offsets / __transaction_state on the first ask
+            r = self.call(10, 3, {"key": key, "key_type": key_type})
+            if r["error_code"] == 0:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name}: no coordinator for key type {key_type}: {r}")
+
+    def create(self, topic: str, partitions: int = 1) -> uuid.UUID:
+        r = self.call(19, 7, {"topics": [{"name": topic, "num_partitions": partitions, "replication_factor": 1,
+                                          "assignments": [], "configs": []}], "timeout_ms": 30000})
+        assert r["topics"][0]["error_code"] == 0, (self.name, r)
+        tid = r["topics"][0]["topic_id"]
+        self.ids[tid] = topic
+        for _ in range(100):  # until the new partitions have their leader
+            md = self.call(3, 12, {"topics": [{"topic_id": ZERO, "name": topic}], "allow_auto_topic_creation": False,
+                                   "include_topic_authorized_operations": False})["topics"][0]
+            if md["error_code"] == 0 and len(md["partitions"]) == partitions and \
+                    all(p["leader_id"] >= 0 for p in md["partitions"]):
+                return tid
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name}: topic {topic} has no leader: {md}")
+
+    def produce(self, topic: str, partition: int, values, base_ts: int) -> None:
+        for _ in range(50):
+            r = self.w.produce(topic, partition, batch(values, base_ts=base_ts))
+            if r["error_code"] == 0:
+                return
+            time.sleep(0.1)  # NOT_LEADER_OR_FOLLOWER on Kafka right after the topic's creation
+        raise AssertionError(f"{self.name}: produce to {topic}-{partition}: {r}")
+
+    def commit(self, group: str, offsets: dict, generation: int = -1, member: str = "") -> None:
+        """OffsetCommit v3 of {(topic, partition): (offset, metadata)}."""
+        topics: dict[str, list] = {}
+        for (t, p), (off, md) in offsets.items():
+            topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off, "committed_metadata": md})
+        r = self.call(8, 3, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+                             "retention_time_ms": -1,
+                             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+        assert all(p["error_code"] == 0 for t in r["topics"] for p in t["partitions"]), (self.name, r)
+
+    def norm(self, answer):
+        """The answer with each topic id replaced by the name of its topic ("zero", "unknown")."""
+        if isinstance(answer, dict):
+            return {k: self.norm(v) for k, v in answer.items()}
+        if isinstance(answer, list):
+            return [self.norm(v) for v in answer]
+        if isinstance(answer, uuid.UUID):
+            return "zero" if not answer.int else f"id:{self.ids.get(answer, 'unknown')}"
+        return answer
+
+
+@pytest.fixture
+def sides(targets):
+    out = {name: Side(t) for name, t in targets.items()}
+    yield out
+    for side in out.values():
+        side.close()
+
+
+def both(sides, fn):
+    """fn(side) on Kafka, then on kafkalog → (kafka's answer, kafkalog's answer)."""
+    return fn(sides["kafka"]), fn(sides["kafkalog"])
+
+
+def same(sides, key, version, body, what="", ignore=(), sort=None):
+    """Send one request to both, compare the answers (topic ids normalized); returns kafkalog's."""
+    answers = []
+    for name in ("kafka", "kafkalog"):
+        side = sides[name]
+        b = body(side) if callable(body) else body
+        a = side.norm(side.call(key, version, b))
+        if sort is not None:
+            sort(a)
+        answers.append(a)
+    assert_same(answers[0], answers[1], ignore=IGNORE + tuple(ignore), what=what or f"API {key} v{version}")
+    return answers[1]
+
+
+# ---------------------------------------------------------------------------------------------------- FindCoordinator
+
+def test_find_coordinator_every_version(sides, topic_name):
+    group, txn = topic_name("g"), topic_name("tx")
+    both(sides, lambda s: s.coordinator_ready(0, group))
+    both(sides, lambda s: s.coordinator_ready(1, txn))
+    for v in range(0, 4):
+        same(sides, 10, v, {"key": group, "key_type": 0}, f"group v{v}")
+        if v >= 1:
+            same(sides, 10, v, {"key": txn, "key_type": 1}, f"transactional id v{v}")
+            # a share key before v6, and an unknown key type: INVALID_REQUEST with Kafka's text
+            r = same(sides, 10, v, {"key": f"{group}:AAAAAAAAAAAAAAAAAAAAAA:0", "key_type": 2}, f"share key v{v}")
+            assert r["error_code"] == 42 and r["error_message"] == INVALID_REQUEST_TEXT
+            same(sides, 10, v, {"key": group, "key_type": 3}, f"key type 3 v{v}")
+    for v in range(4, 7):
+        r = same(sides, 10, v, {"key_type": 0, "coordinator_keys": [group, topic_name("g2"), group, ""]},
+                 f"batched groups v{v}")
+        assert [c["error_code"] for c in r["coordinators"]] == [0, 0, 0, 0]
+        same(sides, 10, v, {"key_type": 1, "coordinator_keys": [txn]}, f"batched transactional ids v{v}")
+        same(sides, 10, v, {"key_type": 0, "coordinator_keys": []}, f"no keys v{v}")
+        same(sides, 10, v, {"key_type": 7, "coordinator_keys": [group, txn]}, f"key type 7 v{v}")
+        if v < 6:
+            same(sides, 10, v, {"key_type": 2, "coordinator_keys": [f"{group}:AAAAAAAAAAAAAAAAAAAAAA:0", "x"]},
+                 f"share keys v{v}")
+        # malformed share keys are INVALID_REQUEST on both, also at v6
+        same(sides, 10, v, {"key_type": 2, "coordinator_keys": ["x", f"{group}:nope", f"{group}:AAAA:x"]},
+             f"malformed share keys v{v}")
+
+
+def test_find_coordinator_v6_share_key_is_invalid_request_without_a_share_coordinator(sides, topic_name):
+    """Kafka 4.4 runs a share coordinator and answers a well-formed key with it (or COORDINATOR_NOT_AVAILABLE while
+    its state topic is created); kafkalog runs none and answers as Kafka's broker without one (KafkaApis:
+    ``shareCoordinator.isEmpty`` → INVALID_REQUEST): per key, node -1, the generated empty message."""
+    key = f"{topic_name('g')}:AAAAAAAAAAAAAAAAAAAAAA:0"
+    k = sides["kafka"].call(10, 6, {"key_type": 2, "coordinator_keys": [key]})["coordinators"][0]
+    assert k["error_code"] in (0, 15)  # Kafka's own answer: the difference this test documents
+    r = sides["kafkalog"].call(10, 6, {"key_type": 2, "coordinator_keys": [key, key]})
+    assert r["coordinators"] == [{"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 42,
+                                  "error_message": ""}] * 2
+
+
+# ---------------------------------------------------------------------------------------------------- OffsetFetch
+
+def _offset_fixture(sides, topic_name):
+    topic, other, group = topic_name("t"), topic_name("o"), topic_name("g")
+    for side in sides.values():
+        side.create(topic, 3)
+        side.create(other, 1)
+        side.coordinator_ready(0, group)
+        side.commit(group, {(topic, 0): (5, "md"), (topic, 2): (7, None), (other, 0): (1, "")})
+    return topic, other, group
+
+
+def test_offset_fetch_v1_to_v7(sides, topic_name):
+    topic, other, group = _offset_fixture(sides, topic_name)
+    for v in range(1, 8):
+        body = {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1, 2, 9]},
+                                              {"name": topic_name("nope"), "partition_indexes": [0]}],
+                "require_stable": True}
+        same(sides, 9, v, body, f"v{v}")
+        if v >= 2:
+            same(sides, 9, v, dict(body, topics=None), f"every partition v{v}", sort=_sort_offsets)
+            same(sides, 9, v, dict(body, group_id=topic_name("unknown"), topics=None), f"unknown group v{v}")
+
+
+def test_offset_fetch_v8_v9_batched_groups(sides, topic_name):
+    topic, other, group = _offset_fixture(sides, topic_name)
+    unknown = topic_name("unknown")
+    for v in (8, 9):
+        groups = [
+            {"group_id": group, "topics": None},
+            {"group_id": group, "topics": [{"name": topic, "partition_indexes": [2, 0, 1]},
+                                           {"name": topic_name("nope"), "partition_indexes": [3]}]},
+            {"group_id": unknown, "topics": None},
+            {"group_id": unknown, "topics": [{"name": other, "partition_indexes": [0]}]},
+            {"group_id": group, "topics": []},
+        ]
+        for g in groups:
+            g.update(member_id=None, member_epoch=-1)
+        for stable in (False, True):
+            r = same(sides, 9, v, {"groups": groups, "require_stable": stable}, f"v{v} stable={stable}",
+                     sort=_sort_offsets)
+            assert r["groups"][1]["topics"][0]["partitions"][0]["committed_offset"] == 7
+        same(sides, 9, v, {"groups": [], "require_stable": False}, f"no groups v{v}")
+
+
+def test_offset_fetch_v9_member_of_a_classic_group(sides, topic_name):
+    """v9's member id and epoch are validated for KIP-848 consumer groups only: a classic group's fetch (a live
+    member's, a stranger's, an empty group's) ignores them, on Kafka 4.4 as here."""
+    topic, other, group = _offset_fixture(sides, topic_name)
+    live = topic_name("live")
+
+    def join(side):
+        from kafkalog.broker import protocol
+        meta = protocol.encode_subscription([topic])
+        j = side.call(11, 3, {"group_id": live, "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+                              "member_id": "", "protocol_type": "consumer",
+                              "protocols": [{"name": "range", "metadata": meta}]})
+        assert j["error_code"] == 0, (side.name, j)
+        s = side.call(14, 3, {"group_id": live, "generation_id": j["generation_id"], "member_id": j["member_id"],
+                              "assignments": [{"member_id": j["member_id"],
+                                               "assignment": protocol.encode_assignment({topic: [0, 1, 2]})}]})
+        assert s["error_code"] == 0, (side.name, s)
+        side.commit(live, {(topic, 1): (3, "live")}, j["generation_id"], j["member_id"])
+        return j["member_id"], j["generation_id"]
+    for side in sides.values():
+        side.coordinator_ready(0, live)
+    members = dict(zip(("kafka", "kafkalog"), both(sides, join)))
+    try:
+        for mid, epoch in (("real", "real"), ("stranger", 7), (None, 3), ("", -1)):
+            def body(side, mid=mid, epoch=epoch):
+                m, gen = members[side.name]
+                g = [{"group_id": live, "member_id": m if mid == "real" else mid,
+                      "member_epoch": gen if epoch == "real" else epoch, "topics": None},
+                     {"group_id": group, "member_id": mid if mid != "real" else m, "member_epoch": 5,
+                      "topics": [{"name": topic, "partition_indexes": [0]}]}]
+                return {"groups": g, "require_stable": False}
+            r = same(sides, 9, 9, body, f"member {mid} epoch {epoch}", sort=_sort_offsets)
+            assert r["groups"][0]["error_code"] == 0
+            assert r["groups"][0]["topics"][0]["partitions"][0]["committed_offset"] == 3
+    finally:
+        for side in sides.values():
+            m, _ = members[side.name]
+            side.call(13, 1, {"group_id": live, "member_id": m})
+
+
+def test_offset_fetch_v10_topic_ids(sides, topic_name):
+    topic, other, group = _offset_fixture(sides, topic_name)
+    stranger = uuid.uuid4()  # an id neither broker has
+    unknown = topic_name("unknown")
+
+    def ids(side):
+        return {n: i for i, n in side.ids.items()}
+
+    def body(side):
+        tid = ids(side)
+        return {"groups": [
+            {"group_id": group, "member_id": None, "member_epoch": -1, "topics": None},
+            {"group_id": group, "member_id": None, "member_epoch": -1, "topics": [
+                {"topic_id": tid[topic], "partition_indexes": [0, 1, 2]},
+                {"topic_id": stranger, "partition_indexes": [0, 4]},
+                {"topic_id": ZERO, "partition_indexes": [0]},
+                {"topic_id": tid[other], "partition_indexes": [0]}]},
+            {"group_id": unknown, "member_id": None, "member_epoch": -1, "topics": [
+                {"topic_id": stranger, "partition_indexes": [0]}, {"topic_id": tid[other], "partition_indexes": [0]}]},
+        ], "require_stable": True}
+    r = same(sides, 9, 10, body, "v10", sort=_sort_all_topics)
+    by_topic = {t["topic_id"]: t for t in r["groups"][1]["topics"]}
+    assert [p["error_code"] for p in by_topic["id:unknown"]["partitions"]] == [100, 100]
+    assert by_topic[f"id:{topic}"]["partitions"][0]["committed_offset"] == 5
+
+
+def _sort_offsets(answer, groups=(0,)):
+    """Every committed partition (topics None) comes in each broker's own order (Kafka's: a hash map's): sorted."""
+    for topics in ([g["topics"] for i, g in enumerate(answer["groups"]) if i in groups] if answer.get("groups")
+                   else [answer["topics"]]):
+        topics.sort(key=lambda t: (t.get("name") or "", str(t.get("topic_id"))))
+        for t in topics:
+            t["partitions"].sort(key=lambda p: p["partition_index"])
+
+
+def _sort_all_topics(answer):
+    _sort_offsets(answer)
+
+
+# ---------------------------------------------------------------------------------------------------- Metadata
+
+def _sort_topics(answer):
+    answer["topics"].sort(key=lambda t: (t["name"] or "", str(t["topic_id"])))
+
+
+def test_metadata_v13(sides, topic_name):
+    topic, other = topic_name("t"), topic_name("o")
+    for side in sides.values():
+        side.create(topic, 2)
+        side.create(other, 1)
+    for v in (12, 13):
+        same(sides, 3, v, {"topics": [{"topic_id": ZERO, "name": topic}, {"topic_id": ZERO, "name": other},
+                                      {"topic_id": ZERO, "name": topic_name("nope")}],
+                           "allow_auto_topic_creation": False, "include_topic_authorized_operations": True},
+             f"by name v{v}", sort=_sort_topics)
+
+        def by_id(side):
+            tid = {n: i for i, n in side.ids.items()}
+            # a request naming any topic by id is answered for its ids alone (the name-only entry is dropped)
+            return {"topics": [{"topic_id": tid[topic], "name": None}, {"topic_id": uuid.uuid4(), "name": None},
+                               {"topic_id": ZERO, "name": other}, {"topic_id": tid[topic], "name": None}],
+                    "allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
+        r = same(sides, 3, v, by_id, f"by id v{v}", sort=_sort_topics)
+        assert [t["error_code"] for t in r["topics"]] == [100, 0]
+        if v == 13:
+            assert r["error_code"] == 0
+    # every topic: the brokers' internal topics differ (Kafka's __consumer_offsets, __share_group_state...)
+    k, kl = both(sides, lambda s: s.norm(s.call(3, 13, {"topics": None, "allow_auto_topic_creation": False,
+                                                        "include_topic_authorized_operations": False})))
+    mine = lambda a: sorted((t for t in a["topics"] if t["name"] in (topic, other)), key=lambda t: t["name"])  # noqa: E731
+    assert_same(mine(k), mine(kl), what="every topic v13")
+    assert k["error_code"] == kl["error_code"] == 0
+
+
+# ---------------------------------------------------------------------------------------------------- ListOffsets
+
+T0 = 1_700_000_000_000
+
+
+def test_list_offsets_every_version_and_special_timestamp(sides, topic_name):
+    """-1 latest, -2 earliest, -3 max timestamp (v7+), -4 earliest local (v8+: the log start offset, nothing being
+    tiered), -5 latest tiered (v9+) and -6 earliest pending upload (v11+): no offset without tiered storage; a
+    timestamp before its version, or no special one, is UNSUPPORTED_VERSION; both isolation levels."""
+    topic = topic_name("t")
+    for side in sides.values():
+        side.create(topic, 2)
+        side.produce(topic, 0, [b"a", b"b", b"c"], T0)
+        side.produce(topic, 0, [b"d", b"e"], T0 + 10)
+    stamps = (-1, -2, -3, -4, -5, -6, -7, -100, T0 + 1, T0 + 11, T0 + 1000)
+    for v in range(1, 12):
+        for ts in stamps:
+            for iso in ((0, 1) if v >= 2 else (0,)):
+                for p in (0, 1, 5):  # 5: no such partition (its error comes after the timestamp's check)
+                    body = {"replica_id": -1, "isolation_level": iso, "timeout_ms": 1000, "topics": [
+                        {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1,
+                                                        "timestamp": ts}]}]}
+                    same(sides, 2, v, body, f"v{v} timestamp {ts} isolation {iso} partition {p}")
+    # the log start offset after DeleteRecords: earliest and earliest-local agree
+    for side in sides.values():
+        r = side.call(21, 1, {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 2}]}],
+                              "timeout_ms": 5000})
+        assert r["topics"][0]["partitions"][0]["error_code"] == 0, r
+    for ts in (-2, -4):
+        r = same(sides, 2, 11, {"replica_id": -1, "isolation_level": 0, "timeout_ms": 0, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}]}]},
+            f"after DeleteRecords, timestamp {ts}")
+        assert r["topics"][0]["partitions"][0]["offset"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------- DeleteTopics
+
+def _sort_results(answer):
+    answer["responses"].sort(key=lambda r: (r["name"] or "", str(r.get("topic_id")), r["error_code"]))
+
+
+def test_delete_topics_v6_by_name_and_by_id(sides, topic_name):
+    names = {k: topic_name(k) for k in ("byid", "byname", "both", "dupname", "dupid", "twice", "v5", "v4")}
+    for side in sides.values():
+        for n in names.values():
+            side.create(n)
+
+    def tid(side, key):
+        return {n: i for i, n in side.ids.items()}[names[key]]
+    stranger, nope, x = uuid.uuid4(), topic_name("nope"), topic_name("x")
+    same(sides, 20, 6, lambda s: {"timeout_ms": 30000, "topics": [{"name": None, "topic_id": tid(s, "byid")}]},
+         "by id")
+    same(sides, 20, 6, {"timeout_ms": 30000, "topics": [{"name": names["byname"], "topic_id": ZERO}]}, "by name")
+    r = same(sides, 20, 6, lambda s: {"timeout_ms": 30000, "topics": [
+        {"name": names["both"], "topic_id": tid(s, "both")},        # both given: INVALID_REQUEST, kept
+        {"name": None, "topic_id": stranger},                       # UNKNOWN_TOPIC_ID
+        {"name": None, "topic_id": ZERO},                           # neither
+        {"name": nope, "topic_id": ZERO},                           # UNKNOWN_TOPIC_OR_PARTITION
+        {"name": names["dupname"], "topic_id": ZERO}, {"name": names["dupname"], "topic_id": ZERO},
+        {"name": None, "topic_id": tid(s, "dupid")}, {"name": None, "topic_id": tid(s, "dupid")},
+        {"name": None, "topic_id": tid(s, "twice")}, {"name": names["twice"], "topic_id": ZERO},
+    ]}, "errors", sort=_sort_results)
+    assert sorted(x["error_code"] for x in r["responses"]) == [3, 42, 42, 42, 42, 42, 100]
+    # none of those was deleted: each deletes now, by name
+    for key in ("both", "dupname", "dupid", "twice"):
+        same(sides, 20, 6, {"timeout_ms": 30000, "topics": [{"name": names[key], "topic_id": ZERO}]}, f"then {key}")
+    # v5: names, Kafka's messages; v4: no messages
+    same(sides, 20, 5, {"timeout_ms": 30000, "topic_names": [names["v5"], nope]}, "v5",
+         sort=_sort_results)
+    same(sides, 20, 4, {"timeout_ms": 30000, "topic_names": [names["v4"], x, x]}, "v4",
+         sort=_sort_results)
+    for v in (4, 5, 6):  # gone: asked again
+        body = {"timeout_ms": 30000, "topic_names": [names["v4"]],
+                "topics": [{"name": names["v4"], "topic_id": ZERO}]}
+        same(sides, 20, v, body, f"deleted already v{v}")
