@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
+
 from tests.broker.wire import Wire
 from tests.compat.test_group_protocols import _coordinator_ready, _join, _port
 
@@ -267,3 +269,57 @@ def test_static_members_as_kafka(targets, topic_name, compare):
     group = topic_name("g")
     answers = {name: static_scenario(t, group) for name, t in targets.items()}
     compare(answers["kafka"], answers["kafkalog"], what="KIP-848 static members")
+
+
+def _kip848_consumer(bootstrap: str, group: str, topic: str, events: list):
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest", "broker.address.family": "v4"})
+    c.subscribe([topic], on_assign=lambda _c, ps: events.append(("assigned", sorted(p.partition for p in ps))),
+                on_revoke=lambda _c, ps: events.append(("revoked", sorted(p.partition for p in ps))))
+    return c
+
+
+def _poll(consumers, done, polls: int = 300) -> None:
+    for _ in range(polls):
+        for c in consumers:
+            c.poll(0.1)
+        if done():
+            return
+    raise AssertionError("the group did not reach the expected assignment")
+
+
+def librdkafka_scenario(target, topic: str, group: str) -> dict:
+    """Two librdkafka consumers with group.protocol=consumer split 4 partitions (incrementally: the first gives up
+    two, the second gets them after); the first closes (a leave, epoch -1) and the second gets all four."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": target.bootstrap, "broker.address.family": "v4"})
+    admin.create_topics([NewTopic(topic, 4, 1)])[topic].result(30)
+    ea, eb = [], []
+    a = _kip848_consumer(target.bootstrap, group, topic, ea)
+    b = None
+    try:
+        _poll([a], lambda: len(a.assignment()) == 4)
+        b = _kip848_consumer(target.bootstrap, group, topic, eb)
+        _poll([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2)
+        split = (sorted(p.partition for p in a.assignment()), sorted(p.partition for p in b.assignment()))
+        a.close()
+        a = None
+        _poll([b], lambda: len(b.assignment()) == 4)
+        return {"split": [len(x) for x in split], "disjoint": not set(split[0]) & set(split[1]),
+                "a's callbacks": [(k, len(ps)) for k, ps in ea],
+                "b's callbacks": [(k, len(ps)) for k, ps in eb], "b at the end": sorted(p.partition for p in
+                                                                                    b.assignment())}
+    finally:
+        for c in (a, b):
+            if c is not None:
+                c.close()
+
+
+@pytest.mark.slow
+def test_librdkafka_kip848_consumers_as_kafka(targets, topic_name, compare):
+    """librdkafka 2.16's KIP-848 consumer (confluent-kafka, group.protocol=consumer): about 10-20 s per broker
+    (heartbeats every 5 s while nothing changes)."""
+    answers = {name: librdkafka_scenario(t, topic_name("t"), topic_name("g")) for name, t in targets.items()}
+    assert answers["kafka"]["b at the end"] == [0, 1, 2, 3], answers
+    compare(answers["kafka"], answers["kafkalog"], what="librdkafka's KIP-848 consumers")
