@@ -181,6 +181,17 @@ CONFIG_KEYS = _keys(
               scope=BROKER, low=0, high=INT_MAX),
     ConfigKey("group.max.session.timeout.ms", int, 1800000, "Largest session timeout a member may ask for.",
               scope=BROKER, low=0, high=INT_MAX),
+    ConfigKey("group.consumer.session.timeout.ms", int, 45000, "KIP-848 consumer groups: a member silent this "
+              "long is removed.", scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("group.consumer.heartbeat.interval.ms", int, 5000, "KIP-848 consumer groups: the heartbeat interval "
+              "members are told.", scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("group.consumer.max.size", int, INT_MAX, "KIP-848 consumer groups: the most members a group takes.",
+              scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("group.consumer.assignors", str, "uniform,range", "KIP-848 consumer groups: the server-side assignors "
+              "(uniform, range), the first the default.", scope=BROKER,
+              validator=lambda v: bool(v.strip()) and all(a.strip() in ("uniform", "range")
+                                                          for a in v.split(",") if a.strip()),
+              expects="a list of uniform, range"),
     ConfigKey("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", scope=BROKER,
               low=1, high=LONG_MAX),
     ConfigKey("queued.max.request.bytes", int, 104857600, "Memory for request frames being received or served, "

@@ -91,6 +91,14 @@ MismatchedEndpointTypeError = _define("MismatchedEndpointTypeError", 114, "MISMA
 UnknownTopicIdError = _define("UnknownTopicIdError", 100, "UNKNOWN_TOPIC_ID", retriable=True,
                               bases=(LookupError,))
 TopicDeletionDisabledError = _define("TopicDeletionDisabledError", 73, "TOPIC_DELETION_DISABLED")
+# KIP-848 consumer groups (ConsumerGroupHeartbeat, OffsetCommit v9+)
+GroupMaxSizeReachedError = _define("GroupMaxSizeReachedError", 81, "GROUP_MAX_SIZE_REACHED")
+FencedMemberEpochError = _define("FencedMemberEpochError", 110, "FENCED_MEMBER_EPOCH")
+UnreleasedInstanceIdError = _define("UnreleasedInstanceIdError", 111, "UNRELEASED_INSTANCE_ID")
+UnsupportedAssignorError = _define("UnsupportedAssignorError", 112, "UNSUPPORTED_ASSIGNOR")
+StaleMemberEpochError = _define("StaleMemberEpochError", 113, "STALE_MEMBER_EPOCH")
+InvalidRegularExpressionError = _define("InvalidRegularExpressionError", 128, "INVALID_REGULAR_EXPRESSION",
+                                        bases=(ValueError,))
 InvalidRecordStateError = _define("InvalidRecordStateError", 121, "INVALID_RECORD_STATE", bases=(ValueError,))
 InvalidRecordStateError.__doc__ = ("Kafka error 121 INVALID_RECORD_STATE (share groups, KIP-932): an ack or nack of a "
                                    "message a DurableQueue does not hold (already acked or nacked, or got by another "

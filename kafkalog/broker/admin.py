@@ -62,7 +62,7 @@ log = logging.getLogger("kafkalog.broker")
 
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
 NO_OPERATIONS = -(2**31)  # authorized_operations when not asked for (Kafka's Integer.MIN_VALUE)
-CLASSIC = "classic"
+CLASSIC, CONSUMER = "classic", "consumer"
 
 # Kafka's wire enums (org.apache.kafka.common.{resource,acl,config})
 RESOURCE_TYPE = {2: "TOPIC", 3: "GROUP", 4: "CLUSTER", 5: "TRANSACTIONAL_ID"}
@@ -104,13 +104,32 @@ def _group_ids(s) -> list[str]:
     ids = set(s.store.offsets.groups()) | set(known_groups(s.store.path))
     ids |= {g for g, wg in s.groups.groups.items() if wg.members}
     ids |= {g for g, cg in s.groups.classic.groups.items() if cg.members}
+    ids |= set(s.groups.consumer.groups)
     return sorted(ids)
+
+
+def _consumer_group_view(s, kg, names: dict | None) -> dict:
+    """A KIP-848 consumer group in DescribeGroups' classic shape, as Kafka's ConsumerGroup.asDescribedGroup: protocol
+    type consumer, the assignor as the protocol, each member's subscription and assignment in ConsumerProtocol
+    bytes (``names``: topic id -> name; None: without members)."""
+    members = []
+    for m in kg.members.values() if names is not None else ():
+        assigned = {names[t]: sorted(ps) for t, ps in m.assigned.items() if t in names}
+        members.append({"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": protocol.encode_subscription(sorted(m.topic_names)),
+                        "member_assignment": protocol.encode_assignment(assigned)})
+    return {"state": kg.state(), "protocol_type": "consumer", "protocol": kg.assignor or s.groups.consumer.assignors[0],
+            "members": members, "group_type": CONSUMER}
 
 
 def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None = None) -> dict:
     """{"state", "protocol_type", "protocol", "members": [...]} as Kafka's DescribeGroups describes a group.
     ``joined_ids``: the data dir's ``known_groups`` when the caller has listed them already (ListGroups: listing them
     again for each group read every group's id file once per group, quadratic in the groups of the data dir)."""
+    kg = s.groups.consumer.groups.get(gid)
+    if kg is not None:
+        return _consumer_group_view(s, kg, _topic_names_by_id(s) if with_members else None)
     cg = s.groups.classic.groups.get(gid)
     if cg is not None and cg.members:
         state = {"CompletingRebalance": "CompletingRebalance"}.get(cg.state, cg.state)
@@ -151,12 +170,22 @@ def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None =
             "protocol": (d["protocol"] or "") if d["state"] != "Empty" else "", "members": members}
 
 
-def _listed_groups(s, ids, states) -> list:
+def _listed_groups(s, ids, states, types=()) -> list:
     """ListGroups' entries (a worker thread, one call for the whole listing): a group with only committed offsets
     is Empty without a file read; a joined group's state comes from its group files or the live coordinator."""
     joined = set(known_groups(s.store.path))
     out = []
     for gid in ids:
+        kg = s.groups.consumer.groups.get(gid)
+        if kg is not None:
+            if not types or CONSUMER in types:
+                state = kg.state()
+                if not states or state.lower() in states:
+                    out.append({"group_id": gid, "protocol_type": "consumer", "group_state": state,
+                                "group_type": CONSUMER})
+            continue
+        if types and CLASSIC not in types:
+            continue
         if gid not in joined and gid not in s.groups.groups and gid not in s.groups.classic.groups:
             view = {"state": "Empty", "protocol_type": ""}
         else:
@@ -177,11 +206,11 @@ def list_groups(s, ctx, header, frame, offset):
     states = {x.lower() for x in req.get("states_filter") or []}
     types = {x.lower() for x in req.get("types_filter") or []}
     ids = yield s.loop.run_in_executor(None, _group_ids, s)
-    if types and CLASSIC not in types:
-        ids = []  # every group here is a classic group (KIP-848 consumer groups are not served)
+    if types and not types & {CLASSIC, CONSUMER}:
+        ids = []  # share and streams groups are not served
     if not allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
         ids = [g for g in ids if allowed(s, ctx, "DESCRIBE", "GROUP", g)]  # only the groups the caller may describe
-    out = yield s.loop.run_in_executor(None, _listed_groups, s, ids, states)
+    out = yield s.loop.run_in_executor(None, _listed_groups, s, ids, states, types)
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "groups": out})
 
 
@@ -193,6 +222,13 @@ def describe_groups(s, ctx, header, frame, offset):
              "protocol_data": "", "members": [], "authorized_operations": NO_OPERATIONS}
         if not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
             r["error_code"] = GROUP_DENIED
+            out.append(r)
+            continue
+        if gid in s.groups.consumer.groups:
+            # Kafka 4.4 describes only classic groups here: a KIP-848 group is "Dead" before v6, and from v6 not found
+            r["group_state"] = "Dead"
+            if header.api_version >= 6:
+                r.update(error_code=GroupIdNotFoundError.code, error_message=f"Group {gid} is not a classic group.")
             out.append(r)
             continue
         try:
@@ -213,6 +249,18 @@ def describe_groups(s, ctx, header, frame, offset):
             r["authorized_operations"] = _operations(s, ctx, "GROUP", gid, GROUP_OPERATIONS)
         out.append(r)
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
+
+
+def _topic_names_by_id(s) -> dict:
+    """{topic id (UUID): name} of every topic (a worker thread)."""
+    from .consumer_groups import topic_uuid
+    out = {}
+    for name in s.store.topics():
+        try:
+            out[topic_uuid(s.store.topic_id(name))] = name
+        except KafkaError:
+            continue
+    return out
 
 
 def _delete_group_files(s, gid: str) -> int:
@@ -242,8 +290,15 @@ def delete_groups(s, ctx, header, frame, offset):
             out.append({"group_id": gid, "error_code": GROUP_DENIED})
             continue
         live = s.groups.groups.get(gid)
+        kg = s.groups.consumer.groups.get(gid)
+        if kg is not None and not kg.members:  # an empty consumer group: its offsets go with it below
+            del s.groups.consumer.groups[gid]
+            if gid not in s.store.offsets.groups():
+                out.append({"group_id": gid, "error_code": 0})
+                continue
         if (live is not None and live.members) or (gid in s.groups.classic.groups
-                                                    and s.groups.classic.groups[gid].members):
+                                                    and s.groups.classic.groups[gid].members) or \
+                (kg is not None and kg.members):
             out.append({"group_id": gid, "error_code": NonEmptyGroupError.code})
             continue
         try:
@@ -290,6 +345,9 @@ def offset_delete(s, ctx, header, frame, offset):
     if cg is not None:
         for m in cg.members.values():
             subscribed |= set(m.topics)
+    kg = s.groups.consumer.groups.get(gid)
+    if kg is not None:
+        subscribed |= set(kg.metadata or ())
     if view["state"] != "Empty" and not subscribed and gid:
         d = yield s.loop.run_in_executor(None, describe_group, s.store, gid)
         for m in d["members"]:

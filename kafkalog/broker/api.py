@@ -26,7 +26,9 @@ import uuid
 from .._engine.batch import RecordBatch, iter_batches
 from ..errors import (
     ClusterAuthorizationFailedError,
+    GroupIdNotFoundError,
     InconsistentTopicIdError,
+    InvalidGroupIdError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -95,6 +97,8 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 2),   # ListTransactions
+    68: (0, 1),   # ConsumerGroupHeartbeat (KIP-848; 1: SubscribedTopicRegex, member ids named by the client)
+    69: (0, 1),   # ConsumerGroupDescribe (1: MemberType)
     36: (0, 1),   # SaslAuthenticate
     48: (0, 0),   # DescribeClientQuotas
     49: (0, 0),   # AlterClientQuotas
@@ -1484,7 +1488,7 @@ def offset_commit(s: Services, ctx, header, frame, offset):
     group = req["group_id"]
     generation = req.get("generation_id_or_member_epoch", req.get("generation_id", -1))
     err = GROUP_DENIED if not_allowed(s, ctx, "READ", "GROUP", group) else \
-        s.groups.check_commit(group, req["member_id"], generation, req.get("group_instance_id"))
+        s.groups.check_commit(group, req["member_id"], generation, req.get("group_instance_id"), header.api_version)
     topics = []
     offsets = {}
     sl = Slice()
@@ -1543,7 +1547,8 @@ def offset_fetch(s: Services, ctx, header, frame, offset):
         by_id = yield s.loop.run_in_executor(None, _topics_by_id, s)  # ids to names (a registry read): off the loop
     groups = []
     for g in req["groups"]:
-        code, topics = yield from _group_offsets(s, ctx, g["group_id"], g["topics"], stable, v, sl, by_id)
+        code, topics = yield from _group_offsets(s, ctx, g["group_id"], g["topics"], stable, v, sl, by_id,
+                                                 g.get("member_id"), g.get("member_epoch", -1))
         groups.append({"group_id": g["group_id"], "topics": topics, "error_code": code})
     return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": groups}))
 
@@ -1552,7 +1557,8 @@ def _no_offset(idx: int, code: int) -> dict:
     return {"partition_index": idx, "committed_offset": -1, "metadata": "", "error_code": code}
 
 
-def _group_offsets(s: Services, ctx, group: str, wanted, stable: bool, v: int, sl: Slice, by_id=None):
+def _group_offsets(s: Services, ctx, group: str, wanted, stable: bool, v: int, sl: Slice, by_id=None,
+                   member_id: str | None = None, member_epoch: int = -1):
     """One group's committed offsets → (group error code, topics); ``wanted`` None = every committed partition the
     principal may describe. From v10 topics are named by id: ``by_id`` maps ids to names."""
     by_ids = v >= 10
@@ -1563,6 +1569,9 @@ def _group_offsets(s: Services, ctx, group: str, wanted, stable: bool, v: int, s
         return GROUP_DENIED, [{"name": t["name"], "partitions": [_no_offset(i, GROUP_DENIED)
                                                                   for i in t["partition_indexes"]]}
                               for t in wanted or ()]
+    member_code = s.groups.check_fetch(group, member_id, member_epoch)  # v9+ (KIP-848 consumer groups)
+    if member_code:
+        return member_code, []
     committed = s.store.offsets.committed_all(group)
     # KIP-447: a read_committed consumer must not start from an offset a transaction may still replace
     unstable = s.store.offsets.pending(group) if stable else ()
@@ -1611,6 +1620,47 @@ def _group_offsets(s: Services, ctx, group: str, wanted, stable: bool, v: int, s
     if failed is not topics:
         topics += failed
     return 0, topics
+
+
+def consumer_group_heartbeat(s: Services, ctx, header, frame, offset):
+    """KIP-848's heartbeat (consumer_groups.py): join, reconcile, leave."""
+    req = request_body(ctx, header, frame, offset)
+    if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,
+                                "error_message": None, "member_id": None, "member_epoch": 0,
+                                "heartbeat_interval_ms": 0, "assignment": None})
+    denied = [t for t in req["subscribed_topic_names"] or () if not_allowed(s, ctx, "DESCRIBE", "TOPIC", t)]
+    if denied:
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": TOPIC_DENIED,
+                                "error_message": "The member is not authorized to access topics: "
+                                                 f"[{', '.join(sorted(denied))}].", "member_id": None,
+                                "member_epoch": 0, "heartbeat_interval_ms": 0, "assignment": None})
+    return respond(header, s.groups.consumer.heartbeat(ctx, header, req))
+
+
+def consumer_group_describe(s: Services, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    names = None
+    out = []
+    for gid in req["group_ids"]:
+        r = {"error_code": 0, "error_message": None, "group_id": gid, "group_state": "", "group_epoch": 0,
+             "assignment_epoch": 0, "assignor_name": "", "members": [], "authorized_operations": -2**31}
+        if not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
+            r["error_code"] = GROUP_DENIED
+        elif not gid:
+            r["error_code"] = InvalidGroupIdError.code
+        elif gid not in s.groups.consumer.groups:
+            known = s.groups.classic_has_members(gid) or gid in s.store.offsets.groups()
+            r.update(error_code=GroupIdNotFoundError.code,
+                     error_message=f"Group {gid} is not a consumer group." if known else f"Group {gid} not found.")
+        else:
+            if names is None:
+                names = yield s.loop.run_in_executor(None, _topics_by_id, s)
+            r.update(s.groups.consumer.describe(gid, names))
+            if req["include_authorized_operations"]:
+                r["authorized_operations"] = _admin._operations(s, ctx, "GROUP", gid, _admin.GROUP_OPERATIONS)
+        out.append(r)
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
 
 
 # ---------------------------------------------------------------------------------------------------- quotas
@@ -1741,7 +1791,7 @@ API_HANDLERS = {
     19: create_topics, 20: delete_topics, 21: delete_records, 22: init_producer_id, 24: add_partitions_to_txn,
     25: add_offsets_to_txn, 26: end_txn, 27: write_txn_markers, 28: txn_offset_commit, 36: sasl_authenticate,
     48: describe_client_quotas, 49: alter_client_quotas, 61: describe_producers, 65: describe_transactions,
-    66: list_transactions,
+    66: list_transactions, 68: consumer_group_heartbeat, 69: consumer_group_describe,
 }
 
 API_HANDLERS.update(_admin.HANDLERS)

@@ -50,6 +50,7 @@ from ..errors import (
 )
 from . import protocol
 from .classic import ClassicGroup, ClassicGroups
+from .consumer_groups import ConsumerGroups
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -105,6 +106,7 @@ class GroupCoordinator:
         self.groups: dict[str, WireGroup] = {}
         self.hosts: dict[str, str] = {}  # member id -> "/<address>" of its connection (DescribeGroups' client_host)
         self.classic = ClassicGroups(self)  # groups whose members assign partitions themselves
+        self.consumer = ConsumerGroups(self)  # KIP-848 consumer groups (ConsumerGroupHeartbeat)
         self.initial_delay_s = services.config["group.initial.rebalance.delay.ms"] / 1000.0
         self.min_session = services.config["group.min.session.timeout.ms"]
         self.max_session = services.config["group.max.session.timeout.ms"]
@@ -119,6 +121,7 @@ class GroupCoordinator:
 
     def close(self) -> None:
         self.classic.close()
+        self.consumer.close()
         for g in self.groups.values():
             if g.phase is not None:
                 g.phase.cancel()
@@ -155,6 +158,13 @@ class GroupCoordinator:
         member_id = req["member_id"] or ""
         if err:
             return self._join_error(header, err, member_id)
+        kg = self.consumer.groups.get(gid)
+        if kg is not None:
+            if kg.members:
+                # Kafka converts a consumer group's classic joiners (online migration, not served here): refused
+                log.warning("group %s: a classic JoinGroup cannot join a KIP-848 consumer group", gid)
+                return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
+            del self.consumer.groups[gid]  # an empty consumer group becomes a classic one, as Kafka converts it
         cg = self.classic.groups.get(gid)
         if cg is not None and not cg.members and not ClassicGroups.wants_classic(req):
             # only a KIP-394 member id was handed out: a member of the group model's kind takes the group over
@@ -226,6 +236,22 @@ class GroupCoordinator:
             g.phase_started = time.monotonic()
             g.phase = self.s.loop.create_task(self._join_phase(g))
         return self.await_join(m.join_waiter, m.rebalance_timeout_ms, member_id, header)
+
+    def classic_has_members(self, gid: str) -> bool:
+        """Whether a classic group (of either coordinator) has members: a KIP-848 heartbeat cannot take it."""
+        cg = self.classic.groups.get(gid)
+        if cg is not None and (cg.members or cg.pending_ids):
+            return True
+        return self._has_members(gid)
+
+    def forget_empty_classic(self, gid: str) -> None:
+        """An empty classic group becomes a consumer group (Kafka's maybeDeleteEmptyClassicGroup)."""
+        cg = self.classic.groups.pop(gid, None)
+        if cg is not None and cg.phase is not None:
+            cg.phase.cancel()
+        g = self.groups.get(gid)
+        if g is not None and not g.members:
+            del self.groups[gid]
 
     def _has_members(self, gid: str) -> bool:
         """Whether the group has members here or in the group model (live ones, in any process)."""
@@ -419,7 +445,12 @@ class GroupCoordinator:
         self._drop(g, member_id, True, "left the group" + (f" ({reason})" if reason else ""))
         return 0
 
-    def check_commit(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
+    def check_commit(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None,
+                     api_version: int | None = None) -> int:
+        """``api_version``: OffsetCommit's (a KIP-848 member must use v9+), None for TxnOffsetCommit."""
+        kg = self.consumer.groups.get(group_id)
+        if kg is not None:
+            return self.consumer.check_commit(kg, member_id, generation, api_version)
         if generation < 0 and not member_id and instance_id is None:
             # a commit from outside the group (admin, a consumer without group management): Kafka takes it while the
             # group is empty and answers UNKNOWN_MEMBER_ID while it has members (their positions are theirs)
@@ -450,8 +481,17 @@ class GroupCoordinator:
             return 0
         return IllegalGenerationError.code
 
+    def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9+'s member id and epoch: checked for a KIP-848 consumer group, ignored for a classic one
+        (as Kafka 4.4 does)."""
+        kg = self.consumer.groups.get(group_id)
+        if kg is None:
+            return 0
+        return self.consumer.check_fetch(kg, member_id, member_epoch)
+
     def sweep(self) -> None:
         self.classic.sweep()
+        self.consumer.sweep()
         now = time.monotonic()
         for g in list(self.groups.values()):
             for mid in [k for k, t in g.pending_ids.items() if t < now]:

@@ -807,6 +807,83 @@ ALTER_CLIENT_QUOTAS = {
     ),
 }
 
+# KIP-848 consumer groups (kafkalog/broker/consumer_groups.py); flexible from v0, no tagged field in 4.4's JSON
+
+CONSUMER_GROUP_HEARTBEAT = {
+    "key": 68, "name": "ConsumerGroupHeartbeat", "versions": (0, 1), "flexible": 0,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("member_id", "string", "0+", {}),
+        ("member_epoch", "int32", "0+", {}),
+        ("instance_id", "string", "0+", {"nullable": "0+", "default": None}),
+        ("rack_id", "string", "0+", {"nullable": "0+", "default": None}),
+        ("rebalance_timeout_ms", "int32", "0+", {"default": -1}),
+        ("subscribed_topic_names", "[]string", "0+", {"nullable": "0+", "default": None}),
+        ("subscribed_topic_regex", "string", "1+", {"nullable": "1+", "default": None}),
+        ("server_assignor", "string", "0+", {"nullable": "0+", "default": None}),
+        ("topic_partitions", "[]TopicPartitions", "0+", {"nullable": "0+", "default": None}, (
+            ("topic_id", "uuid", "0+", {}),
+            ("partitions", "[]int32", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+        ("member_id", "string", "0+", {"nullable": "0+", "default": None}),
+        ("member_epoch", "int32", "0+", {}),
+        ("heartbeat_interval_ms", "int32", "0+", {}),
+        ("assignment", "Assignment", "0+", {"nullable": "0+", "default": None}, (
+            ("topic_partitions", "[]TopicPartitions", "0+", {}, (
+                ("topic_id", "uuid", "0+", {}),
+                ("partitions", "[]int32", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+_DESCRIBED_ASSIGNMENT = (
+    ("topic_partitions", "[]TopicPartitions", "0+", {}, (
+        ("topic_id", "uuid", "0+", {}),
+        ("topic_name", "string", "0+", {}),
+        ("partitions", "[]int32", "0+", {}),
+    )),
+)
+
+CONSUMER_GROUP_DESCRIBE = {
+    "key": 69, "name": "ConsumerGroupDescribe", "versions": (0, 1), "flexible": 0,
+    "request": (
+        ("group_ids", "[]string", "0+", {}),
+        ("include_authorized_operations", "bool", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("groups", "[]DescribedGroup", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+            ("group_id", "string", "0+", {}),
+            ("group_state", "string", "0+", {}),
+            ("group_epoch", "int32", "0+", {}),
+            ("assignment_epoch", "int32", "0+", {}),
+            ("assignor_name", "string", "0+", {}),
+            ("members", "[]Member", "0+", {}, (
+                ("member_id", "string", "0+", {}),
+                ("instance_id", "string", "0+", {"nullable": "0+", "default": None}),
+                ("rack_id", "string", "0+", {"nullable": "0+", "default": None}),
+                ("member_epoch", "int32", "0+", {}),
+                ("client_id", "string", "0+", {}),
+                ("client_host", "string", "0+", {}),
+                ("subscribed_topic_names", "[]string", "0+", {}),
+                ("subscribed_topic_regex", "string", "0+", {"nullable": "0+", "default": None}),
+                ("assignment", "Assignment", "0+", {}, _DESCRIBED_ASSIGNMENT),
+                ("target_assignment", "Assignment", "0+", {}, _DESCRIBED_ASSIGNMENT),
+                ("member_type", "int8", "1+", {"default": -1}),
+            )),
+            ("authorized_operations", "int32", "0+", {"default": -2147483648}),
+        )),
+    ),
+}
+
 # Admin APIs (kafkalog/broker/admin.py), from Kafka's message specs; flexible versions included
 
 LIST_GROUPS = {
@@ -1291,4 +1368,6 @@ APIS = {
     51: ALTER_USER_SCRAM_CREDENTIALS,
     60: DESCRIBE_CLUSTER,
     75: DESCRIBE_TOPIC_PARTITIONS,
+    68: CONSUMER_GROUP_HEARTBEAT,
+    69: CONSUMER_GROUP_DESCRIBE,
 }

@@ -449,6 +449,14 @@ class BodyGen:
             return group_id(rng)
         if name == "member_id":
             return rng.choice(("", "", f"fz-m-{rng.getrandbits(32):08x}", "x" * 300, "nul\x00"))
+        if name == "member_epoch":  # KIP-848: 0 join, -1 leave, -2 static leave, others fenced or invalid
+            return rng.choice((0, 0, 1, 2, -1, -2, -3, 0x7FFFFFFF))
+        if name == "subscribed_topic_regex":
+            return rng.choice((None, None, ".*", "fz-.*", "(?<=a)b", "[a-", "", "x" * 300))
+        if name == "server_assignor":
+            return rng.choice((None, None, "uniform", "range", "sticky", ""))
+        if name in ("instance_id", "rack_id") and api == "ConsumerGroupHeartbeat":
+            return rng.choice((None, None, "fz-i0", "fz-i1", "", " "))
         if name == "group_instance_id":
             return rng.choice((None, None, "fz-i0", "fz-i1", ""))
         if name == "protocol_type":

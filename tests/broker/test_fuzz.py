@@ -221,7 +221,7 @@ def test_list_groups_lists_the_data_dirs_groups_once(tmp_path, monkeypatch):
         for gid in ids:
             group._make_group_dir(group.group_dir(store.path, gid), gid)
         s = SimpleNamespace(store=store, groups=SimpleNamespace(groups={}, classic=SimpleNamespace(groups={}),
-                                                                hosts={}))
+                                                                consumer=SimpleNamespace(groups={}), hosts={}))
         listed = admin._listed_groups(s, ids, set())
     assert sorted(g["group_id"] for g in listed) == sorted(ids)
     assert {g["group_state"] for g in listed} == {"Empty"}

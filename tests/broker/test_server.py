@@ -78,13 +78,14 @@ def test_api_versions_lists_exactly_the_matrix(broker):
     # OffsetFetch 7 (RequireStable), InitProducerId 2-5, AddPartitionsToTxn 3, AddOffsetsToTxn, EndTxn and
     # TxnOffsetCommit 3-4, DescribeProducers / DescribeTransactions / ListTransactions; at Kafka 4.4's maxima (issue
     # 24): the classic group protocol (OffsetCommit 2-9, JoinGroup 0-9, Heartbeat 0-4, LeaveGroup 0-5, SyncGroup 0-5),
-    # FindCoordinator 6, OffsetFetch 10, Metadata 13, ListOffsets 11, DeleteTopics 6
+    # FindCoordinator 6, OffsetFetch 10, Metadata 13, ListOffsets 11, DeleteTopics 6; KIP-848's
+    # ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1
     assert ADVERTISED[0] == (0, 11) and ADVERTISED[1] == (4, 17) and ADVERTISED[18] == (0, 4)
     assert ADVERTISED[2] == (1, 11) and ADVERTISED[3] == (0, 13)
     assert ADVERTISED[9] == (1, 10) and ADVERTISED[10] == (0, 6) and ADVERTISED[20] == (1, 6)
     assert {k for k in ADVERTISED if protocol.is_flexible(k, ADVERTISED[k][1])} == {
         0, 1, 2, 3, 18, 19, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75,
-        9, 10, 20, 22, 24, 25, 26, 27, 28, 61, 65, 66, 8, 11, 12, 13, 14}
+        9, 10, 20, 22, 24, 25, 26, 27, 28, 61, 65, 66, 8, 11, 12, 13, 14, 68, 69}
 
 
 def test_api_versions_unknown_version_answers_v0_with_error_35(broker):

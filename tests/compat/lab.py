@@ -336,6 +336,10 @@ class KafkaBroker:
             "num.partitions": 1,
             "auto.create.topics.enable": "true",
             "group.initial.rebalance.delay.ms": 0,
+            # KIP-848 groups: the target assignment computed in the heartbeat that needs it, as kafkalog does (4.3+
+            # waits up to 1 s and may compute it on a background thread: answers then depend on timing)
+            "group.consumer.assignment.interval.ms": 0,
+            "group.consumer.assignor.offload.enable": "false",
             "offsets.topic.replication.factor": 1,
             "offsets.topic.num.partitions": 1,
             "transaction.state.log.replication.factor": 1,
