@@ -391,7 +391,7 @@ class GroupCoordinator:
                 code = RebalanceInProgressError.code if state["generation"] > generation else \
                     IllegalGenerationError.code
                 return self._sync_answer(header, code, b"")
-            if state["stable"]:
+            if state["stable"] or self._revoked_by_all(gm.group, state, generation):
                 m.synced_generation = generation
                 m.last_seen = time.monotonic()
                 assigned: dict[str, list[int]] = {}
@@ -411,6 +411,22 @@ class GroupCoordinator:
             gm.heartbeat()
             gm.check()  # a dead embedded member must not hold the generation back
             await asyncio.sleep(POLL_S)
+
+    def _revoked_by_all(self, group_id: str, state: dict, generation: int) -> bool:
+        """Whether every member of ``generation`` has given up its old partitions: synced (an embedded member revokes
+        before it syncs), or a wire member whose JoinGroup for it was answered (an eager client revokes everything
+        before it joins). Then a wire member's SyncGroup is answered at once, as Kafka answers a leader's, instead of
+        waiting for every other member's SyncGroup: a client that polls its consumers from one thread (kafka-python
+        pauses its heartbeats meanwhile) would otherwise stall until a session timeout."""
+        g = self.groups.get(group_id)
+        synced = set(state["synced"])
+        for mid in state["members"]:
+            if mid in synced:
+                continue
+            wm = g.members.get(mid) if g is not None else None
+            if wm is None or wm.joined_generation != generation:
+                return False
+        return True
 
     # -- Heartbeat / LeaveGroup / commits -------------------------------------------------------------------------
 
