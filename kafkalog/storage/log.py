@@ -1199,6 +1199,8 @@ class Log:
             t = self._txn_state()
             if t is None or t.scanned != self._leo:
                 return
+            older = [x for x in self._txn_snapshots() if self._lso <= x < self._leo]
+            self._complete_txn_indexes(t, older[-1] if older else self._lso)
             entries = [ProducerSnapshotEntry(pid, t.epochs.get(pid, 0), -1, -1, 0, -1,
                                              t.coordinator_epochs.get(pid, -1), t.ongoing.get(pid, -1))
                        for pid in sorted(set(t.epochs) | set(t.ongoing))]
@@ -1207,6 +1209,36 @@ class Log:
                 _unlink(snapshot_path(self.dir, x))
         except (OSError, KafkaError) as e:  # a snapshot only saves work at the next open
             _log.warning("%s-%d: producer snapshot at %d not written: %s", self.topic, self.partition, self._leo, e)
+
+    def _complete_txn_indexes(self, t: PartitionTxns, since: int) -> None:
+        """Before a producer snapshot at the log end is written (a roll, partition lock held): every aborted
+        transaction whose ABORT marker lies in a segment from the one holding ``since`` (the previous snapshot,
+        whose writer did the same below it) up to the log end has its ``.txnindex`` entry. An open from the snapshot
+        takes the aborted transactions below it from these files only, and one can be missing: the process that
+        appended the marker was killed before it wrote the entry (other processes' scans see the marker; the
+        coordinator's retry finds the transaction ended and writes none). Benign ones too: a writer whose state was
+        built after a delete-before moved the log start past the first batch of a transaction (and that had no batch
+        above it) does not know it is open, and writes no entry for its ABORT marker; a process that saw the first
+        batch does (Kafka's entry, its first offset below the log start). ``t`` holds them all: scanned from the
+        previous snapshot (or the log start) on. A file missing some is rewritten whole (atomic_write: entries in
+        increasing last offset, as Kafka's TransactionIndex wants); one that holds them is only read."""
+        bases = self._bases
+        for j in range(max(0, bisect.bisect_right(bases, since) - 1), len(bases) - 1):
+            want = t.aborted_in(bases[j], bases[j + 1])
+            if not want:
+                continue
+            path = txn_index_path(self.dir, bases[j])
+            idx = TxnIndex(path)
+            try:
+                have = idx.entries()
+            finally:
+                idx.close()
+            known = {a.last_offset for a in have}
+            missing = [a for a in want if a.last_offset not in known]
+            if missing:
+                _log.info("%s-%d: %d aborted transaction(s) (ABORT markers at %s) missing from %s: written from the "
+                          "log", self.topic, self.partition, len(missing), [a.last_offset for a in missing], path.name)
+                atomic_write(path, b"".join(a.encode() for a in sorted(have + missing, key=lambda a: a.last_offset)))
 
     @property
     def last_stable_offset(self) -> int:
