@@ -1287,6 +1287,7 @@ class Log:
                                                     f"fenced on {self.topic}-{self.partition} by epoch {fence}")
                 now = _now_ms()
                 data = build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
+                failpoints.hit("marker:before-claim")
                 base = self._claim(1, len(data))
                 set_base_offset(data, 0, base)
                 self._write(data, base, now, 1)
@@ -1296,23 +1297,33 @@ class Log:
                         t.epochs[producer_id] = producer_epoch
                     t.coordinator_epochs[producer_id] = coordinator_epoch
                     t.scanned = base + 1
-                    if entry is not None:
-                        path = txn_index_path(self.dir, self._segments[-1].base_offset)
-                        created = not path.exists()
-                        idx = TxnIndex(path)
-                        try:
-                            last = idx.last_offset
-                            if last is not None and last >= base:
-                                idx.truncate_to(base)  # entries past the log end: their markers were lost
-                            idx.append(entry)
-                            idx.flush()
-                        finally:
-                            idx.close()
-                        if created:
-                            # the new file's directory entry too, before the marker can be durable: an open from a
-                            # producer snapshot takes the aborted transactions below it from these files
-                            fsync_dir(self.dir)
+                else:
+                    # records staged by other threads (append() takes no lock) went first: _claim wrote them
+                    # before the marker; take them and the marker in from the log
+                    t = self._txn_state()
+                    entry = t.aborted[-1] if t.aborted and t.aborted[-1].last_offset == base else None
+                if entry is not None:
+                    self._index_aborted(entry)
                 return base
+
+    def _index_aborted(self, entry) -> None:
+        """Add the entry of an ABORT marker just appended to the active segment's ``.txnindex`` (fsynced)."""
+        base = entry.last_offset
+        path = txn_index_path(self.dir, self._segments[-1].base_offset)
+        created = not path.exists()
+        idx = TxnIndex(path)
+        try:
+            last = idx.last_offset
+            if last is not None and last >= base:
+                idx.truncate_to(base)  # entries past the log end: their markers were lost
+            idx.append(entry)
+            idx.flush()
+        finally:
+            idx.close()
+        if created:
+            # the new file's directory entry too, before the marker can be durable: an open from a producer
+            # snapshot takes the aborted transactions below it from these files
+            fsync_dir(self.dir)
 
     def fetch_isolated(self, offset: int, max_bytes: int, read_committed: bool):
         """A Fetch's look at the partition with its isolation level: (log start offset, high watermark, last stable

@@ -242,3 +242,26 @@ def test_an_abort_whose_writer_died_before_its_txnindex_entry_stays_aborted_for_
     assert _committed(log) == [b"plain"] and log.last_stable_offset == 6
     c.close()
 
+
+def test_an_abort_behind_records_another_thread_staged_meanwhile_gets_its_txnindex_entry(tmp_path):
+    """Exclusive mode: append() stages without the log's lock, so records can be staged between append_marker's
+    catch-up and its claim of an offset, which writes them first: the marker lands past what the state had taken
+    in, and its .txnindex entry was not written; a snapshot above it then hid the abort from the next open."""
+    d = tmp_path / "t-0"
+    store = kafkalog.LogStore(tmp_path, exclusive=True, maintenance=False)
+    store.create_topic("t", 1)
+    log = store.log("t", 0)
+    log.append_records(_txn([b"aborted"], 1))  # 0
+    failpoints.enable("marker:before-claim", lambda: log.append(b"plain"))  # another thread's append(), staged
+    try:
+        assert log.append_marker(1, 0, False) == 2  # behind the staged record (1)
+    finally:
+        failpoints.disable("marker:before-claim")
+    assert _index(d, 0) == [(1, 0, 2)]
+    assert _committed(log) == [b"plain"]
+    log.roll()
+    store.close()
+    store = kafkalog.LogStore(tmp_path, maintenance=False)
+    log = store.log("t", 0)
+    assert list(d.glob("*.snapshot")) and _committed(log) == [b"plain"] and log.last_stable_offset == 3
+    store.close()
