@@ -1199,6 +1199,8 @@ class Log:
             t = self._txn_state()
             if t is None or t.scanned != self._leo:
                 return
+            older = [x for x in self._txn_snapshots() if self._lso <= x < self._leo]
+            self._complete_txn_indexes(t, older[-1] if older else self._lso)
             entries = [ProducerSnapshotEntry(pid, t.epochs.get(pid, 0), -1, -1, 0, -1,
                                              t.coordinator_epochs.get(pid, -1), t.ongoing.get(pid, -1))
                        for pid in sorted(set(t.epochs) | set(t.ongoing))]
@@ -1207,6 +1209,36 @@ class Log:
                 _unlink(snapshot_path(self.dir, x))
         except (OSError, KafkaError) as e:  # a snapshot only saves work at the next open
             _log.warning("%s-%d: producer snapshot at %d not written: %s", self.topic, self.partition, self._leo, e)
+
+    def _complete_txn_indexes(self, t: PartitionTxns, since: int) -> None:
+        """Before a producer snapshot at the log end is written (a roll, partition lock held): every aborted
+        transaction whose ABORT marker lies in a segment from the one holding ``since`` (the previous snapshot,
+        whose writer did the same below it) up to the log end has its ``.txnindex`` entry. An open from the snapshot
+        takes the aborted transactions below it from these files only, and one can be missing: the process that
+        appended the marker was killed before it wrote the entry (other processes' scans see the marker; the
+        coordinator's retry finds the transaction ended and writes none). Benign ones too: a writer whose state was
+        built after a delete-before moved the log start past the first batch of a transaction (and that had no batch
+        above it) does not know it is open, and writes no entry for its ABORT marker; a process that saw the first
+        batch does (Kafka's entry, its first offset below the log start). ``t`` holds them all: scanned from the
+        previous snapshot (or the log start) on. A file missing some is rewritten whole (atomic_write: entries in
+        increasing last offset, as Kafka's TransactionIndex wants); one that holds them is only read."""
+        bases = self._bases
+        for j in range(max(0, bisect.bisect_right(bases, since) - 1), len(bases) - 1):
+            want = t.aborted_in(bases[j], bases[j + 1])
+            if not want:
+                continue
+            path = txn_index_path(self.dir, bases[j])
+            idx = TxnIndex(path)
+            try:
+                have = idx.entries()
+            finally:
+                idx.close()
+            known = {a.last_offset for a in have}
+            missing = [a for a in want if a.last_offset not in known]
+            if missing:
+                _log.info("%s-%d: %d aborted transaction(s) (ABORT markers at %s) missing from %s: written from the "
+                          "log", self.topic, self.partition, len(missing), [a.last_offset for a in missing], path.name)
+                atomic_write(path, b"".join(a.encode() for a in sorted(have + missing, key=lambda a: a.last_offset)))
 
     @property
     def last_stable_offset(self) -> int:
@@ -1255,6 +1287,7 @@ class Log:
                                                     f"fenced on {self.topic}-{self.partition} by epoch {fence}")
                 now = _now_ms()
                 data = build_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, now)
+                failpoints.hit("marker:before-claim")
                 base = self._claim(1, len(data))
                 set_base_offset(data, 0, base)
                 self._write(data, base, now, 1)
@@ -1264,23 +1297,33 @@ class Log:
                         t.epochs[producer_id] = producer_epoch
                     t.coordinator_epochs[producer_id] = coordinator_epoch
                     t.scanned = base + 1
-                    if entry is not None:
-                        path = txn_index_path(self.dir, self._segments[-1].base_offset)
-                        created = not path.exists()
-                        idx = TxnIndex(path)
-                        try:
-                            last = idx.last_offset
-                            if last is not None and last >= base:
-                                idx.truncate_to(base)  # entries past the log end: their markers were lost
-                            idx.append(entry)
-                            idx.flush()
-                        finally:
-                            idx.close()
-                        if created:
-                            # the new file's directory entry too, before the marker can be durable: an open from a
-                            # producer snapshot takes the aborted transactions below it from these files
-                            fsync_dir(self.dir)
+                else:
+                    # records staged by other threads (append() takes no lock) went first: _claim wrote them
+                    # before the marker; take them and the marker in from the log
+                    t = self._txn_state()
+                    entry = t.aborted[-1] if t.aborted and t.aborted[-1].last_offset == base else None
+                if entry is not None:
+                    self._index_aborted(entry)
                 return base
+
+    def _index_aborted(self, entry) -> None:
+        """Add the entry of an ABORT marker just appended to the active segment's ``.txnindex`` (fsynced)."""
+        base = entry.last_offset
+        path = txn_index_path(self.dir, self._segments[-1].base_offset)
+        created = not path.exists()
+        idx = TxnIndex(path)
+        try:
+            last = idx.last_offset
+            if last is not None and last >= base:
+                idx.truncate_to(base)  # entries past the log end: their markers were lost
+            idx.append(entry)
+            idx.flush()
+        finally:
+            idx.close()
+        if created:
+            # the new file's directory entry too, before the marker can be durable: an open from a producer
+            # snapshot takes the aborted transactions below it from these files
+            fsync_dir(self.dir)
 
     def fetch_isolated(self, offset: int, max_bytes: int, read_committed: bool):
         """A Fetch's look at the partition with its isolation level: (log start offset, high watermark, last stable

@@ -17,8 +17,11 @@ is open; a control batch with an ABORT or COMMIT marker closes it). Only headers
   A recovery that cut anything from the log removes every snapshot (they may describe batches that are gone).
 * ``.txnindex`` files (Kafka's format, one entry per aborted transaction, in the segment that holds its ABORT marker)
   are written when this process appends an ABORT marker, for Kafka's tools and for a Kafka broker opening the data
-  dir; kafkalog's own readers take the aborted list from the scan, so a torn or missing index cannot hide or show
-  a record wrongly.
+  dir, and for the open from a snapshot, which takes the aborted transactions below the snapshot from them (and only
+  those: everything above it from the scan). So a snapshot vouches for the files below it: an entry can be missing
+  (the process that appended the marker was killed before it wrote the entry; the other processes' scans see the
+  marker, and the coordinator's retry finds the transaction ended and writes none), and the roll that writes a
+  snapshot first completes the files of the segments since the previous snapshot from its own scan.
 
 Fields of the state:
 
@@ -127,6 +130,10 @@ class PartitionTxns:
         in the order of their markers."""
         i = bisect.bisect_left(self._aborted_last, fetch_offset)
         return [(a.producer_id, a.first_offset) for a in self.aborted[i:] if a.first_offset < upper]
+
+    def aborted_in(self, lo: int, hi: int) -> list[AbortedTxn]:
+        """The aborted transactions whose ABORT marker lies in [lo, hi) (one segment's ``.txnindex`` entries)."""
+        return self.aborted[bisect.bisect_left(self._aborted_last, lo):bisect.bisect_left(self._aborted_last, hi)]
 
     def trim(self, log_start: int) -> None:
         """Forget aborted transactions wholly below the log start (their records are gone)."""

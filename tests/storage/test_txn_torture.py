@@ -284,10 +284,12 @@ def check(run: TxnRun, store) -> tuple[list[str], dict]:
                 present[name][i] = (t, p, o)
     shas = {(t, p, o): hashlib.sha1(v).hexdigest() for (t, p), recs in raw.items() for o, v in recs}
     for name, x in txns.items():
-        if x["returned"] == "commit":  # a delete-before may have taken the records below its log start
+        if "commit" in (x["returned"], x["called"]):
+            # a delete-before may have taken the records below its log start: a returned commit's, and those an
+            # interrupted commit flushed midway (acknowledged on tb, then deleted: not "partly visible")
             x["records"] = {k: s for k, s in x["records"].items() if k[2] >= starts[(k[0], k[1])]}
-        elif x["called"] == "commit":  # killed (or fenced) inside the commit: what reached the log
-            for k in present.get(name, {}).values():
+        if x["returned"] != "commit" and x["called"] == "commit":
+            for k in present.get(name, {}).values():  # killed (or fenced) inside the commit: what reached the log
                 x["records"][k] = shas[k]
     problems += txncheck.check_txn_outcomes(store, txns, stable, group_order)
     view = _view(store)

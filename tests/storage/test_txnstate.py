@@ -11,6 +11,7 @@ import pytest
 import kafkalog
 from kafkalog._engine.batch import build_batch
 from kafkalog.errors import InvalidProducerEpochError
+from kafkalog.storage import failpoints
 from kafkalog.storage.txnformat import TxnIndex, snapshot_path, txn_index_path
 from kafkalog.storage.txnstate import PartitionTxns
 
@@ -192,4 +193,75 @@ os._exit(0)
     assert log.append_marker(1, 0, False) == marker_at  # what the coordinator's completion does
     assert [e.last_offset for e in TxnIndex(txn_index_path(d, 0)).entries()] == [marker_at]
     assert list(log.records(isolation_level="read_committed")) == [] and log.last_stable_offset == marker_at + 1
+    store.close()
+
+
+def _index(d, base):
+    return [(e.producer_id, e.first_offset, e.last_offset) for e in TxnIndex(txn_index_path(d, base)).entries()]
+
+
+def _committed(log):
+    return [bytes(r.value) for r in log.records(isolation_level="read_committed")]
+
+
+def test_an_abort_whose_writer_died_before_its_txnindex_entry_stays_aborted_for_an_open_from_a_snapshot(tmp_path):
+    """A shared writer killed between appending an ABORT marker and writing its .txnindex entry (the transaction
+    torture, seed 1232143914 under load): every other process's scan sees the marker, and the coordinator's retry
+    finds the transaction ended and writes no entry; a roll then wrote a producer snapshot above the marker, and an
+    open from it took the aborted transactions below it from the .txnindex files only: the aborted record was
+    visible. The roll that writes a snapshot completes those files from its scan first. Two shared stores in one
+    process; the failpoint ends A's append where the SIGKILL did: the marker's bytes in the segment, no entry."""
+    d = tmp_path / "t-0"
+    a = kafkalog.LogStore(tmp_path, maintenance=False)
+    a.create_topic("t", 1)
+    b = kafkalog.LogStore(tmp_path, maintenance=False)
+    la, lb = a.log("t", 0), b.log("t", 0)
+    la.append_records(_txn([b"aborted-1"], 1))  # 0
+    la.append_records(_txn([b"aborted-2"], 2))  # 1
+    failpoints.enable("append:after-write", "raise")
+    try:
+        with pytest.raises(OSError):
+            la.append_marker(1, 0, False)  # 2: in the log, A "dies" before its entry
+    finally:
+        failpoints.disable("append:after-write")
+    assert _index(d, 0) == []
+    assert _committed(lb) == [] and lb.open_transactions() == {2: 1}  # B's scan sees the marker
+    assert lb.append_marker(1, 0, False) == 3  # the coordinator's retry: the transaction ended already, no entry
+    assert lb.append_marker(2, 0, False) == 4  # another abort in the same segment: its entry follows
+    assert _index(d, 0) == [(2, 1, 4)]
+    lb.append_records(build_batch([b"plain"]))  # 5
+    lb.roll()  # the producer snapshot at 6 vouches for the .txnindex files below it
+    assert sorted(x.name for x in d.glob("*.snapshot")) == ["00000000000000000006.snapshot"]
+    assert _index(d, 0) == [(1, 0, 2), (2, 1, 4)]  # completed from B's scan, in increasing last offset
+    expected = _state(_full_scan(lb))
+    b.close()
+    a.close()
+    c = kafkalog.LogStore(tmp_path, maintenance=False)
+    log = c.log("t", 0)
+    assert _state(log._txn_state()) == expected
+    assert _committed(log) == [b"plain"] and log.last_stable_offset == 6
+    c.close()
+
+
+def test_an_abort_behind_records_another_thread_staged_meanwhile_gets_its_txnindex_entry(tmp_path):
+    """Exclusive mode: append() stages without the log's lock, so records can be staged between append_marker's
+    catch-up and its claim of an offset, which writes them first: the marker lands past what the state had taken
+    in, and its .txnindex entry was not written; a snapshot above it then hid the abort from the next open."""
+    d = tmp_path / "t-0"
+    store = kafkalog.LogStore(tmp_path, exclusive=True, maintenance=False)
+    store.create_topic("t", 1)
+    log = store.log("t", 0)
+    log.append_records(_txn([b"aborted"], 1))  # 0
+    failpoints.enable("marker:before-claim", lambda: log.append(b"plain"))  # another thread's append(), staged
+    try:
+        assert log.append_marker(1, 0, False) == 2  # behind the staged record (1)
+    finally:
+        failpoints.disable("marker:before-claim")
+    assert _index(d, 0) == [(1, 0, 2)]
+    assert _committed(log) == [b"plain"]
+    log.roll()
+    store.close()
+    store = kafkalog.LogStore(tmp_path, maintenance=False)
+    log = store.log("t", 0)
+    assert list(d.glob("*.snapshot")) and _committed(log) == [b"plain"] and log.last_stable_offset == 3
     store.close()
