@@ -268,6 +268,7 @@ def test_end_txn_killed_then_completed_on_restart(brokers, tmp_path, failpoint, 
     assert "Traceback" not in err, err[-3000:]
 
 
+@pytest.mark.slow  # 14 s of waiting for the transaction timeout; the kill points of EndTxn stay in the default suite
 def test_ongoing_transaction_killed_is_aborted_on_its_timeout(brokers, tmp_path):
     """kill -9 with a transaction Ongoing (records acknowledged, offsets sent, no EndTxn): after the restart
     read_committed does not show it, the LSO of each partition stays at the transaction's first offset there until
