@@ -511,10 +511,10 @@ def cluster(target, plugins, tmp_path, topic_name):
         s.close()
 
 
-def wait_for(s: Setup, what: str, cond, looks: int = 600, detail=None):
+def wait_for(s: Setup, what: str, cond, looks: int = 600, detail=None, must: bool = True):
     """Look ``looks`` times, POLL_S apart, until ``cond()`` is truthy (its value is returned); any worker exiting,
-    or the looks running out, fails with everyone's logs (and ``detail()``, when given). Each wait's duration goes to
-    ``s.waits``."""
+    or the looks running out, fails with everyone's logs (and ``detail()``, when given; without ``must``, running out
+    returns None). Each wait's duration goes to ``s.waits``."""
     t0 = time.monotonic()
     for _ in range(looks):
         got = cond()
@@ -527,7 +527,9 @@ def wait_for(s: Setup, what: str, cond, looks: int = 600, detail=None):
             except AssertionError as e:
                 s.fail(f"while waiting for {what}: {e}")
         time.sleep(POLL_S)
-    s.fail(f"no {what} after {looks} looks{': ' + detail() if detail else ''}")
+    if must:
+        s.fail(f"no {what} after {looks} looks{': ' + detail() if detail else ''}")
+    return None
 
 
 def running_status(w: Worker, name: str, workers: set[str]) -> dict | None:
@@ -654,10 +656,20 @@ def check_groups(s: Setup, a: Worker) -> None:
     assigned); the sink's group ``connect-<name>`` a consumer group of TASKS members. Every difference is listed."""
     import struct
     sink_group = f"connect-{s.sink}"
-    listed = {g["group_id"]: g for g in wire_call(s.target.bootstrap, 16, 5, {"states_filter": [],
-                                                                             "types_filter": []})["groups"]}
-    described = {g["group_id"]: g for g in wire_call(s.target.bootstrap, 15, 5, {
-        "groups": [s.group, sink_group], "include_authorized_operations": False})["groups"]}
+
+    def answers():
+        listed = {g["group_id"]: g for g in wire_call(s.target.bootstrap, 16, 5, {"states_filter": [],
+                                                                                 "types_filter": []})["groups"]}
+        described = {g["group_id"]: g for g in wire_call(s.target.bootstrap, 15, 5, {
+            "groups": [s.group, sink_group], "include_authorized_operations": False})["groups"]}
+        return listed, described
+
+    def settled():  # the sink's two consumers may join one after the other: a rebalance, then Stable
+        listed, described = answers()
+        ok = [(d["group_state"], len(d["members"])) for d in described.values()] == [("Stable", 1), ("Stable", TASKS)]
+        ok = ok and all(listed.get(g, {}).get("group_state") == "Stable" for g in described)
+        return (listed, described) if ok else None
+    listed, described = wait_for(s, "both groups Stable", settled, looks=100, must=False) or answers()
     got, want = {}, {}
     for gid, ptype, protocol, members in ((s.group, "connect", "sessioned", 1), (sink_group, "consumer", "range",
                                                                                    TASKS)):
