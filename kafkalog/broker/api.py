@@ -683,7 +683,11 @@ def fetch(s: Services, ctx, header, frame, offset):
     result, size = yield from _fetch_once(s, parts, req.get("max_bytes", 0x7FFFFFFF), req.get("denied"),
                                           req.get("isolation_level", 0) == 1, names)
     max_wait = req["max_wait_ms"] / 1000.0
-    if size >= max(req["min_bytes"], 1) or max_wait <= 0 or any(r["error_code"] for r in result.values()):
+    # Kafka's ReplicaManager answers at once when there is nothing to wait for: no partition (an empty sessionless
+    # fetch, a new session's first request without partitions, the session close a Java consumer sends), enough
+    # bytes, no wait, or an error
+    if not parts or size >= max(req["min_bytes"], 1) or max_wait <= 0 or \
+            any(r["error_code"] for r in result.values()):
         return _fetch_response(s, header, ctx, req, result)
     return _fetch_wait(s, ctx, header, req, parts, max_wait)
 

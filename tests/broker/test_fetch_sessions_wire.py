@@ -70,3 +70,29 @@ def test_kafka_python_fetches_incrementally_and_gets_every_record(tmp_path):
     finally:
         b.stop()
         tap.close()
+
+
+@pytest.mark.parametrize("version", [11, 17])
+def test_a_fetch_with_no_partitions_is_answered_at_once(tmp_path, version):
+    """Kafka answers a fetch with nothing to wait for at once (ReplicaManager: no partitions), whatever its
+    max_wait_ms: a sessionless one, a new session's first request and the session close every Java consumer sends
+    on close (its id, epoch -1, no topics). With a 10-minute max_wait_ms, a broker that waits would leave the
+    socket's timeout (10 s, a failure guard only) to fire."""
+    b = Broker(tmp_path / "d", listen="127.0.0.1:0")
+    b.start()
+    try:
+        with Wire(b.port) as w:
+            def fetch(session_id, epoch):
+                return w.call(1, version, {"replica_id": -1, "max_wait_ms": 600_000, "min_bytes": 1,
+                                           "max_bytes": 1 << 20, "isolation_level": 0, "session_id": session_id,
+                                           "session_epoch": epoch, "topics": [], "forgotten_topics_data": [],
+                                           "rack_id": ""})
+            r = fetch(0, -1)  # sessionless
+            assert r["error_code"] == 0 and r["responses"] == [], r
+            r = fetch(0, 0)  # a new session without partitions
+            assert r["error_code"] == 0, r
+            if r["session_id"]:
+                r = fetch(r["session_id"], -1)  # the session's close
+                assert r["error_code"] == 0 and r["responses"] == [], r
+    finally:
+        b.stop()
