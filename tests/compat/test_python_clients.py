@@ -83,6 +83,29 @@ def offsets_records() -> list[Rec]:
     return [*timed_records(10), Rec(b"late", b"ts-late", (), T0 + 2500)]
 
 
+def changed(describe, before, looks: int = 50):
+    """describe() again until its answer differs from ``before`` (at most ``looks`` times, 0.1 s apart): Apache Kafka
+    applies a config change through its metadata log, so a DescribeConfigs right after the AlterConfigs answer may
+    still show the old value (kafkalog's answer is at once). A change that never shows is left to the comparison."""
+    got = describe()
+    for _ in range(looks):
+        if got != before:
+            return got
+        time.sleep(0.1)
+        got = describe()
+    return got
+
+
+async def changed_async(describe, before, looks: int = 50):
+    got = await describe()
+    for _ in range(looks):
+        if got != before:
+            return got
+        await asyncio.sleep(0.1)
+        got = await describe()
+    return got
+
+
 def plain(obj):
     """A client's answer object as plain data: enums by name, namedtuples/objects as dicts, sets sorted."""
     if isinstance(obj, enum.Enum):
@@ -330,10 +353,10 @@ class KafkaPython:
                 "retention.ms": (AlterConfigOp.SET, "7200000"), "max.message.bytes": (AlterConfigOp.SET, "2000000"),
                 "cleanup.policy": (AlterConfigOp.APPEND, "compact"), "segment.bytes": (AlterConfigOp.DELETE, None)})
             ans["incremental_alter"] = plain(a.alter_configs([res], incremental=True))
-            ans["configs_incremental"] = describe()
+            ans["configs_incremental"] = changed(describe, ans["configs_created"])
             res = ConfigResource(ConfigResourceType.TOPIC, topic, {"retention.ms": "3600000"})
             ans["legacy_alter"] = plain(a.alter_configs([res], incremental=False, raise_on_unknown=False))
-            ans["configs_legacy"] = describe()
+            ans["configs_legacy"] = changed(describe, ans["configs_incremental"])
             ans["create_partitions"] = plain(a.create_partitions({topic: 3}, raise_errors=False))
             ans["shrink_partitions"] = plain(a.create_partitions({topic: 2}, raise_errors=False))
             tp = TopicPartition(topic, 0)
@@ -616,11 +639,11 @@ class ConfluentKafka:
             ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
             ConfigEntry("segment.bytes", None, incremental_operation=AlterConfigOpType.DELETE)])
         ans["incremental_alter"] = ck_result(a.incremental_alter_configs([inc], request_timeout=10)[inc])
-        ans["configs_incremental"] = describe()
+        ans["configs_incremental"] = changed(describe, ans["configs_created"])
         # the legacy AlterConfigs replaces the whole set: every key not given goes back to its default
         legacy = ConfigResource(ResourceType.TOPIC, topic, set_config={"retention.ms": "3600000"})
         ans["legacy_alter"] = ck_result(a.alter_configs([legacy], request_timeout=10)[legacy])
-        ans["configs_legacy"] = describe()
+        ans["configs_legacy"] = changed(describe, ans["configs_incremental"])
         for key, count in (("create_partitions", 3), ("shrink_partitions", 2), ("same_partitions", 3)):
             ans[key] = ck_result(a.create_partitions([NewPartitions(topic, count)], request_timeout=10,
                                                      operation_timeout=10)[topic])
@@ -920,10 +943,10 @@ class AioKafka:
                 res = ConfigResource(ConfigResourceType.TOPIC, topic,
                                      configs={"max.message.bytes": "2000000", "cleanup.policy": "compact"})
                 ans["legacy_alter"] = [r.to_object() for r in await a.alter_configs([res])]
-                ans["configs_legacy"] = await describe()
+                ans["configs_legacy"] = await changed_async(describe, ans["configs_created"])
                 res = ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "3600000"})
                 ans["legacy_alter_again"] = [r.to_object() for r in await a.alter_configs([res])]
-                ans["configs_legacy_again"] = await describe()
+                ans["configs_legacy_again"] = await changed_async(describe, ans["configs_legacy"])
                 for key, count in (("create_partitions", 3), ("shrink_partitions", 2)):
                     try:
                         resp = await a.create_partitions({topic: NewPartitions(count)}, timeout_ms=10000)
