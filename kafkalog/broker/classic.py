@@ -344,9 +344,7 @@ class ClassicGroups:
         old = g.members.pop(old_id)
         if old.join_fut is not None and not old.join_fut.done():
             old.join_fut.set_result(FencedInstanceIdError.code)
-        self.c.hosts.pop(old_id, None)
-        old.gm._release_member_file()
-        old.gm.close()
+        g._forget(old)
         new_id = self.c.new_member_id(ctx.client_id)
         initial = g.initial
         m = self._new_member(ctx, req, g, new_id, protocols)
