@@ -97,6 +97,16 @@ class PowerLossFS(fuse.Operations):
                     node.data = bytearray()  # the entry was made durable, the data never was
 
         build(ROOT, True)
+        # A file fsynced before its directory entry became durable left its data behind (data/<inode>) with an
+        # inode number above the durable next_ino: a new file must never get that number, or a directory fsync
+        # that makes the new file's entry durable before its own fsync would show the orphan's old bytes in it
+        # (a real file system shows a never-fsynced file empty). Orphans' data go.
+        data_dir = os.path.join(self.backing, "data")
+        for name in os.listdir(data_dir):
+            if name.isdigit():
+                self.next_ino = max(self.next_ino, int(name) + 1)
+                if int(name) not in self.nodes:
+                    os.unlink(os.path.join(data_dir, name))
 
     def _save_meta(self):
         meta = {"next_ino": self.next_ino, "dirs": {str(k): v for k, v in self.d_dirs.items()},

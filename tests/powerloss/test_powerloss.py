@@ -334,3 +334,44 @@ def test_the_harness_catches_a_cleaner_without_fsync(plfs, tmp_path, child_env):
         signal.signal(signal.SIGALRM, old)
     assert problems, f"unsynced .cleaned files went unnoticed (seed {SEED}): the compaction checks cannot fail"
     assert any("lost" in p for p in problems), problems
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_the_file_system_keeps_what_was_made_durable_and_nothing_else(plfs):
+    """plfs itself, against the model the power-loss checks stand on: data fsynced in a file whose entry never
+    became durable is gone with the entry (and never shows up in a later file: a new file whose entry a directory
+    fsync made durable before its own fsync comes back empty), an unlink not covered by a directory fsync is
+    undone, and a file whose data and entry were both made durable keeps exactly its fsynced bytes."""
+    fs = plfs()
+    kept = fs.mnt / "kept"
+    kept.write_bytes(b"durable")
+    with open(kept, "r+b") as f:
+        os.fsync(f.fileno())
+    _fsync_dir(fs.mnt)
+    with open(kept, "ab") as f:
+        f.write(b" and more, never fsynced")
+    orphan = fs.mnt / "orphan"
+    with open(orphan, "wb") as f:
+        f.write(b"fsynced data under an entry that never became durable")
+        f.flush()
+        os.fsync(f.fileno())
+    fs.lose_power()
+    fs.mount()
+    assert sorted(os.listdir(fs.mnt)) == ["kept"]
+    assert kept.read_bytes() == b"durable"
+    fresh = fs.mnt / "fresh"
+    fresh.touch()
+    _fsync_dir(fs.mnt)
+    kept.unlink()
+    fs.lose_power()
+    fs.mount()
+    assert sorted(os.listdir(fs.mnt)) == ["fresh", "kept"]
+    assert fresh.read_bytes() == b"", "a never-fsynced file shows another file's old bytes"
+    assert kept.read_bytes() == b"durable"
