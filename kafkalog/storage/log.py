@@ -481,10 +481,27 @@ class Log:
                              seg.next_offset)
             # Later segments stay, whatever happened here: each is validated on its own, and a valid, CRC-clean
             # segment above the log start is never dropped for a gap (Kafka's compacted logs have gaps too)
-            if i + 1 < len(segments) and segments[i + 1].base_offset != seg.next_offset and not self._compact:
+            if i + 1 < len(segments) and segments[i + 1].base_offset > seg.next_offset and not self._compact:
                 _log.warning("%s-%d has no records in offsets [%d, %d) (a gap between segments); the segments "
                              "around it are kept", self.topic, self.partition, seg.next_offset,
                              segments[i + 1].base_offset)
+        for i in range(len(segments) - 1):
+            seg, nxt = segments[i], segments[i + 1]
+            if nxt.base_offset < seg.next_offset:
+                # Never made by a roll, which starts the next segment at the log end: the later segment holds the
+                # later history (written after a roll at its base), so the earlier one's batches from there on go
+                # (one view, every offset once), durably before anything is appended
+                end = seg.next_offset
+                seg.close_without_finalizing()
+                seg = self._open_segment(seg.base_offset, writable=True)
+                seg.truncate_to(nxt.base_offset)
+                seg.flush()
+                _log.error("%s-%d: segment %d held offsets up to %d, past the start of the next segment %d "
+                           "(overlapping segments): its batches from offset %d on were cut; it ends at %d now",
+                           self.topic, self.partition, seg.base_offset, end - 1, nxt.base_offset,
+                           nxt.base_offset, seg.next_offset)
+                seg.close()
+                segments[i] = self._open_segment(seg.base_offset, writable=False)
         end = segments[-1].next_offset
         for x in self._txn_snapshots():
             if x > end:  # beyond the recovered log end: written before a power loss took the batches below it

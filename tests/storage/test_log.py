@@ -496,6 +496,34 @@ def test_recovery_truncates_garbage_from_inside_record(open_store, data_dir, unc
     assert log.append(b"after") == k
 
 
+def test_recovery_cuts_an_overlapping_segment_at_the_next_ones_start(open_store, data_dir, unclean, caplog):
+    """Two segments claiming one offset range (never made by a roll) are named as an overlap, not logged as a gap
+    with an inverted range, and the later segment's history wins: the earlier one is cut where the later starts, so
+    every offset is read once."""
+    store, log = fresh(open_store)
+    log.append_batch([b"old%d" % i for i in range(10)])
+    log.append_batch([b"old%d" % i for i in range(10, 20)])
+    store.close()
+    longer = (data_dir / "t-0" / ("%020d.log" % 0)).read_bytes()  # offsets 0-19 in one segment
+    store, log = open_store(), None
+    store.delete_topic("t")
+    store.create_topic("t", 1)
+    log = store.log("t", 0)
+    log.append_batch([b"a%d" % i for i in range(10)])
+    log.roll()
+    log.append_batch([b"b%d" % i for i in range(10)])
+    store.close()
+    unclean(data_dir)
+    (data_dir / "t-0" / ("%020d.log" % 0)).write_bytes(longer)  # segment 0 now ends at 19, segment 10 starts at 10
+    with caplog.at_level("ERROR", logger="kafkalog"):
+        log = open_store().log("t", 0)
+    assert any("overlapping segments" in r.getMessage() for r in caplog.records), caplog.text
+    assert not any("gap between segments" in r.getMessage() for r in caplog.records), caplog.text
+    assert [r.value for r in log.records()] == [b"old%d" % i for i in range(10)] + [b"b%d" % i for i in range(10)]
+    assert [r.offset for r in log.records()] == list(range(20))
+    assert log.append(b"after") == 20
+
+
 def test_recovery_of_garbage_tail_and_index(open_store, data_dir, unclean):
     """LogLoaderTest: nonsense appended to the active .log and .index; reopen unclean keeps the records."""
     store, log = fresh(open_store, topic_config={"index.interval.bytes": 1})
