@@ -14,7 +14,7 @@
     kafkalog dump PATH [--deep] [--max-records N]   like kafka-dump-log: a .log/.index/.timeindex file or a dir
     kafkalog check DATA_DIR                    CRCs and index consistency; exit 1 naming file and position
     kafkalog serve [--data-dir DIR] [--listen HOST:PORT] [--config server.properties] [--override KEY=VALUE ...]
-                   [--metrics HOST:PORT]
+                   [--metrics HOST:PORT] [--parent-pid PID] [--control-stdin]
     kafkalog quotas --bootstrap-server HOST:PORT [--client-id ID | --default] [--producer-byte-rate R]
                     [--consumer-byte-rate R]          client quotas of a running broker (list when nothing to set)
     kafkalog users DATA_DIR add NAME [--password P | --password-stdin] | remove NAME | list
@@ -986,6 +986,10 @@ def cmd_serve(args) -> int:
         # before the ready line: a supervisor may signal as soon as it reads it
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: loop.create_task(stop()))
+        if args.parent_pid:
+            _stop_with_parent(loop, args.parent_pid, lambda: loop.create_task(stop()))
+        if args.control_stdin:
+            _control_stdin(loop, broker, lambda: loop.create_task(stop()))
         print(f"kafkalog broker listening on {broker.host}:{broker.port}", flush=True)
         if broker.metrics is not None:
             print(f"kafkalog metrics on http://{broker.metrics_listen[0]}:{broker.metrics_port}/metrics", flush=True)
@@ -999,6 +1003,86 @@ def cmd_serve(args) -> int:
         return _fail(f"broker stopped, but its shutdown failed: {broker.shutdown_error}")
     print("kafkalog broker stopped (clean shutdown)", file=sys.stderr, flush=True)
     return 0
+
+
+def _stop_with_parent(loop, pid: int, stop) -> None:
+    """--parent-pid: stop cleanly once process ``pid`` has exited, however it went (SIGKILL included): a broker a test
+    run started never outlives it. Linux: a pidfd the loop watches; elsewhere the parent pid is looked at every
+    100 ms."""
+    import os
+    if os.getppid() != pid and not _alive(pid):
+        stop()
+        return
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        def gone():
+            loop.remove_reader(fd)
+            os.close(fd)
+            stop()
+        loop.add_reader(fd, gone)
+        return
+
+    def look():
+        if os.getppid() != pid and not _alive(pid):
+            stop()
+        else:
+            loop.call_later(0.1, look)
+    loop.call_later(0.1, look)
+
+
+def _alive(pid: int) -> bool:
+    import os
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _control_stdin(loop, broker, stop) -> None:
+    """--control-stdin: fault-injection commands for tests, one JSON object a line on stdin, each answered by one
+    JSON line on stdout (``{"ok": true, ...}`` or ``{"ok": false, "error": "..."}``); end of input stops the broker
+    (the process that drives it is gone). Commands: ``{"op": "fail_produce", "topic": T, "error": CODE_OR_NAME,
+    "count": N, "partition": P}``, ``{"op": "stall", "topic": T, "partition": P}``, ``{"op": "resume", "topic": T,
+    "partition": P}`` (both optional), ``{"op": "clear"}``, ``{"op": "status"}``."""
+    import json
+    import threading
+
+    def answer(obj) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    def apply(line: str) -> None:
+        try:
+            cmd = json.loads(line)
+            op = cmd.pop("op")
+            faults = broker.faults
+            if op == "fail_produce":
+                faults.fail_produce(cmd["topic"], cmd["error"], cmd.get("count", 1), cmd.get("partition"))
+            elif op == "stall":
+                faults.stall(cmd["topic"], cmd.get("partition", 0))
+            elif op == "resume":
+                faults.resume(cmd.get("topic"), cmd.get("partition"))
+            elif op == "clear":
+                faults.clear()
+            elif op != "status":
+                raise ValueError(f"unknown op {op!r}")
+            answer({"ok": True, "injected": faults.injected, "pending": faults.pending()})
+        except (ValueError, TypeError, KeyError) as e:
+            answer({"ok": False, "error": f"{type(e).__name__}: {e}"})
+
+    def read() -> None:  # a daemon thread: the loop never blocks on stdin
+        for line in sys.stdin:
+            if line.strip():
+                loop.call_soon_threadsafe(apply, line)
+        loop.call_soon_threadsafe(stop)
+
+    threading.Thread(target=read, name="kafkalog-control-stdin", daemon=True).start()
 
 
 def cmd_quotas(args) -> int:
@@ -1137,6 +1221,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", metavar="KEY=VALUE", help="a server.properties key (repeatable)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics")
     p.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    p.add_argument("--parent-pid", type=int, metavar="PID", help="stop cleanly when process PID exits (a test run "
+                   "or supervisor that started the broker: it never outlives it)")
+    p.add_argument("--control-stdin", action="store_true", help="fault-injection commands for tests as JSON lines on "
+                   "stdin, answered on stdout; end of stdin stops the broker")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("quotas", help="client quotas of a running broker: list, or set with --producer-byte-rate/"

@@ -228,6 +228,7 @@ class Services:
         self._txn_expiry_s = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000.0
         self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
         self._sweeper = None
+        self.faults = broker.faults_if_on  # a test's fault injection (broker/faults.py); None: off
 
     def advertise(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -523,6 +524,10 @@ def _authorized_bits(s: Services, ctx, resource_type: str, name: str) -> int:
 def produce(s: Services, ctx, header, frame, offset):
     # hot path: the batches are memoryviews of the frame as received, stamped and written in place by the engine
     txn, acks, _timeout, topic_data = _wire.parse_produce(frame, offset, header.api_version)
+    faults = s.faults
+    if faults is not None and faults.active:  # a test's stalled partition: the request waits until it resumes
+        while (held := faults.hold(s.loop, topic_data)) is not None:
+            yield held
     txn_denied = txn is not None and not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn)
     responses = []
     failed = False
@@ -542,6 +547,10 @@ def produce(s: Services, ctx, header, frame, offset):
             if denied or txn_denied:
                 parts.append((idx, security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID" if txn_denied else "TOPIC"], base,
                               append_time, lso))
+                failed = True
+                continue
+            if faults is not None and (code := faults.produce_error(name, idx)):
+                parts.append((idx, code, base, append_time, lso))  # a test's injected refusal: nothing appended
                 failed = True
                 continue
             try:
@@ -730,8 +739,11 @@ async def _fetch_wait(s, ctx, header, req, parts, max_wait):
 
 
 def _any_new(s, parts) -> bool:
+    faults = s.faults
     for _t, name, p in parts:
         if name is None:
+            continue
+        if faults is not None and faults.active and faults.stalled(name, p["partition"]):
             continue
         try:
             if s.log(name, p["partition"]).has_data_after(p["fetch_offset"]):
@@ -755,6 +767,7 @@ def _fetch_once(s, parts, max_bytes, denied=None, read_committed=False, names=No
     refused = None
     total = 0
     sl = Slice()
+    faults = s.faults
     for topic, name, p in parts:
         if sl.due():
             yield
@@ -765,6 +778,14 @@ def _fetch_once(s, parts, max_bytes, denied=None, read_committed=False, names=No
             r["error_code"] = UnknownTopicIdError.code
         elif denied and name in denied:
             r["error_code"] = security.DENIAL_ERROR_CODE["TOPIC"]
+        elif faults is not None and faults.active and faults.stalled(name, idx):
+            # a test's stalled partition: no records, its offsets as they are
+            try:
+                lg = s.log(name, idx)
+                r.update(high_watermark=lg.high_watermark, last_stable_offset=lg.last_stable_offset,
+                         log_start_offset=lg.log_start_offset)
+            except KafkaError as e:
+                r["error_code"] = error_code(e)
         else:
             try:
                 lg = s.log(name, idx)

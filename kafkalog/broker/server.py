@@ -571,10 +571,27 @@ class Broker:
         self.metrics_port = 0
         self.shutdown_error: BaseException | None = None  # the first failure of stop_async, if any
         self._broker_lock: BrokerLock | None = None
+        self._faults = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def faults(self):
+        """The broker's fault injection (``broker/faults.py``: fail the next produces with a Kafka error, stall a
+        partition), made on first use; kept across ``restart()``. A broker that never asks has none and pays
+        nothing for it."""
+        if self._faults is None:
+            from .faults import Faults
+            self._faults = Faults()
+            if self.services is not None:
+                self.services.faults = self._faults
+        return self._faults
+
+    @property
+    def faults_if_on(self):
+        return self._faults
 
     # -- on a loop ------------------------------------------------------------------------------------------------
 
@@ -670,6 +687,13 @@ class Broker:
             self.shutdown_error = errors[0]
             raise errors[0]
 
+    async def restart_async(self) -> None:
+        """Stop, then open the same data dir and listen on the same port again (clients reconnect to the address
+        they know): what a broker's restart does to its clients, for their tests."""
+        self._port = self.port
+        await self.stop_async()
+        await self.start_async()
+
     async def serve_forever(self) -> None:
         if self._server is None:
             await self.start_async()
@@ -724,6 +748,14 @@ class Broker:
         self._thread.join(timeout=30)
         self._thread = None
         self._loop = None
+
+    def restart(self) -> Broker:
+        """``stop()`` then ``start()`` on the same data dir and port (a broker started with ``start()``)."""
+        if self._thread is None:
+            raise RuntimeError("restart() restarts a broker started with start(); on a loop: await restart_async()")
+        self._port = self.port
+        self.stop()
+        return self.start()
 
     def __enter__(self):
         return self.start()
