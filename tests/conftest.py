@@ -8,6 +8,8 @@ from kafkalog.storage.files import CLEAN_SHUTDOWN_FILE
 
 from .sysdeps import ensure, needs_of
 
+# pytester (real inner pytest runs) for tests/plugin: declared here, in the top-level conftest, as pytest requires
+pytest_plugins = ["pytester"]
 T0 = 1_700_000_000_000
 REPO = Path(__file__).resolve().parents[1]
 

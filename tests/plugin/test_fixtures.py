@@ -1,0 +1,144 @@
+"""The plugin's fixtures and helpers, each in a real inner pytest run (about 1 s a run: an interpreter, pytest,
+kafkalog's import and a broker that starts in ~20 ms in a thread, ~0.3 s as a process)."""
+
+from __future__ import annotations
+
+import pytest
+
+FIXTURES = r'''
+import sys
+import pytest
+
+TOPICS = []
+
+
+def test_broker_and_bootstrap(kafka_broker, kafka_bootstrap, kafka_admin):
+    assert kafka_bootstrap == kafka_broker.bootstrap_servers
+    assert kafka_bootstrap.startswith("127.0.0.1:") and kafka_broker.port > 0
+    assert kafka_broker.mode == MODE
+    assert (kafka_broker.pid == __import__("os").getpid()) == (MODE == "thread")
+    assert kafka_admin.metadata() is not None
+
+
+def test_topic_factory(kafka_topic, kafka_admin):
+    a = kafka_topic(partitions=3, config={"retention.ms": 3600000})
+    b = kafka_topic()
+    assert a != b and a.startswith("test_topic_factory-")
+    assert kafka_admin.partitions(a) == 3 and kafka_admin.partitions(b) == 1
+    TOPICS.extend([a, b])
+
+
+def test_topics_deleted_after_their_test(kafka_admin):
+    assert len(TOPICS) == 2
+    assert not set(TOPICS) & set(kafka_admin.topics())
+
+
+def test_produce_and_consume_all(kafka_broker, kafka_topic):
+    t = kafka_topic(partitions=2)
+    assert kafka_broker.produce(t, [b"a", ("k", "v"), {"value": b"h", "headers": {"trace": "1"}, "partition": 1}]) \
+        == [(0, 0), (0, 1), (1, 0)]
+    recs = kafka_broker.consume_all(t, count=3)
+    assert [(r.partition, r.offset, r.key, r.value) for r in recs] == \
+        [(0, 0, None, b"a"), (0, 1, b"k", b"v"), (1, 0, None, b"h")]
+    assert recs[2].headers == [("trace", b"1")]
+
+
+def test_consume_all_waits_for_count_then_fails(kafka_broker, kafka_topic):
+    t = kafka_topic()
+    kafka_broker.produce(t, [b"only"])
+    with pytest.raises(TimeoutError, match="it has 1"):
+        kafka_broker.consume_all(t, timeout=0.3, count=2)
+
+
+def test_timed_records_for_offsets_for_times(kafka_broker, kafka_topic, kafka_admin):
+    from kafkalog.testing import timed
+    t = kafka_topic()
+    kafka_broker.produce(t, timed([b"a", b"b", b"c"], start_ms=1_700_000_000_000, step_ms=60_000))
+    assert [r.timestamp for r in kafka_broker.consume_all(t)] == [1_700_000_000_000, 1_700_000_060_000,
+                                                                  1_700_000_120_000]
+    assert kafka_admin.list_offsets(t, 1_700_000_030_000) == {0: 1}
+    assert kafka_admin.list_offsets(t, 1_700_000_200_000) == {0: -1}
+
+
+def test_wait_for(kafka_broker):
+    from kafkalog.testing import wait_for
+    calls = []
+    assert wait_for(lambda: calls.append(1) or len(calls) >= 3) is True
+    with pytest.raises(TimeoutError, match="never"):
+        wait_for(lambda: False, timeout=0.05, what="never")
+
+
+def test_fresh_broker_is_empty_and_its_own(kafka_broker, kafka_broker_fresh):
+    kafka_broker.produce("shared-topic", [b"x"])
+    assert kafka_broker_fresh.port != kafka_broker.port
+    assert kafka_broker_fresh.data_dir != kafka_broker.data_dir
+    with kafka_broker_fresh.admin() as a:
+        assert a.topics() == []
+    FRESH.append(kafka_broker_fresh.data_dir)
+
+
+def test_fresh_broker_removed_after_its_test(kafka_broker):
+    assert FRESH and not FRESH[0].exists()
+
+
+def test_config_fixture_reaches_the_broker(kafka_broker):
+    kafka_broker.produce("auto-made", [b"x"])
+    with kafka_broker.admin() as a:
+        assert a.partitions("auto-made") == 3
+
+
+FRESH = []
+'''
+
+CONFTEST = '''
+import pytest
+
+@pytest.fixture(scope="session")
+def kafkalog_config():
+    return {"num.partitions": 3}
+'''
+
+
+@pytest.mark.parametrize("mode", ["thread", "process"])
+def test_fixtures_and_helpers(inner, pytester, mode):
+    pytester.makeconftest(CONFTEST)
+    r = inner(f"MODE = {mode!r}\n" + FIXTURES, f"--kafkalog-mode={mode}")
+    r.assert_outcomes(passed=10)
+
+
+def test_mode_from_ini_and_config_option(inner):
+    r = inner('''
+def test_it(kafka_broker):
+    assert kafka_broker.mode == "process" and kafka_broker.pid != __import__("os").getpid()
+    kafka_broker.produce("t", [b"x"])
+    with kafka_broker.admin() as a:
+        assert a.partitions("t") == 2
+''', "--kafkalog-config", "num.partitions=2", ini="[pytest]\nkafkalog_mode = process\n")
+    r.assert_outcomes(passed=1)
+
+
+def test_inert_unless_a_fixture_is_used(inner):
+    """Registered in every run of an environment where kafkalog is installed: a run whose tests use none of its
+    fixtures imports no kafkalog, starts no thread, process or folder."""
+    r = inner('''
+import sys, threading, os, glob, tempfile
+
+def test_nothing_started():
+    assert "pytest_kafkalog" in sys.modules
+    assert not [m for m in sys.modules if m == "kafkalog" or m.startswith("kafkalog.")]
+    assert threading.active_count() == 1
+    assert not glob.glob(os.path.join(tempfile.gettempdir(), f"kafkalog-test-{os.getpid()}-*"))
+''')
+    r.assert_outcomes(passed=1)
+
+
+def test_client_fixture_skips_without_its_client(inner):
+    r = inner('''
+import sys
+sys.modules["confluent_kafka"] = None  # as if not installed
+
+def test_uses_it(confluent_producer):
+    raise AssertionError("not reached")
+''', "-rs")
+    r.assert_outcomes(skipped=1)
+    r.stdout.fnmatch_lines(["*confluent-kafka is not installed (pip install confluent-kafka)*"])
