@@ -162,6 +162,9 @@ def kafka_group(request) -> str:
     return _unique(request)
 
 
+# The clients' fixtures ask for kafka_topic first, so the topics a test makes are deleted after its clients closed
+# (a consumer closing commits its offsets: a topic deleted under it makes kafka-python and aiokafka retry that commit)
+
 def _need(module: str, pip_name: str):
     try:
         return __import__(module, fromlist=["_"])
@@ -172,7 +175,7 @@ def _need(module: str, pip_name: str):
 # -- confluent-kafka ----------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def confluent_producer(kafka_broker):
+def confluent_producer(kafka_topic, kafka_broker):
     """A ``confluent_kafka.Producer`` on kafka_broker (flushed and closed after the test)."""
     ck = _need("confluent_kafka", "confluent-kafka")
     p = ck.Producer(kafka_broker.client_config("confluent"))
@@ -181,7 +184,7 @@ def confluent_producer(kafka_broker):
 
 
 @pytest.fixture
-def confluent_consumer(kafka_broker, kafka_group):
+def confluent_consumer(kafka_topic, kafka_broker, kafka_group):
     """A ``confluent_kafka.Consumer`` in a group of this test, reading from the earliest offset (closed after)."""
     ck = _need("confluent_kafka", "confluent-kafka")
     c = ck.Consumer({**kafka_broker.client_config("confluent"), "group.id": kafka_group,
@@ -201,7 +204,7 @@ def confluent_admin(kafka_broker):
 # -- kafka-python -------------------------------------------------------------------------------------------------
 
 @pytest.fixture
-def kafka_python_producer(kafka_broker):
+def kafka_python_producer(kafka_topic, kafka_broker):
     """A ``kafka.KafkaProducer`` on kafka_broker (closed after the test)."""
     kp = _need("kafka", "kafka-python")
     p = kp.KafkaProducer(**kafka_broker.client_config("kafka-python"))
@@ -210,7 +213,7 @@ def kafka_python_producer(kafka_broker):
 
 
 @pytest.fixture
-def kafka_python_consumer(kafka_broker, kafka_group):
+def kafka_python_consumer(kafka_topic, kafka_broker, kafka_group):
     """A ``kafka.KafkaConsumer`` in a group of this test from the earliest offset, not subscribed yet."""
     kp = _need("kafka", "kafka-python")
     c = kp.KafkaConsumer(**kafka_broker.client_config("kafka-python"), group_id=kafka_group,

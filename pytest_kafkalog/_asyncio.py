@@ -15,7 +15,7 @@ def _aiokafka():
 
 
 @pytest_asyncio.fixture
-async def aiokafka_producer(kafka_broker):
+async def aiokafka_producer(kafka_topic, kafka_broker):
     """A started ``aiokafka.AIOKafkaProducer`` on kafka_broker (stopped after the test)."""
     p = _aiokafka().AIOKafkaProducer(**kafka_broker.client_config("aiokafka"))
     await p.start()
@@ -24,7 +24,7 @@ async def aiokafka_producer(kafka_broker):
 
 
 @pytest_asyncio.fixture
-async def aiokafka_consumer(kafka_broker, kafka_group):
+async def aiokafka_consumer(kafka_topic, kafka_broker, kafka_group):
     """A started ``aiokafka.AIOKafkaConsumer`` in a group of this test from the earliest offset, not subscribed
     yet (``consumer.subscribe([topic])``)."""
     c = _aiokafka().AIOKafkaConsumer(**kafka_broker.client_config("aiokafka"), group_id=kafka_group,
