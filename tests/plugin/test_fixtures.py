@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from .conftest import REPO
+
 FIXTURES = r'''
 import sys
 import pytest
+
+from .conftest import REPO
 
 TOPICS = []
 
@@ -93,6 +97,8 @@ FRESH = []
 CONFTEST = '''
 import pytest
 
+from .conftest import REPO
+
 @pytest.fixture(scope="session")
 def kafkalog_config():
     return {"num.partitions": 3}
@@ -142,3 +148,15 @@ def test_uses_it(confluent_producer):
 ''', "-rs")
     r.assert_outcomes(skipped=1)
     r.stdout.fnmatch_lines(["*confluent-kafka is not installed (pip install confluent-kafka)*"])
+
+
+def test_readme_examples_run(inner):
+    """The README's "Testing your Kafka code" examples, as written (Spark's needs a session with Spark's Kafka
+    connector: left out here)."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Testing your Kafka code"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    r = inner(code, "-k", "not spark")
+    r.assert_outcomes(passed=3, deselected=1)
