@@ -11,8 +11,6 @@ FIXTURES = r'''
 import sys
 import pytest
 
-from .conftest import REPO
-
 TOPICS = []
 
 
@@ -96,8 +94,6 @@ FRESH = []
 
 CONFTEST = '''
 import pytest
-
-from .conftest import REPO
 
 @pytest.fixture(scope="session")
 def kafkalog_config():
