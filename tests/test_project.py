@@ -52,15 +52,70 @@ def test_no_two_modules_import_each_other():
     assert not pairs, f"modules importing each other: {pairs}"
 
 
+_FIRST_USES = ("from kafkalog import LogStore", "kafkalog.Log", "kafkalog.OffsetStore", "kafkalog.KafkaProducer",
+               "kafkalog.Broker", "import kafkalog.storage", "kafkalog._engine")
+
+
 def test_import_without_compiled_engine_fails_loudly(tmp_path):
-    """No silent slow fallback: a source tree without the built extension refuses to import."""
+    """No silent slow fallback: in a source tree without the built extension, ``import kafkalog`` and ``import
+    kafkalog.testing`` (lazy) work, and the first use of any name that needs the engine raises
+    EngineNotBuiltError naming the fix."""
     src = Path(kafkalog.__file__).resolve().parent
     dst = tmp_path / "kafkalog"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
-    r = subprocess.run([sys.executable, "-c", "import kafkalog"], cwd=tmp_path, capture_output=True, text=True,
+    script = f"""
+import kafkalog, kafkalog.testing
+for use in {_FIRST_USES!r}:
+    try:
+        exec(use)
+    except ImportError as e:
+        print(use, "->", type(e).__name__, e)
+    else:
+        print(use, "-> no error")
+from kafkalog import LogStore
+"""
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
                        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert r.returncode != 0
     assert "EngineNotBuiltError" in r.stderr and "pip install ." in r.stderr
+    lines = r.stdout.splitlines()
+    assert [line.partition(" -> ")[0] for line in lines] == list(_FIRST_USES), r.stdout + r.stderr
+    for line in lines:
+        assert " -> EngineNotBuiltError kafkalog's compiled engine is not built" in line and "pip install ." in line
+
+
+def test_import_is_lazy_and_keeps_every_name():
+    """``import kafkalog`` and ``import kafkalog.testing`` load no numpy, no compiled engine, no storage; every
+    public name, ``from kafkalog import X``, ``kafkalog.<submodule>`` after a bare ``import kafkalog`` and
+    ``dir(kafkalog)`` are as when they were imported eagerly."""
+    script = """
+import sys
+import kafkalog, kafkalog.testing
+print(sorted(m for m in sys.modules if m.partition(".")[0] in ("numpy", "kafkalog")))
+names = {n: getattr(kafkalog, n) for n in kafkalog.__all__}
+from kafkalog import LogStore, TopicPartition, KafkaConsumer
+assert LogStore is names["LogStore"] and TopicPartition.__module__ == "kafkalog.structs"
+assert KafkaConsumer.__module__ == "kafkalog.client.consumer"
+import kafkalog.storage.log
+assert kafkalog.storage.Log is kafkalog.Log and kafkalog._engine.batch.build_batch
+assert kafkalog.testing.LocalBroker.__module__ == "kafkalog.testing.broker" and kafkalog.testing.Admin
+assert kafkalog.broker.Broker is kafkalog.Broker and kafkalog.config.Config is kafkalog.Config
+for bad in ("Nope", "__wrapped__"):
+    try:
+        getattr(kafkalog, bad)
+    except AttributeError as e:
+        assert repr(bad) in str(e)
+    else:
+        raise AssertionError(bad)
+print(dir(kafkalog))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONSAFEPATH": "1"})
+    assert r.returncode == 0, r.stderr
+    loaded, listed = (eval(line) for line in r.stdout.splitlines())
+    assert set(loaded) <= {"kafkalog", "kafkalog.testing"}, loaded
+    assert set(kafkalog.__all__) - {"__version__"} <= set(listed)
+    assert {"_engine", "config", "errors", "storage", "structs"} <= set(listed)
 
 
 def test_typing_files_shipped():
