@@ -106,8 +106,9 @@ def _env() -> dict:
 
 def _plugin_args() -> list[str]:
     import importlib.metadata
-    registered = any(ep.value == "pytest_kafkalog" for ep in importlib.metadata.entry_points(group="pytest11"))
-    return [] if registered else ["-p", "pytest_kafkalog"]
+    plugin = "kafkalog.testing.pytest_plugin"
+    registered = any(ep.value == plugin for ep in importlib.metadata.entry_points(group="pytest11"))
+    return [] if registered else ["-p", plugin]
 
 
 def _pytest(workdir: Path, *args, env=None) -> tuple[float, subprocess.CompletedProcess]:

@@ -57,14 +57,14 @@ _FIRST_USES = ("from kafkalog import LogStore", "kafkalog.Log", "kafkalog.Offset
 
 
 def test_import_without_compiled_engine_fails_loudly(tmp_path):
-    """No silent slow fallback: in a source tree without the built extension, ``import kafkalog`` and ``import
-    kafkalog.testing`` (lazy) work, and the first use of any name that needs the engine raises
+    """No silent slow fallback: in a source tree without the built extension, ``import kafkalog`` (lazy) and the
+    pytest plugin's registration work, and the first use of any name that needs the engine raises
     EngineNotBuiltError naming the fix."""
     src = Path(kafkalog.__file__).resolve().parent
     dst = tmp_path / "kafkalog"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__"))
     script = f"""
-import kafkalog, kafkalog.testing
+import kafkalog, kafkalog.testing.pytest_plugin
 for use in {_FIRST_USES!r}:
     try:
         exec(use)
@@ -85,12 +85,13 @@ from kafkalog import LogStore
 
 
 def test_import_is_lazy_and_keeps_every_name():
-    """``import kafkalog`` and ``import kafkalog.testing`` load no numpy, no compiled engine, no storage; every
-    public name, ``from kafkalog import X``, ``kafkalog.<submodule>`` after a bare ``import kafkalog`` and
-    ``dir(kafkalog)`` are as when they were imported eagerly."""
+    """``import kafkalog`` and the pytest plugin's module (imported by every pytest run of an environment with
+    kafkalog installed) load no numpy, no compiled engine, no storage; every public name, ``from kafkalog import
+    X``, ``kafkalog.<submodule>`` after a bare ``import kafkalog`` and ``dir(kafkalog)`` are as when they were
+    imported eagerly."""
     script = """
 import sys
-import kafkalog, kafkalog.testing
+import kafkalog, kafkalog.testing.pytest_plugin
 print(sorted(m for m in sys.modules if m.partition(".")[0] in ("numpy", "kafkalog")))
 names = {n: getattr(kafkalog, n) for n in kafkalog.__all__}
 from kafkalog import LogStore, TopicPartition, KafkaConsumer
@@ -113,9 +114,29 @@ print(dir(kafkalog))
                        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "PYTHONSAFEPATH": "1"})
     assert r.returncode == 0, r.stderr
     loaded, listed = (eval(line) for line in r.stdout.splitlines())
-    assert set(loaded) <= {"kafkalog", "kafkalog.testing"}, loaded
+    assert set(loaded) <= {"kafkalog", "kafkalog.testing", "kafkalog.testing.pytest_plugin"}, loaded
     assert set(kafkalog.__all__) - {"__version__"} <= set(listed)
     assert {"_engine", "config", "errors", "storage", "structs"} <= set(listed)
+
+
+def test_packages_and_entry_points_match_the_tree():
+    """pyproject.toml ships exactly the packages of the tree (every folder of kafkalog/ with an __init__.py, and
+    pyspark_kafkalog), the top level holds no other package (the pytest plugin lives in kafkalog.testing), and the
+    entry points name modules and functions that exist there."""
+    import importlib.util
+    import tomllib
+
+    conf = tomllib.loads((REPO / "pyproject.toml").read_text())
+    tree = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "kafkalog").rglob("__init__.py")}
+    assert set(conf["tool"]["setuptools"]["packages"]) == tree | {"pyspark_kafkalog"}
+    top = {p.parent.name for p in REPO.glob("*/__init__.py")} | {p.stem for p in REPO.glob("*.py")}
+    assert top - {"tests", "build", "setup"} == {"kafkalog", "pyspark_kafkalog"}
+    assert conf["project"]["entry-points"]["pytest11"] == {"kafkalog": "kafkalog.testing.pytest_plugin"}
+    for value in [*conf["project"]["entry-points"]["pytest11"].values(), *conf["project"]["scripts"].values()]:
+        module, _, attr = value.partition(":")
+        spec = importlib.util.find_spec(module)
+        assert spec is not None and Path(spec.origin).resolve().is_relative_to(REPO / "kafkalog"), value
+        assert not attr or callable(getattr(importlib.import_module(module), attr)), value
 
 
 def test_typing_files_shipped():

@@ -1,12 +1,13 @@
 """kafkalog for tests of Kafka code: a real broker on 127.0.0.1 in milliseconds, in-process or as a child process,
 with fault injection only a local broker can offer, and the helpers tests write by hand.
 
-The pytest plugin (``pytest_kafkalog``, registered with pytest on install) gives these as fixtures
+The pytest plugin (``kafkalog.testing.pytest_plugin``, registered with pytest on install) gives these as fixtures
 (``kafka_broker``, ``kafka_bootstrap``, ``kafka_topic``, ``kafka_admin``, the three Python clients', ...); this
 package is what they are made of, usable without pytest. See the README's "Testing your Kafka code".
 
-Its names load when first asked for (PEP 562), as kafkalog's do: importing the package costs nothing (no numpy,
-no compiled engine) until one of them is used.
+Its names load when first asked for (PEP 562), as kafkalog's do: pytest imports the plugin, and with it this
+package, in every run of an environment where kafkalog is installed, and a run that uses none of its fixtures
+should import no numpy nor compiled engine for it.
 """
 
 _LAZY = {"DEFAULT_CONFIG": "broker", "MODES": "broker", "SASL_USERS": "broker", "LocalBroker": "broker",

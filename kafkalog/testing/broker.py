@@ -1,6 +1,6 @@
 """A kafkalog broker for a test run: ``LocalBroker`` on 127.0.0.1 over a temporary data dir, in this process (a
 thread: ``kafkalog.Broker``) or as a ``kafkalog serve`` child process, with the fault injection, restarts and users
-a test needs. The pytest plugin's fixtures (``pytest_kafkalog``) are made of it; it works without pytest too::
+a test needs. The pytest plugin's fixtures (``pytest_plugin.py``) are made of it; it works without pytest too::
 
     with LocalBroker() as broker:
         broker.bootstrap_servers          # "127.0.0.1:<port>"

@@ -17,20 +17,21 @@ import pytest
 import kafkalog
 
 REPO = Path(kafkalog.__file__).resolve().parents[1]
+PLUGIN = "kafkalog.testing.pytest_plugin"
 
 
 def _entry_point_registered() -> bool:
-    return any(ep.value == "pytest_kafkalog" for ep in importlib.metadata.entry_points(group="pytest11"))
+    return any(ep.value == PLUGIN for ep in importlib.metadata.entry_points(group="pytest11"))
 
 
 def plugin_args() -> list[str]:
-    return [] if _entry_point_registered() else ["-p", "pytest_kafkalog"]
+    return [] if _entry_point_registered() else ["-p", PLUGIN]
 
 
 @pytest.fixture
 def inner(pytester, monkeypatch):
     """inner(source, *args, ini=None) -> RunResult of `pytest -p no:cacheprovider ARGS test_inner.py` in a
-    subprocess, the kafkalog (and pytest_kafkalog) of this run importable there."""
+    subprocess, the kafkalog (and its plugin) of this run importable there."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("PYTHONSAFEPATH", "1")
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)

@@ -121,13 +121,17 @@ def test_it(kafka_broker):
 
 def test_inert_unless_a_fixture_is_used(inner):
     """Registered in every run of an environment where kafkalog is installed: a run whose tests use none of its
-    fixtures imports no kafkalog, starts no thread, process or folder."""
+    fixtures imports kafkalog's lazy package and the plugin alone (no numpy, no compiled engine, no storage or
+    broker), starts no thread, process or folder."""
     r = inner('''
 import sys, threading, os, glob, tempfile
 
 def test_nothing_started():
-    assert "pytest_kafkalog" in sys.modules
-    assert not [m for m in sys.modules if m == "kafkalog" or m.startswith("kafkalog.")]
+    assert "kafkalog.testing.pytest_plugin" in sys.modules
+    loaded = {m for m in sys.modules if m == "kafkalog" or m.startswith("kafkalog.")}
+    assert loaded <= {"kafkalog", "kafkalog.testing", "kafkalog.testing.pytest_plugin",
+                      "kafkalog.testing._pytest_asyncio"}, loaded
+    assert "numpy" not in sys.modules
     assert threading.active_count() == 1
     assert not glob.glob(os.path.join(tempfile.gettempdir(), f"kafkalog-test-{os.getpid()}-*"))
 ''')

@@ -1,9 +1,10 @@
 """kafkalog's pytest plugin: a real Kafka-compatible broker for a test suite (registered through the ``pytest11``
 entry point ``kafkalog``; ``-p no:kafkalog`` turns it off).
 
-A top-level module of its own, like ``pyspark_kafkalog``, so that registering it costs nothing: it imports only
-pytest here, and ``kafkalog`` (its compiled engine, numpy) the first time a test asks for one of its fixtures.
-The machinery is ``kafkalog.testing``.
+pytest imports it in every run of an environment where kafkalog is installed, so registering it costs nothing:
+``kafkalog`` and ``kafkalog.testing`` load their names lazily, and this module imports only pytest and them; the
+compiled engine and numpy load the first time a test asks for one of the fixtures. The machinery is
+``kafkalog.testing``.
 
 Fixtures:
 
@@ -45,8 +46,8 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     if config.pluginmanager.has_plugin("asyncio"):
-        from . import _asyncio
-        config.pluginmanager.register(_asyncio, "kafkalog-asyncio")
+        from . import _pytest_asyncio
+        config.pluginmanager.register(_pytest_asyncio, "kafkalog-asyncio")
 
 
 def _settings(config) -> tuple[str, dict, bool]:
@@ -61,8 +62,7 @@ def _settings(config) -> tuple[str, dict, bool]:
 
 
 def _start(config, overrides: dict, name: str, **kw):
-    from kafkalog.testing import LocalBroker
-    from kafkalog.testing.broker import ROOT
+    from .broker import ROOT, LocalBroker
     mode, server, keep = _settings(config)
     ROOT.keep = ROOT.keep or keep
     broker = LocalBroker(mode, {**server, **overrides}, name=name, keep_data=keep, **kw)
@@ -81,7 +81,7 @@ def kafkalog_config() -> dict:
 @pytest.fixture(scope="session")
 def kafkalog_sasl_users() -> dict:
     """{user: password} made on ``kafka_broker_sasl`` before it starts (override in a conftest.py)."""
-    from kafkalog.testing import SASL_USERS
+    from .broker import SASL_USERS
     return dict(SASL_USERS)
 
 
@@ -231,7 +231,7 @@ def kafka_python_admin(kafka_broker):
     a.close()
 
 
-# -- aiokafka: async fixtures when pytest-asyncio is installed (_asyncio.py), else these skip ----------------------
+# -- aiokafka: async fixtures when pytest-asyncio is installed (_pytest_asyncio.py), else these skip -------------
 
 @pytest.fixture
 def aiokafka_producer():
