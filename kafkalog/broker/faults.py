@@ -14,6 +14,9 @@ pays one ``is None`` check per produced partition and per fetched partition. Wha
 - ``clear()`` ends every rule and stall; ``injected`` counts the produces answered with an injected error.
 
 Restarting the broker on its data dir is ``Broker.restart()`` (not a fault of this module: nothing is simulated).
+Faults end when the broker stops, a restart included (``reset()``): the rules and stalls of a broker in a thread
+end as those of a ``kafkalog serve`` child do with its process, and ``injected`` counts from the start again. A
+Produce held by a stall is dropped with its connection, as by a broker process that exits.
 
 Thread safety: every method may be called from any thread; the broker's loop reads the rules under the same lock.
 """
@@ -67,7 +70,8 @@ class _Rule:
 
 
 class Faults:
-    """The fault-injection rules of one broker (see the module docstring). Kept across ``Broker.restart()``."""
+    """The fault-injection rules of one broker (see the module docstring). The object stays the broker's across
+    ``Broker.restart()``; its rules and stalls end at each stop (``reset()``)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -115,6 +119,15 @@ class Faults:
         with self._lock:
             self._rules.clear()
         self.resume()
+
+    def reset(self) -> None:
+        """What a stop does: every rule and stall ends, ``injected`` starts from 0. The Produce requests held by a
+        stall are not released: the stop closed their connections (their handlers were cancelled)."""
+        with self._lock:
+            self._rules.clear()
+            self._stalls.clear()
+            self.injected = 0
+            self.active = False
 
     # -- the broker's side (its loop thread) ----------------------------------------------------------------------
 

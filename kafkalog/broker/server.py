@@ -580,8 +580,8 @@ class Broker:
     @property
     def faults(self):
         """The broker's fault injection (``broker/faults.py``: fail the next produces with a Kafka error, stall a
-        partition), made on first use; kept across ``restart()``. A broker that never asks has none and pays
-        nothing for it."""
+        partition), made on first use; the same object after a ``restart()``, its rules and stalls ended by the stop
+        (as a ``kafkalog serve`` process's end with it). A broker that never asks has none and pays nothing for it."""
         if self._faults is None:
             from .faults import Faults
             self._faults = Faults()
@@ -680,6 +680,8 @@ class Broker:
             self.store = None
         finally:
             self._server = None
+            if self._faults is not None:
+                self._faults.reset()  # faults end with the serving broker, in a thread as in a process
             if self._broker_lock is not None:
                 self._broker_lock.close()
             self._stopped.set()
@@ -689,7 +691,7 @@ class Broker:
 
     async def restart_async(self) -> None:
         """Stop, then open the same data dir and listen on the same port again (clients reconnect to the address
-        they know): what a broker's restart does to its clients, for their tests."""
+        they know): what a broker's restart does to its clients, for their tests. Injected faults end."""
         self._port = self.port
         await self.stop_async()
         await self.start_async()
@@ -750,7 +752,8 @@ class Broker:
         self._loop = None
 
     def restart(self) -> Broker:
-        """``stop()`` then ``start()`` on the same data dir and port (a broker started with ``start()``)."""
+        """``stop()`` then ``start()`` on the same data dir and port (a broker started with ``start()``); injected
+        faults end."""
         if self._thread is None:
             raise RuntimeError("restart() restarts a broker started with start(); on a loop: await restart_async()")
         self._port = self.port

@@ -303,7 +303,9 @@ class LocalBroker:
 
     def restart(self) -> LocalBroker:
         """Stop and start again on the same data dir and port (a clean shutdown, as a rolling restart does): every
-        record acknowledged before survives, clients reconnect to the address they know. Injected faults end."""
+        record acknowledged before survives, clients reconnect to the address they know. Injected faults end, in
+        both modes: rules, stalls (a Produce held by one is dropped unanswered with its connection) and the
+        ``injected`` count."""
         self._stop_serving()
         self.restarts += 1
         try:

@@ -150,6 +150,19 @@ def test_restart_keeps_records_and_clients_reconnect(kafka_broker, kafka_topic):
     assert [r.value for r in kafka_broker.consume_all(t)] == [b"one", b"two"]
 
 
+def test_a_restart_ends_the_faults(kafka_broker, kafka_topic):
+    t = kafka_topic(partitions=2)
+    kafka_broker.fail_produce(t, "NOT_ENOUGH_REPLICAS", count=5)
+    with pytest.raises(Exception, match="NOT_ENOUGH_REPLICAS"):
+        kafka_broker.produce(t, [b"refused"])
+    kafka_broker.stall(t, 1)
+    assert kafka_broker.pending_faults() == 4 and kafka_broker.injected >= 1
+    kafka_broker.restart()
+    assert (kafka_broker.pending_faults(), kafka_broker.injected) == (0, 0)
+    assert kafka_broker.produce(t, [{"value": b"p0", "partition": 0}, {"value": b"p1", "partition": 1}]) \
+        == [(0, 0), (1, 0)]  # neither refused nor held: both faults ended, nothing refused was appended
+
+
 def test_bad_error_names_are_refused(kafka_broker):
     with pytest.raises(ValueError, match="unknown Kafka error name"):
         kafka_broker.fail_produce("t", "NO_SUCH_ERROR")
@@ -161,7 +174,7 @@ def test_bad_error_names_are_refused(kafka_broker):
 @pytest.mark.parametrize("mode", ["thread", "process"])
 def test_fault_injection_seen_by_a_real_client(inner, mode):
     r = inner(FAULTS, f"--kafkalog-mode={mode}")
-    r.assert_outcomes(passed=6)
+    r.assert_outcomes(passed=7)
 
 
 SASL = r'''
