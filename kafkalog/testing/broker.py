@@ -11,7 +11,9 @@ process, and a reaper process (``_reaper.py``) started with the first broker rem
 broker processes once this process is gone (SIGKILL included); a ``kafkalog serve`` child also stops by itself
 when this process exits (``--parent-pid``).
 
-Thread safety: one thread drives a LocalBroker (start, stop, restart); fault injection may be called from any.
+Thread safety: one thread drives a LocalBroker (start, stop, restart); fault injection and the helpers (produce,
+consume_all, create_topic, ...) may be called from any: the helpers share one connection per broker, one request
+at a time.
 """
 
 from __future__ import annotations
@@ -144,6 +146,8 @@ class LocalBroker:
         self._proc: subprocess.Popen | None = None  # kafkalog serve (process mode)
         self._control = threading.Lock()
         self._stderr = None
+        self._client = None  # the helpers' one connection (wire.Admin), made on first use, under _client_lock
+        self._client_lock = threading.Lock()
 
     # -- what clients need ------------------------------------------------------------------------------------
 
@@ -173,6 +177,21 @@ class LocalBroker:
         the super user ``admin``)."""
         from .wire import Admin
         return Admin(self.bootstrap_servers, sasl=self._credentials(user or "admin") if self.sasl else None)
+
+    def using_client(self, fn):
+        """``fn(admin)`` on this broker's one shared connection (``kafkalog.testing.Admin``, as the super user on
+        SASL), one caller at a time: what the helpers use, so that a test's produce, consume_all and topics cost
+        round trips only, not a connection each. ``fn`` must not keep ``admin``."""
+        with self._client_lock:
+            if self._client is None:
+                self._client = self.admin()
+            return fn(self._client)
+
+    def _drop_client(self) -> None:
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def _credentials(self, user: str) -> tuple[str, str]:
         if user not in self.users:
@@ -296,6 +315,7 @@ class LocalBroker:
             self.port = 0
 
     def _stop_serving(self) -> None:
+        self._drop_client()
         if self._broker is not None:
             b, self._broker = self._broker, None
             b.stop()
@@ -356,12 +376,10 @@ class LocalBroker:
         return wait_for_group(self, group, state=state, members=members, timeout=timeout)
 
     def create_topic(self, name: str, partitions: int = 1, config: dict | None = None) -> str:
-        with self.admin() as a:
-            return a.create_topic(name, partitions, config)
+        return self.using_client(lambda a: a.create_topic(name, partitions, config))
 
     def delete_topic(self, name: str) -> None:
-        with self.admin() as a:
-            a.delete_topic(name)
+        self.using_client(lambda a: a.delete_topic(name))
 
     # -- fault injection (kafkalog/broker/faults.py) ------------------------------------------------------------
 

@@ -24,18 +24,20 @@ def wait_for(condition: Callable, timeout: float = 10.0, interval: float = 0.02,
         time.sleep(interval)
 
 
-def _admin(broker) -> Admin:
+def _using(broker, fn):
+    """``fn(admin)``: on a LocalBroker's shared connection, or on a connection of its own to an address."""
     if isinstance(broker, str):
-        return Admin(broker)
-    return broker.admin()
+        with Admin(broker) as a:
+            return fn(a)
+    return broker.using_client(fn)
 
 
 def produce(broker, topic: str, records: Iterable, partition: int | None = None) -> list[tuple[int, int]]:
     """Write ``records`` to ``topic`` and wait for the acknowledgement (acks=all); each record is a value, a
     (key, value) pair, or a dict with ``value``, ``key``, ``headers``, ``timestamp`` (epoch ms or a datetime: what
     ``offsets_for_times`` will find) and ``partition``. Returns each record's (partition, offset)."""
-    with _admin(broker) as a:
-        return a.produce(topic, list(records), partition)
+    records = list(records)
+    return _using(broker, lambda a: a.produce(topic, records, partition))
 
 
 def timed(values: Iterable, start_ms: int, step_ms: int = 1000, key=None) -> list[dict]:
@@ -49,40 +51,36 @@ def consume_all(broker, topic: str, timeout: float = 10.0, count: int | None = N
     timestamp, key, value, headers, ...), in partition then offset order, read without a group (no offsets
     committed). With ``count``: waits until there are at least that many, TimeoutError after ``timeout`` s;
     without: what the topic holds now (an unknown topic is waited for up to ``timeout``)."""
-    with _admin(broker) as a:
-        def read():
-            if topic not in a.metadata([topic]):
-                return None
-            recs = a.read(topic, partition)
-            return recs if count is None or len(recs) >= count else None
-        got = []
+    def read(a):
+        """The records now (None: no such topic), from one Metadata request and the fetches."""
+        n = a.metadata([topic]).get(topic)
+        return None if n is None else a.read(topic, partition, partitions=n)
+    got = []
 
-        def enough():
-            got[:] = [read()]
-            return got[0] is not None
-        try:
-            wait_for(enough, timeout, what=f"{count if count is not None else 'the'} records in {topic}")
-        except TimeoutError as e:
-            have = got[0] if got and got[0] is not None else a.read(topic, partition) if topic in a.metadata(
-                [topic]) else None
-            raise TimeoutError(f"{e} (it has {'no such topic' if have is None else len(have)})") from None
-        return got[0]
+    def enough():  # one request at a time on a shared connection: other threads' helpers go in between
+        got[:] = [_using(broker, read)]
+        return got[0] is not None and (count is None or len(got[0]) >= count)
+    try:
+        wait_for(enough, timeout, what=f"{count if count is not None else 'the'} records in {topic}")
+    except TimeoutError as e:
+        have = got[0] if got else None
+        raise TimeoutError(f"{e} (it has {'no such topic' if have is None else len(have)})") from None
+    return got[0]
 
 
 def wait_for_group(broker, group: str, state: str = "Stable", members: int | None = None,
                    timeout: float = 30.0) -> dict:
     """Until the consumer group is in ``state`` (Kafka's names: Stable, Empty, PreparingRebalance, ...) with
     ``members`` members when given: its DescribeGroups answer ({"state", "protocol", "members"})."""
-    with _admin(broker) as a:
-        last = {}
+    last = {}
 
-        def settled():
-            last.update(a.describe_group(group))
-            return last["state"] == state and (members is None or len(last["members"]) == members)
-        try:
-            wait_for(settled, timeout, interval=0.05)
-        except TimeoutError:
-            raise TimeoutError(f"group {group} not {state}{f' with {members} members' if members else ''} within "
-                               f"{timeout} s: {last.get('state')} with {len(last.get('members', []))} members") \
-                from None
-        return dict(last)
+    def settled():
+        last.update(_using(broker, lambda a: a.describe_group(group)))
+        return last["state"] == state and (members is None or len(last["members"]) == members)
+    try:
+        wait_for(settled, timeout, interval=0.05)
+    except TimeoutError:
+        raise TimeoutError(f"group {group} not {state}{f' with {members} members' if members else ''} within "
+                           f"{timeout} s: {last.get('state')} with {len(last.get('members', []))} members") \
+            from None
+    return dict(last)

@@ -138,22 +138,18 @@ def kafka_topic(request, kafka_broker):
     """``kafka_topic(partitions=1, config=None, prefix=None) -> name``: a new topic under a name no other test
     (nor xdist worker) uses, made now and deleted after the test."""
     made = []
-    admin = kafka_broker.admin()
 
     def make(partitions: int = 1, config: dict | None = None, prefix: str | None = None) -> str:
         import uuid
         name = f"{prefix or _test_name(request)}-{uuid.uuid4().hex[:10]}"
-        admin.create_topic(name, partitions, config)
+        kafka_broker.create_topic(name, partitions, config)  # on the broker's one shared connection
         made.append(name)
         return name
 
     yield make
-    try:
-        if kafka_broker.running:
-            for name in made:
-                admin.delete_topic(name)
-    finally:
-        admin.close()
+    if kafka_broker.running:
+        for name in made:
+            kafka_broker.delete_topic(name)
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 third-party client needed. It creates and deletes topics, produces records with the keys, headers and timestamps a
 test chooses, reads a topic back, lists offsets and describes groups. PLAINTEXT and SASL_PLAINTEXT (PLAIN).
 
-Not thread-safe: one ``Admin`` per thread (the fixtures give each test its own).
+Not thread-safe: one ``Admin`` per thread, or one shared under a lock (``LocalBroker``'s helpers share one
+connection per broker that way).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ class Admin:
         self.client_id = client_id
         self._sock: socket.socket | None = None
         self._corr = 0
+        # topics this client made or saw, with their partition counts: a produce to one of them asks no Metadata
+        # first (an UNKNOWN_TOPIC_OR_PARTITION answer drops the entry and asks); reads always ask, another client
+        # may have added partitions
+        self._known: dict[str, int] = {}
 
     # -- connection -------------------------------------------------------------------------------------------
 
@@ -120,9 +125,11 @@ class Admin:
             "timeout_ms": int(self.timeout * 1000), "validate_only": False})
         t = resp["topics"][0]
         raise_for(t["error_code"], f"CreateTopics {name}: {t.get('error_message') or ''}")
+        self._known[name] = partitions
         return name
 
     def delete_topic(self, name: str, missing_ok: bool = True) -> None:
+        self._known.pop(name, None)
         resp = self.call(20, _DELETE, {"topic_names": [name], "timeout_ms": int(self.timeout * 1000)})
         code = resp["responses"][0]["error_code"]
         if code == 3 and missing_ok:
@@ -136,7 +143,12 @@ class Admin:
                 "allow_auto_topic_creation": auto_create, "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False}
         resp = self.call(3, _METADATA, body)
-        return {t["name"]: len(t["partitions"]) for t in resp["topics"] if t["error_code"] == 0}
+        found = {t["name"]: len(t["partitions"]) for t in resp["topics"] if t["error_code"] == 0}
+        if topics is not None:
+            for t in topics:
+                self._known.pop(t, None)
+        self._known.update(found)
+        return found
 
     def topics(self) -> list[str]:
         return sorted(t for t in self.metadata() if not t.startswith("__"))
@@ -162,31 +174,39 @@ class Admin:
             order.append((p, len(by_part[p]) - 1))
         if not by_part:
             return []
-        if topic not in self.metadata([topic]):  # as a producer does: its Metadata request makes the topic
-            for _ in range(50):
-                if topic in self.metadata([topic], auto_create=True):
-                    break
-                time.sleep(0.01)
         data = []
         for p, recs in by_part.items():
             batch = build_batch([r[0] for r in recs], keys=[r[1] for r in recs],
                                 timestamps=[r[3] for r in recs], headers=[r[2] for r in recs])
             data.append({"index": p, "records": bytes(batch)})
-        resp = self.call(0, _PRODUCE, {"transactional_id": None, "acks": acks, "timeout_ms": int(self.timeout * 1000),
-                                       "topic_data": [{"name": topic, "partition_data": data}]})
+        for known in (topic in self._known, False):
+            if not known and topic not in self.metadata([topic]):  # as a producer does: its Metadata request
+                for _ in range(50):                                 # makes the topic
+                    if topic in self.metadata([topic], auto_create=True):
+                        break
+                    time.sleep(0.01)
+            resp = self.call(0, _PRODUCE, {"transactional_id": None, "acks": acks,
+                                           "timeout_ms": int(self.timeout * 1000),
+                                           "topic_data": [{"name": topic, "partition_data": data}]})
+            answers = resp["responses"][0]["partition_responses"]
+            if known and any(pr["error_code"] == 3 for pr in answers):
+                self._known.pop(topic, None)  # deleted (or fewer partitions) since: ask, as a producer would
+                continue
+            break
         base = {}
-        for pr in resp["responses"][0]["partition_responses"]:
+        for pr in answers:
             raise_for(pr["error_code"], f"Produce to {topic}-{pr['index']}")
             base[pr["index"]] = pr["base_offset"]
         return [(p, base[p] + i) for p, i in order]
 
-    def list_offsets(self, topic: str, timestamp: int = -1) -> dict[int, int]:
-        """{partition: offset}: latest (-1), earliest (-2), or the first offset at or after ``timestamp`` (ms; -1
-        when none)."""
-        n = self.partitions(topic)
+    def list_offsets(self, topic: str, timestamp: int = -1, partitions: Iterable[int] | None = None
+                     ) -> dict[int, int]:
+        """{partition: offset} of every partition (or those given): latest (-1), earliest (-2), or the first offset
+        at or after ``timestamp`` (ms; -1 when none)."""
+        parts = range(self.partitions(topic)) if partitions is None else partitions
         resp = self.call(2, _LIST_OFFSETS, {"replica_id": -1, "isolation_level": 0, "topics": [{
             "name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1, "timestamp": timestamp}
-                                          for p in range(n)]}]})
+                                          for p in parts]}]})
         out = {}
         for pr in resp["topics"][0]["partitions"]:
             raise_for(pr["error_code"], f"ListOffsets {topic}-{pr['partition_index']}")
@@ -196,6 +216,11 @@ class Admin:
     def fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0) -> tuple[list, int, int]:
         """(records from ``offset`` on as ConsumerRecord, the high watermark, the offset after the last batch
         returned): one Fetch. Control batches (transaction markers) are left out."""
+        pr = self._fetch(topic, partition, offset, max_wait_ms)
+        raise_for(pr["error_code"], f"Fetch {topic}-{partition} at {offset}")
+        return self._records(topic, partition, offset, pr)
+
+    def _fetch(self, topic: str, partition: int, offset: int, max_wait_ms: int = 0) -> dict:
         resp = self.call(1, _FETCH, {"replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
                                      "max_bytes": 1 << 24, "isolation_level": 0, "session_id": 0,
                                      "session_epoch": -1, "topics": [{"topic": topic, "partitions": [
@@ -203,8 +228,10 @@ class Admin:
                                           "fetch_offset": offset, "log_start_offset": -1,
                                           "partition_max_bytes": 1 << 24}]}],
                                      "forgotten_topics_data": [], "rack_id": ""})
-        pr = resp["responses"][0]["partitions"][0]
-        raise_for(pr["error_code"], f"Fetch {topic}-{partition} at {offset}")
+        return resp["responses"][0]["partitions"][0]
+
+    @staticmethod
+    def _records(topic: str, partition: int, offset: int, pr: dict) -> tuple[list, int, int]:
         out = []
         after = offset
         for batch in iter_batches(pr["records"] or b""):
@@ -219,16 +246,27 @@ class Admin:
                                               -1 if r.value is None else len(r.value), -1))
         return out, pr["high_watermark"], after
 
-    def read(self, topic: str, partition: int | None = None, from_offset: int | None = None) -> list:
+    def read(self, topic: str, partition: int | None = None, from_offset: int | None = None,
+             partitions: int | None = None) -> list:
         """Every record of the topic (or one partition) up to its high watermark now, in partition then offset
-        order (from the log start, or ``from_offset``)."""
-        parts = range(self.partitions(topic)) if partition is None else [partition]
-        start = self.list_offsets(topic, -2) if from_offset is None else {}
+        order (from the log start, or ``from_offset``). ``partitions``: the topic's count when the caller has just
+        asked (else one Metadata request asks)."""
+        if partition is not None:
+            parts = [partition]
+        else:
+            parts = range(self.partitions(topic) if partitions is None else partitions)
         out = []
         for p in parts:
-            pos = start.get(p, 0) if from_offset is None else from_offset
+            pos = 0 if from_offset is None else from_offset
+            ask_start = from_offset is None
             while True:
-                recs, hwm, after = self.fetch(topic, p, pos)
+                pr = self._fetch(topic, p, pos)
+                if pr["error_code"] == 1 and ask_start:  # OFFSET_OUT_OF_RANGE: records before the log start were
+                    ask_start = False                     # deleted; one ListOffsets more finds it
+                    pos = self.list_offsets(topic, -2, [p])[p]
+                    continue
+                raise_for(pr["error_code"], f"Fetch {topic}-{p} at {pos}")
+                recs, hwm, after = self._records(topic, p, pos, pr)
                 out += recs
                 if after <= pos or after >= hwm:  # the end, or nothing returned (a stalled partition)
                     break
