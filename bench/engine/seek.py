@@ -8,7 +8,8 @@ import random
 
 from harness import latency_stats, perf, row
 
-from .common import need_kafkalog, new_store, rmtree
+from . import common
+from .common import TOPIC, need_kafkalog, new_store, rmtree
 
 
 def seek_fixture(ctx):
@@ -25,13 +26,13 @@ def seek_fixture(ctx):
         def close():
             store.close()
             rmtree(d)
-        return (log, n, d), close
+        return (store, log, n, d), close
     return ctx.fixture("seek_log", make)
 
 
 def m_time_seek(ctx):
     import numpy as np
-    log, n, d = seek_fixture(ctx)
+    store, log, n, d = seek_fixture(ctx)
     ts = ctx.data.ts[:n]
     path = os.path.join(d, "timestamps.i64")
     np.asarray(ts, dtype=np.int64).tofile(path)
@@ -56,6 +57,22 @@ def m_time_seek(ctx):
 
     lo = timed(oft)
     lp = timed(lambda T: ss(mm, T))
+    # the same log in the other open modes, as the processes beside a writer see it: the default (shared) store,
+    # and a read-only one opened beside it (the exclusive store closes first: it excludes other writers)
+    store.close()
+    by_mode = {}
+    shared = common.LogStore(d)
+    reader = common.LogStore(d, read_only=True)
+    try:
+        for mode, s in (("shared", shared), ("read_only", reader)):
+            slog = s.log(TOPIC, 0)
+            for T in targets[:200]:
+                got = slog.offset_for_time(T)
+                assert got is not None and got[0] == int(ss(mm, T)) and got[1] == T, (mode, T, got)
+            by_mode[mode] = timed(slog.offset_for_time)
+    finally:
+        reader.close()
+        shared.close()
     # info: the same records staged by append() into Kafka-sized 16 KiB batches (~140 records each): the in-batch
     # scan that follows the index lookup is ~7x shorter than in the 1000-record batches above
     d16 = ctx.tmpdir("kl-seek16")
@@ -76,5 +93,11 @@ def m_time_seek(ctx):
             row("kafkalog.offset_for_time[16KiB]", "kafkalog", f"log.offset_for_time(T) over {n:,} records", n=k,
                 seconds=sum(l16), method=method, note="info: same records written by append() in 16 KiB batches "
                 "(Kafka's batch.size)", **latency_stats(l16)),
+            *[row(f"kafkalog.offset_for_time[{mode}]", "kafkalog", f"log.offset_for_time(T) over {n:,} records",
+                  n=k, seconds=sum(lat), method=method, note="opened " + (
+                      "LogStore(path) (shared, the default)" if mode == "shared" else
+                      "LogStore(path, read_only=True) beside a shared store") + "; 1000-record batches",
+                  **latency_stats(lat))
+              for mode, lat in by_mode.items()],
             row("numpy.searchsorted_memmap", "peer", f"np.searchsorted(memmap of {n:,} int64, T)", n=k,
                 seconds=sum(lp), method=method, note=f"numpy {np.__version__}; page cache hot", **latency_stats(lp))]
