@@ -48,6 +48,8 @@ static inline int kl_next_uvarint(const unsigned char **pp, const unsigned char 
     uint64_t v = 0;
     int shift = 0;
     if (p < end && p[0] < 0x80) { *out = p[0]; *pp = p + 1; return 1; }
+    /* two bytes: record lengths of 64-8191 bytes, timestamp deltas up to 8 s (the common case of hot scans) */
+    if (p + 1 < end && p[1] < 0x80) { *out = (uint64_t)(p[0] & 0x7f) | ((uint64_t)p[1] << 7); *pp = p + 2; return 1; }
     while (p < end && shift < 64) {
         v |= (uint64_t)(p[0] & 0x7f) << shift;
         if (!(p[0] & 0x80)) { *out = v; *pp = p + 1; return 1; }

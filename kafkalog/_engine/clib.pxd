@@ -76,3 +76,9 @@ cdef extern from "kafkalog/kl_constants.h" nogil:
     int KL_INDEX_WARM_BYTES
     long long KL_INT32_MAX
     int KL_NOGIL_BYTES
+
+cdef extern from "kafkalog/kl_atomic.h" nogil:
+    # words of a MAP_SHARED mapping other processes update: acquire load, sequentially consistent store and add
+    uint64_t kl_atomic_load_u64(const uint64_t *p)
+    void kl_atomic_store_u64(uint64_t *p, uint64_t v)
+    uint64_t kl_atomic_fetch_add_u64(uint64_t *p, uint64_t v)  # returns the value before

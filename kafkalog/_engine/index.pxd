@@ -33,3 +33,6 @@ cdef class OffsetIndex(AbstractIndex):
 cdef class TimeIndex(AbstractIndex):
     cdef readonly int64_t last_timestamp # timestamp of the last entry, -1 when empty
     cdef readonly int64_t last_entry_offset  # offset of the last entry, base_offset when empty
+
+    # offset of the largest entry with timestamp <= target, base_offset when none (the time seek's fast path)
+    cdef int64_t lookup_offset(self, int64_t timestamp) noexcept nogil

@@ -742,6 +742,13 @@ cdef class TimeIndex(AbstractIndex):
         """True when only the slot reserved for the roll/close entry is left."""
         return self.entries >= self.max_entries - 1
 
+    cdef int64_t lookup_offset(self, int64_t timestamp) noexcept nogil:
+        cdef Py_ssize_t slot = _largest_lower_bound(self._base, self.entries, KL_TIME_INDEX_ENTRY, self.base_offset,
+                                                    _KEY, timestamp)
+        if slot < 0:
+            return self.base_offset
+        return self.base_offset + kl_load_i32(self._base + slot * KL_TIME_INDEX_ENTRY + 8)
+
     def lookup(self, int64_t timestamp):
         """(timestamp, offset) of the largest entry with timestamp <= the target, else (-1, base_offset)."""
         cdef Py_ssize_t slot

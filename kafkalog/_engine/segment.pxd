@@ -1,5 +1,5 @@
 # LogSegment: the bytes and files of ONE segment (no policy: roll, retention and locking live in storage/).
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from .index cimport OffsetIndex, TimeIndex
 from .framing cimport BatchHeader
@@ -36,4 +36,17 @@ cdef class LogSegment:
     cdef int _note_batch(self, int64_t pos, int64_t last_offset, int64_t max_ts, int64_t batch_size) except -1
     cdef const unsigned char *_ptr(self, int64_t pos) noexcept nogil
     cdef int64_t _index_position(self, int64_t offset)
-    cdef object _search_batch(self, int64_t pos, BatchHeader *h, int64_t target, int64_t min_offset, bint exact)
+    cdef int _search_batch(self, int64_t pos, BatchHeader *h, int64_t target, int64_t min_offset, bint exact,
+                           int64_t *found_ts, int64_t *found_offset) except -1
+    cdef int _find_time(self, int64_t timestamp, int64_t starting_offset, int64_t *ts, int64_t *off) except -1
+
+
+cdef class ChangeCounter:
+    cdef unsigned char *_addr            # the file's 64 bytes, mapped shared (NULL once closed)
+    cdef readonly object path            # <partition dir>/.kafkalog-changes
+    cdef readonly bint writable          # mapped for bump/retire (writers); readers only load
+    cdef public uint64_t seen            # the counter as the owner's view last took in the files
+    cdef public bint trusted             # False: unchanged() always says False (retired, or given up by the owner)
+
+    cdef inline uint64_t *_word(self, int i) noexcept nogil
+    cpdef uint64_t load(self) except? 0

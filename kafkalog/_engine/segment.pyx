@@ -21,6 +21,23 @@ pread() and validates each batch's CRC before moving ``size``: a reader never se
 
 Not thread-safe: the owning ``Log`` serialises calls. Views returned by ``read()`` stay valid after the segment is
 closed or deleted (the mapping is released when the last view goes).
+
+Also here, the byte-level halves of two partition-wide things (the policy is the Log's, storage/log.py):
+
+``offset_for_time(segments, ...)``: the time seek across a partition's segments in one call (time index binary
+search, offset index lookup, the scan inside the found batch), no Python object before the result.
+
+``ChangeCounter``: the partition's change counter, a hint shared by the processes of one machine through a
+MAP_SHARED mapping (native byte order; never fsynced, never trusted across a restart)::
+
+    <partition dir>/.kafkalog-changes   64 bytes
+      Magic => 4 bytes "KLCC" | Version => UInt32 (1) | Changes => UInt64 | Retired => UInt64 | 40 bytes zero
+
+``Changes`` is incremented (atomic add) by every writer after each change of the partition's files is visible:
+appends, rolls, torn tails cut, opens (recovery), log start moves, removed segments, cleaner swaps. A view compares
+it with the value it loaded before it last took the files in: equal means nothing changed, with one memory load and
+no system call. ``Retired`` is set when the directory is about to be deleted: views stop trusting the file. A later
+version may only add words after these: every version's writers count in ``Changes``.
 """
 
 import os
@@ -29,28 +46,33 @@ import pathlib
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer, PyBUF_SIMPLE
 from libc.errno cimport errno, EINTR
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from libc.string cimport strerror
+from libc.string cimport memcpy, strerror
 from posix.fcntl cimport O_CREAT, O_RDONLY, O_RDWR
 from posix.fcntl cimport open as c_open
-from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, mmap, munmap
+from posix.mman cimport MAP_FAILED, MAP_SHARED, PROT_READ, PROT_WRITE, mmap, munmap
 from posix.stat cimport fstat, struct_stat
 from posix.unistd cimport close as c_close
 from posix.unistd cimport fdatasync, ftruncate, pread, pwrite
 
 from .clib cimport (KL_CHECK, KL_CODEC_NONE, KL_COMPRESSION_CODEC_MASK, KL_HEADER_SIZE_UP_TO_MAGIC, KL_INT32_MAX,
-                    KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_TYPE_MASK, kl_next_uvarint,
-                    kl_unzigzag)
+                    KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_TYPE_MASK, kl_atomic_fetch_add_u64,
+                    kl_atomic_load_u64, kl_atomic_store_u64, kl_next_uvarint, kl_unzigzag)
 from .index cimport OffsetIndex, TimeIndex
 from .framing cimport KL_BATCH_INCOMPLETE, BatchHeader, batch_error_message, check_batch, parse_batch_header
 
 from kafkalog.errors import CorruptRecordError, IndexFullError, InvalidOffsetError, InvalidRecordError, storage_error
+from kafkalog.structs import OffsetAndTimestamp
 from kafkalog._engine.batch import RecordBatch
 
 cdef extern from "sys/mman.h" nogil:
     int madvise(void *addr, size_t length, int advice)
     int MADV_WILLNEED
 
+cdef extern from * nogil:
+    void __builtin_prefetch(const void *addr)
+
 cdef int64_t PAGE = 4096
+DEF PREFETCH_AHEAD = 2048
 cdef int64_t _CHUNK = 4 << 20
 
 
@@ -146,10 +168,15 @@ cdef int64_t _scan_records(const unsigned char *p, const unsigned char *end, int
     cdef const unsigned char *rec_end
     cdef int64_t ts, off
     cdef int32_t i
+    cdef int k
+    for k in range(0, 1024, 64):
+        __builtin_prefetch(p + k)
     for i in range(count):
-        if not kl_next_uvarint(&p, end, &z):
-            break
-        rec_end = p + kl_unzigzag(z)
+        __builtin_prefetch(p + PREFETCH_AHEAD)
+        __builtin_prefetch(p + PREFETCH_AHEAD + 64)
+        if not kl_next_uvarint(&p, end, &z) or z & 1:
+            break  # truncated, or a negative length
+        rec_end = p + (z >> 1)  # a length is never negative: no unzigzag on the chain from record to record
         if rec_end > end or rec_end <= p:
             break
         p += 1  # record attributes
@@ -422,26 +449,32 @@ cdef class LogSegment:
     def find_offset_by_timestamp(self, int64_t timestamp, int64_t starting_offset):
         """(timestamp, offset) of the first record, in offset order from the time index hint, whose timestamp is
         >= ``timestamp`` and offset >= ``starting_offset``; None when there is none in this segment."""
+        cdef int64_t ts = -1, off = -1
+        if self._find_time(timestamp, starting_offset, &ts, &off):
+            return (ts, off)
+        return None
+
+    cdef int _find_time(self, int64_t timestamp, int64_t starting_offset, int64_t *ts, int64_t *off) except -1:
+        """find_offset_by_timestamp without Python objects (but for a compressed batch): 1 = found (*ts, *off)."""
         cdef int64_t hint = self.base_offset, pos, last = 0, bsize = 0
         cdef BatchHeader h
-        if self.time_index is not None and self.time_index.entries > 0:
-            hint = self.time_index.lookup(timestamp)[1]
+        if self.time_index is not None:
+            hint = self.time_index.lookup_offset(timestamp)
         pos = self._index_position(max(hint, starting_offset))
         if not self._walk_to(starting_offset, &pos, &last, &bsize):
-            return None
+            return 0
         while pos < self.size:
             if parse_batch_header(self._ptr(pos), self.size - pos, &h) != 0:
-                return None
+                return 0
             if h.max_timestamp >= timestamp:
-                found = self._search_batch(pos, &h, timestamp, starting_offset, False)
-                if found is not None:
-                    return found
+                if self._search_batch(pos, &h, timestamp, starting_offset, False, ts, off):
+                    return 1
             pos += h.batch_length + KL_LOG_OVERHEAD
-        return None
+        return 0
 
     def find_max_timestamp(self):
         """(max timestamp, exact offset of the first record carrying it) — ListOffsets -3 (KAFKA-16310)."""
-        cdef int64_t pos = 0, last = 0, bsize = 0
+        cdef int64_t pos = 0, last = 0, bsize = 0, ts = -1, off = -1
         cdef BatchHeader h
         if self.max_timestamp_so_far < 0:
             return None
@@ -453,34 +486,40 @@ cdef class LogSegment:
                 if parse_batch_header(self._ptr(pos), self.size - pos, &h) != 0:
                     break
                 if h.max_timestamp == self.max_timestamp_so_far:
-                    return self._search_batch(pos, &h, self.max_timestamp_so_far, -1, True)
+                    if self._search_batch(pos, &h, self.max_timestamp_so_far, -1, True, &ts, &off):
+                        return (ts, off)
+                    return None
                 pos += h.batch_length + KL_LOG_OVERHEAD
         return None
 
-    cdef object _search_batch(self, int64_t pos, BatchHeader *h, int64_t target, int64_t min_offset, bint exact):
-        """First record of the batch at pos with ts >= target (== target when exact) and offset >= min_offset."""
+    cdef int _search_batch(self, int64_t pos, BatchHeader *h, int64_t target, int64_t min_offset, bint exact,
+                           int64_t *found_ts, int64_t *found_offset) except -1:
+        """First record of the batch at pos with ts >= target (== target when exact) and offset >= min_offset:
+        1 = found (*found_ts, *found_offset), 0 = none."""
         cdef const unsigned char *p
         cdef const unsigned char *end
-        cdef int64_t ts, found_offset = -1
+        cdef int64_t ts, off = -1
         if h.attributes & KL_TIMESTAMP_TYPE_MASK:
             # LogAppendTime: every record reads as the batch's max timestamp
             if h.max_timestamp >= target and (not exact or h.max_timestamp == target):
                 off = max(h.base_offset, min_offset)
                 if off <= h.base_offset + h.last_offset_delta:
-                    return (h.max_timestamp, off)
-            return None
+                    found_ts[0], found_offset[0] = h.max_timestamp, off
+                    return 1
+            return 0
         if (h.attributes & KL_COMPRESSION_CODEC_MASK) != KL_CODEC_NONE:
             for rec in RecordBatch(_view(self._map, pos, h.batch_length + KL_LOG_OVERHEAD)):
                 if rec.offset >= min_offset and (rec.timestamp == target if exact else rec.timestamp >= target):
-                    return (rec.timestamp, rec.offset)
-            return None
+                    found_ts[0], found_offset[0] = rec.timestamp, rec.offset
+                    return 1
+            return 0
         p = self._ptr(pos + KL_RECORD_BATCH_OVERHEAD)
         end = self._ptr(pos + h.batch_length + KL_LOG_OVERHEAD)
-        ts = _scan_records(p, end, h.records_count, h.base_timestamp, target, h.base_offset, min_offset, exact,
-                           &found_offset)
-        if found_offset < 0:
-            return None
-        return (ts, found_offset)
+        ts = _scan_records(p, end, h.records_count, h.base_timestamp, target, h.base_offset, min_offset, exact, &off)
+        if off < 0:
+            return 0
+        found_ts[0], found_offset[0] = ts, off
+        return 1
 
     # ------------------------------------------------------------------------------------------------ recovery
 
@@ -805,3 +844,163 @@ cdef class LogSegment:
     def __repr__(self):
         return "LogSegment(%s, base=%d, size=%d, next=%d)" % (self.dir.name, self.base_offset, self.size,
                                                                self.next_offset)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# across the segments of a partition
+
+
+cdef object _new_tuple = tuple.__new__
+cdef object _OffsetAndTimestamp = OffsetAndTimestamp
+
+
+def offset_for_time(list segments, int64_t timestamp, int64_t log_start, int64_t log_end):
+    """Kafka's ListOffsets by timestamp over a partition's segments (in base offset order) in one call: the segment
+    holding ``log_start``, then each one whose largest timestamp reaches ``timestamp``: its time index, its offset
+    index, then the scan inside the batch. ``OffsetAndTimestamp`` of the first record at or past ``log_start`` whose
+    timestamp is >= ``timestamp``; None when there is none below ``log_end``. No Python object is made before the
+    result (but for a compressed batch, whose records are decoded)."""
+    cdef Py_ssize_t n = len(segments), lo = 0, hi = n - 1, mid, i
+    cdef LogSegment seg
+    cdef int64_t ts = -1, off = -1, largest
+    while lo < hi:  # the last segment whose base offset <= log_start (the first when none)
+        mid = (lo + hi + 1) >> 1
+        if (<LogSegment>segments[mid]).base_offset <= log_start:
+            lo = mid
+        else:
+            hi = mid - 1
+    for i in range(lo, n):
+        seg = <LogSegment>segments[i]
+        largest = seg.max_timestamp_so_far
+        if largest < 0:
+            largest = seg.largest_timestamp  # no record timestamps: the file's mtime (Kafka's retention key)
+        if largest >= timestamp and seg._find_time(timestamp, log_start, &ts, &off):
+            if off >= log_end:
+                return None
+            return _new_tuple(_OffsetAndTimestamp, (off, ts, None))  # the NamedTuple without its Python __new__
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# the partition's change counter
+
+
+CHANGE_COUNTER_FILE = ".kafkalog-changes"
+CHANGE_COUNTER_VERSION = 1
+cdef uint32_t _CC_MAGIC = 0x43434c4b   # b"KLCC" read as a native (little-endian) UInt32
+cdef size_t _CC_SIZE = 64
+
+
+cdef class ChangeCounter:
+    """The partition's change counter file (``<partition dir>/.kafkalog-changes``), mapped shared.
+
+    ``ChangeCounter(path, writable, create=True)``: a writer (``writable``) creates a missing file, gives a short one
+    its 64 bytes and writes a bad header in place (never a new file: a view that mapped the old one would wait on it
+    forever); a reader maps a file with a valid header, else raises ValueError (OSError when it is missing). Layout
+    in the module docstring. ``seen`` and ``trusted`` belong to the owning Log (which serialises its calls);
+    ``unchanged()``, ``bump()`` and ``retire()`` are atomic against other processes and threads."""
+
+    def __cinit__(self):
+        self._addr = NULL
+
+    def __dealloc__(self):
+        if self._addr != NULL:
+            munmap(self._addr, _CC_SIZE)
+            self._addr = NULL
+
+    def __init__(self, path, bint writable, bint create=True):
+        cdef struct_stat st
+        cdef bytes bpath = os.fsencode(path)
+        cdef int fd
+        cdef void *p
+        cdef uint32_t head[2]
+        self.path = path
+        self.writable = writable
+        self.trusted = False
+        fd = c_open(bpath, (O_RDWR | (O_CREAT if create else 0)) if writable else O_RDONLY, 0o644)
+        if fd < 0:
+            raise _os_error("open", path)
+        try:
+            if fstat(fd, &st) != 0:
+                raise _os_error("fstat", path)
+            if <size_t>st.st_size < _CC_SIZE:
+                if not writable:
+                    raise ValueError(f"{path}: {st.st_size} bytes, not a change counter")
+                if ftruncate(fd, _CC_SIZE) != 0:  # only ever grows it: a mapping never reaches past the end
+                    raise _os_error("truncate", path)
+            p = mmap(NULL, _CC_SIZE, (PROT_READ | PROT_WRITE) if writable else PROT_READ, MAP_SHARED, fd, 0)
+            if p == MAP_FAILED:
+                raise _os_error("mmap", path)
+        finally:
+            c_close(fd)
+        self._addr = <unsigned char *>p
+        memcpy(head, self._addr, 8)
+        if head[0] != _CC_MAGIC or head[1] < CHANGE_COUNTER_VERSION:
+            # zeros (a file cut short by a crash, or just made), garbage: a reader refreshes on every call; a writer
+            # writes the header in place (the Changes word keeps counting: views that mapped it before see a move)
+            if not writable:
+                self.close()
+                raise ValueError(f"{path}: not a change counter")
+            head[0], head[1] = _CC_MAGIC, CHANGE_COUNTER_VERSION
+            memcpy(self._addr, head, 8)
+            self.bump()
+        self.seen = self.load()
+        self.trusted = True
+
+    cdef inline uint64_t *_word(self, int i) noexcept nogil:
+        # the words are 8-byte aligned (the mapping is page aligned): atomics need their own type
+        return <uint64_t *>(self._addr + 8 * i)
+
+    cpdef uint64_t load(self) except? 0:
+        """The counter now (acquire)."""
+        if self._addr == NULL:
+            raise ValueError("change counter closed")
+        return kl_atomic_load_u64(self._word(1))
+
+    def unchanged(self):
+        """True when the counter is trusted and still what ``seen`` says: one memory load, no system call."""
+        return self.trusted and kl_atomic_load_u64(self._word(1)) == self.seen
+
+    def bump(self):
+        """Count one change (after it is visible in the files); returns the counter before."""
+        if self._addr == NULL or not self.writable:
+            raise ValueError("change counter closed or read-only")
+        return kl_atomic_fetch_add_u64(self._word(1), 1)
+
+    def advance(self):
+        """bump(), and when nobody else counted a change since ``seen``, take this one as seen (the caller's view
+        holds every change up to its own: a shared writer under the partition lock)."""
+        cdef uint64_t before = self.bump()
+        if before == self.seen:
+            self.seen = before + 1
+        return before
+
+    @property
+    def retired(self):
+        """True once the partition directory is being deleted (``retire()``): the counter says nothing any more."""
+        return self._addr != NULL and kl_atomic_load_u64(self._word(2)) != 0
+
+    def retire(self):
+        """The partition directory goes (topic deletion): views mapping this file stop trusting it."""
+        if self._addr == NULL or not self.writable:
+            raise ValueError("change counter closed or read-only")
+        kl_atomic_store_u64(self._word(2), 1)
+        kl_atomic_fetch_add_u64(self._word(1), 1)
+
+    def revive(self):
+        """A writer opens a partition whose deletion was cut off after ``retire()``: trusted again by new views."""
+        if self._addr == NULL or not self.writable:
+            raise ValueError("change counter closed or read-only")
+        if kl_atomic_load_u64(self._word(2)) != 0:
+            kl_atomic_store_u64(self._word(2), 0)
+            kl_atomic_fetch_add_u64(self._word(1), 1)
+
+    def close(self):
+        self.trusted = False
+        if self._addr != NULL:
+            munmap(self._addr, _CC_SIZE)
+            self._addr = NULL
+
+    def __repr__(self):
+        return "ChangeCounter(%s, %s, seen=%d)" % (self.path, "writable" if self.writable else "read-only",
+                                                   self.seen)

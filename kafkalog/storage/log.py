@@ -47,7 +47,8 @@ from .._engine.batch import (
     set_max_timestamp,
 )
 from .._engine.columns import decode_columns
-from .._engine.segment import LogSegment, segment_file_name
+from .._engine.segment import CHANGE_COUNTER_FILE, ChangeCounter, LogSegment, segment_file_name
+from .._engine.segment import offset_for_time as _offset_for_time
 from ..config import LONG_MAX, Config
 from ..errors import (
     InvalidProducerEpochError,
@@ -137,6 +138,10 @@ class Log:
         self._swapped: dict[int, str] = {}  # base -> ".swap": a committed cleaner swap the listing stands on
         self._gen_fd = -1  # the partition's clean generation file (other processes' cleaners), opened lazily
         self._clean_gen = 0
+        # the partition's change counter (see _sync): writers bump it after every change, views refresh only when it
+        # moved. None for a view without a valid one (missing, not ours, given up): it refreshes on every call
+        self._changes: ChangeCounter | None = None
+        self._changes_retry = True  # a view without a counter maps it again at its next refresh
         self._cleaning = threading.Lock()
         self._txns: PartitionTxns | None = None  # open and aborted transactions, built when first needed
         self._txn_known = False  # True once the partition is known to have held a transactional batch
@@ -233,6 +238,56 @@ class Log:
         return logs
 
     def _load(self, had_clean_shutdown: bool, recover: bool) -> None:
+        """Open the segments as the directory holds them (``_load_files``) between two looks at the change counter:
+        the value before the load is what this view holds, so a change made while it loads is taken in by the
+        next call. A writer bumps it once loaded (recovery may have cut, completed swaps or removed segments)."""
+        if self.mode != READ:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self._map_changes()
+        before = self._changes.load() if self._changes is not None else 0
+        self._load_files(had_clean_shutdown, recover)
+        if self._changes is not None:
+            self._changes.seen = before
+            if self.mode != READ:
+                self._changes.revive()
+                self._changed(current=True)  # a shared opener holds the partition lock: its view is current
+
+    def _map_changes(self) -> None:
+        """Map the partition's change counter: a writer creates or repairs it (a writer that cannot must not
+        write: views that trust the counter would miss its changes); a view takes only a valid one, else it
+        refreshes on every call and maps again after a refresh that found the partition changed."""
+        self._changes_retry = False
+        path = os.path.join(self._dir_str, CHANGE_COUNTER_FILE)
+        if self.mode != READ:
+            try:
+                self._changes = ChangeCounter(path, True)
+            except OSError as e:
+                if isinstance(e, KafkaStorageError):
+                    raise
+                raise storage_error(e, "open", path) from None
+            return
+        try:
+            counter = ChangeCounter(path, False)
+        except (OSError, ValueError):
+            return  # missing (no writer of this version opened it yet), short or not ours
+        if counter.retired:
+            counter.close()  # its directory is being deleted: never trusted again
+            return
+        self._changes = counter
+
+    def _changed(self, current: bool = False) -> None:
+        """Count a change of the partition's files for other processes' views, once it is visible in the files
+        (every writer path that changes what a view must see calls this before it returns). ``current``: this
+        view holds the change and everything before it (a shared writer under the partition lock): when nobody
+        else counted one meanwhile, its own next read needs no refresh."""
+        c = self._changes
+        if c is not None:
+            if current and self.mode == SHARED:
+                c.advance()
+            else:
+                c.bump()
+
+    def _load_files(self, had_clean_shutdown: bool, recover: bool) -> None:
         writer = self.mode != READ
         ckpt_lso = self._checkpoints.log_start(self.topic, self.partition)
         rp = self._checkpoints.recovery_point(self.topic, self.partition)
@@ -404,6 +459,7 @@ class Log:
         self._swapped = {}
         if committed:
             cleaner.bump_generation(self.dir)  # read-only views that listed the unfinished swap list again
+            self._changed()
 
     def _clean_generation_changed(self) -> bool:
         """True when another process's cleaner swapped segments of this partition since this view last looked
@@ -540,6 +596,9 @@ class Log:
             if self._staged is not None and self._staged.count:
                 self._drain()
             return
+        c = self._changes
+        if c is not None and c.unchanged():
+            return  # nobody changed the partition since this view last took it in: one memory load, no system call
         if self.mode == SHARED:
             # a shared writer's view changes open segments writable (reopen, resize the active indexes): only
             # under the partition lock, never while another writer rolls, trims or deletes
@@ -548,6 +607,24 @@ class Log:
         self._refresh()
 
     def _refresh(self) -> None:
+        """Take in what other processes changed. The change counter is read before the files: a change made during
+        the refresh moves it past what this view records as seen, so the next call refreshes again."""
+        c = self._changes
+        if c is None and self._changes_retry:
+            self._map_changes()
+            c = self._changes
+        if c is not None and c.trusted:
+            now = c.load()
+            if c.retired:
+                c.trusted = False  # the directory is being deleted: refresh on every call from now on
+        before = (self._leo, self._lso, len(self._segments))
+        self._refresh_files()
+        if c is not None and c.trusted:
+            c.seen = now
+        elif c is None and (self._leo, self._lso, len(self._segments)) != before:
+            self._changes_retry = True  # a writer of this version may have made the counter meanwhile
+
+    def _refresh_files(self) -> None:
         if self._clean_generation_changed():
             self._reload_segments()  # another process's cleaner replaced segments this view has open
         stamp = self._checkpoints.log_start_stamp()
@@ -913,6 +990,7 @@ class Log:
         seg.append(data, self._leo)
         failpoints.hit("append:after-write")
         self._leo = last_offset + 1
+        self._changed(current=True)
         self._unflushed += count
         if self._unflushed >= self._flush_messages:
             self._flush_locked()
@@ -942,6 +1020,7 @@ class Log:
         self._new_active()
         if self._txns is not None and self.mode != READ:
             self._write_txn_snapshot()
+        self._changed(current=True)
         return seg
 
     def roll(self) -> None:
@@ -972,12 +1051,16 @@ class Log:
 
     def has_data_after(self, offset: int) -> bool:
         """Cheap check that a record at ``offset`` or later exists or is staged, including appends by other
-        processes since this view last looked (one fstat plus one stat; no lock, no read). A True answer may
-        precede the view catching up: read through ``read``/``records``, which do."""
+        processes since this view last looked (one memory load while the change counter has not moved, else one
+        fstat plus one stat; no lock, no read). A True answer may precede the view catching up: read through
+        ``read``/``records``, which do."""
         if self._leo > offset or (self._staged is not None and self._staged.count):
             return True
         if self.mode == EXCLUSIVE or self._closed:
             return False
+        c = self._changes
+        if c is not None and c.unchanged():
+            return False  # nothing changed since the view took the files in (one memory load)
         segs = self._segments
         if not segs:
             return bool(self._list_bases())
@@ -1341,6 +1424,7 @@ class Log:
             # the new file's directory entry too, before the marker can be durable: an open from a producer
             # snapshot takes the aborted transactions below it from these files
             fsync_dir(self.dir)
+        self._changed(current=True)
 
     def fetch_isolated(self, offset: int, max_bytes: int, read_committed: bool):
         """A Fetch's look at the partition with its isolation level: (log start offset, high watermark, last stable
@@ -1494,6 +1578,8 @@ class Log:
         with self._lock:
             self._check_open()
             self._sync()
+            if timestamp >= 0:  # the time index, the offset index and the scan inside the batch: one compiled call
+                return _offset_for_time(self._segments, timestamp, self._lso, self._leo)
             if timestamp == LATEST_TIMESTAMP:
                 return OffsetAndTimestamp(self._leo, -1)
             if timestamp == EARLIEST_TIMESTAMP:
@@ -1508,17 +1594,7 @@ class Log:
                 if found is None or found[1] < self._lso:
                     return None
                 return OffsetAndTimestamp(found[1], found[0])
-            if timestamp < 0:
-                raise ValueError(f"timestamp {timestamp}: use >= 0, or -1 latest, -2 earliest, -3 max timestamp")
-            i = max(0, bisect.bisect_right(self._bases, self._lso) - 1)
-            for seg in self._segments[i:]:
-                if seg.largest_timestamp >= timestamp:
-                    found = seg.find_offset_by_timestamp(timestamp, self._lso)
-                    if found is not None:
-                        if found[1] >= self._leo:
-                            return None
-                        return OffsetAndTimestamp(found[1], found[0])
-            return None
+            raise ValueError(f"timestamp {timestamp}: use >= 0, or -1 latest, -2 earliest, -3 max timestamp")
 
     # ------------------------------------------------------------------------------------------------ delete
 
@@ -1549,6 +1625,7 @@ class Log:
         self._checkpoints.set_log_start(self.topic, self.partition, offset)
         self._lso = offset
         self._lso_stamp = self._checkpoints.log_start_stamp()
+        self._changed()  # the new start is checkpointed: views take it in now, before the files go
         failpoints.hit("delete-records:after-checkpoint")
         active = self._segments[-1]
         if active.size and active.next_offset <= offset:
@@ -1560,6 +1637,7 @@ class Log:
         for seg in victims:
             self._remove_files(seg)
         self._remove_files_below(self._segments[0].base_offset)
+        self._changed(current=True)
 
     def _remove_files(self, seg: LogSegment, delay: bool = True) -> None:
         """Crash-safe delete: rename to ``.deleted`` first; unlink now or after file.delete.delay.ms."""
@@ -1619,12 +1697,14 @@ class Log:
                     self._checkpoints.set_log_start(self.topic, self.partition, new_lso)
                     self._lso = new_lso
                     self._lso_stamp = self._checkpoints.log_start_stamp()
+                    self._changed()
                 victims = self._segments[:n]
                 del self._segments[:n]
                 del self._bases[:n]
                 for seg in victims:
                     self._remove_files(seg)
                 self._remove_files_below(self._segments[0].base_offset)
+                self._changed(current=True)
                 return n
 
     # ------------------------------------------------------------------------------------------------ compaction
@@ -1668,6 +1748,7 @@ class Log:
                 # other views list again whatever happens next: a cleaner killed past its commit point leaves the
                 # generation changed, so every other view finishes the swap (writers) or lists it (readers)
                 self._clean_gen = cleaner.bump_generation(self.dir)
+                self._changed()
                 # the old group ends where the next segment begins (the cleaned one may end below it)
                 cleaner.commit_swap(self.dir, base, names, group[-1].end)
                 try:
@@ -1689,10 +1770,12 @@ class Log:
                         raise
                     self._segments[i:i + len(group)] = [new]
                     self._bases[i:i + len(group)] = [base]
+                    self._changed()
                     raise
                 self._segments[i:i + len(group)] = [new]
                 self._bases[i:i + len(group)] = [base]
                 self._clean_gen = cleaner.bump_generation(self.dir)  # this view is current already
+                self._changed(current=True)
                 if self._delete_delay_s > 0:
                     due = time.monotonic() + self._delete_delay_s
                     self._deleted_files.extend((due, p) for p in renamed)
@@ -1733,11 +1816,30 @@ class Log:
                 if self._gen_fd >= 0:
                     os.close(self._gen_fd)
                     self._gen_fd = -1
+                if self._changes is not None:
+                    self._changes.close()
         self.purge_deleted(force=True)
 
     def __repr__(self):
         return (f"Log({self.topic}-{self.partition}, mode={self.mode}, start={self._lso}, end={self._leo}, "
                 f"segments={len(self._segments)})")
+
+
+def retire_changes(partition_dir: Path) -> None:
+    """Before a partition directory is deleted (delete_topic): other processes' views of it stop trusting its change
+    counter (nobody bumps it again) and take the files in on every call, as views without a counter do."""
+    try:
+        counter = ChangeCounter(os.path.join(partition_dir, CHANGE_COUNTER_FILE), True, create=False)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        if isinstance(e, KafkaStorageError) and e.errno == errno.ENOENT:
+            return
+        raise
+    try:
+        counter.retire()
+    finally:
+        counter.close()
 
 
 class _PartitionLock:
@@ -1756,6 +1858,7 @@ class _PartitionLock:
             if active.torn_bytes_now() > 0:
                 active.truncate_torn_tail()  # a writer died mid-append: cut its partial batch before ours
                 log._refresh()  # the view's log end follows what the segment took in before it cut
+                log._changed(current=True)
         except BaseException:
             log._plock.release()
             raise

@@ -50,7 +50,7 @@ from ..errors import (
 from . import failpoints
 from .checkpoints import Checkpoints
 from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, broker_holding, fsync_dir, make_durable_dir
-from .log import EXCLUSIVE, READ, SHARED, Log
+from .log import EXCLUSIVE, READ, SHARED, Log, retire_changes
 from .offsets import OffsetStore
 from .transactions import TXN_TOPIC, ProducerIds, TransactionCoordinator
 
@@ -510,6 +510,7 @@ class LogStore:
         for p in partitions:
             d = self.path / f"{name}-{p}"
             if d.exists():
+                retire_changes(d)
                 gone = self.path / f"{name}-{p}.{uuid.uuid4().hex}-delete"
                 try:
                     os.replace(d, gone)

@@ -1004,3 +1004,202 @@ def test_a_compacted_topic_refuses_records_without_a_key_on_every_append_path(op
     # a topic that stops being compacted takes keyless records again
     store.alter_topic_config("t", {"cleanup.policy": "delete"})
     assert store.log("t", 0).append_batch([b"free"]) == 5
+
+
+# ------------------------------------------------------------------------------------------ other processes' views
+
+# A shared store and a read-only store see another writer's changes at their next call; they take the files in only
+# when the partition's change counter moved (.kafkalog-changes), so every writer path that changes what a view must
+# see bumps it. The writer here is a second LogStore of this process: the same files, the same counter, as another
+# process would have them.
+
+VIEW_MODES = {"shared": {"exclusive": False}, "read_only": {"read_only": True, "exclusive": False}}
+
+
+def _count_refreshes(log, monkeypatch) -> list:
+    """Count how often ``log`` takes the files in (Log._refresh_files)."""
+    calls = []
+    inner = log._refresh_files
+
+    def counted():
+        calls.append(1)
+        return inner()
+    monkeypatch.setattr(log, "_refresh_files", counted)
+    return calls
+
+
+def _view_state(log):
+    """What a view must agree on with the writer: start, end, segments, every record, a time seek of the last one."""
+    recs = [(r.offset, r.timestamp, r.value) for r in log.records()]
+    seek = ot(log.offset_for_time(recs[-1][1])) if recs else None
+    return (log.log_start_offset, log.log_end_offset, [s.base_offset for s in log.segments()], recs, seek)
+
+
+def _changes(log, writer_store):
+    """(name, call) of every writer path that changes what a view must see (``log`` is the writer's Log)."""
+    ts = iter(range(T0, T0 + 10**6))
+
+    def staged():
+        log.append(b"staged", timestamp=next(ts))
+        log.flush()  # an exclusive writer's append() is staged until a flush, a read or 16 KiB
+
+    return [
+        ("append", staged if log.mode == "exclusive" else lambda: log.append(b"one", timestamp=next(ts))),
+        ("append_batch", lambda: log.append_batch(values(3), timestamps=[next(ts) for _ in range(3)])),
+        ("append_records", lambda: log.append_records(build_batch(values(2), timestamps=[next(ts), next(ts)]))),
+        ("append_built", lambda: log.append_built(bytearray(build_batch([b"built"], timestamps=[next(ts)])), 1,
+                                                  T0)),
+        ("roll", log.roll),
+        ("append after roll", lambda: log.append_batch(values(2), timestamps=[next(ts), next(ts)])),
+        ("delete_records_before", lambda: log.delete_records_before(log.log_end_offset - 2)),
+        ("appends to retain", lambda: (writer_store.alter_topic_config("t", {"retention.bytes": 1}),
+                                       log.append_batch(values(4), timestamps=[next(ts) for _ in range(4)]),
+                                       log.roll())),
+        ("retention", log.run_retention),
+        ("abort marker", lambda: (log.append_records(build_batch([b"txn"], timestamps=[next(ts)], producer_id=9,
+                                                                 producer_epoch=0, is_transactional=True)),
+                                  log.append_marker(9, 0, False))),
+    ]
+
+
+@pytest.mark.parametrize("view_mode", list(VIEW_MODES))
+@pytest.mark.parametrize("writer_mode", ["shared", "exclusive"])
+def test_a_view_sees_every_change_of_another_writer_at_its_next_call(open_store, monkeypatch, writer_mode,
+                                                                     view_mode):
+    """Every writer path that changes the files (appends of each kind, roll, delete-before, retention, a transaction
+    marker) is seen by a shared and a read-only view at its next call, with one look at the files; between changes
+    the view takes nothing in again, however often it reads."""
+    if writer_mode == "exclusive" and view_mode == "shared":
+        pytest.skip("an exclusive writer excludes shared ones")
+    store = open_store(exclusive=writer_mode == "exclusive")
+    store.create_topic("t", 1, {"segment.bytes": 4096})
+    log = store.log("t", 0)
+    log.append_batch(values(5), timestamps=[T0 - 10 + i for i in range(5)])
+    log.flush()
+    view = open_store(**VIEW_MODES[view_mode]).log("t", 0)
+    assert _view_state(view) == _view_state(log)
+    refreshes = _count_refreshes(view, monkeypatch)
+    for _ in range(50):  # unchanged: one memory load a call, no look at the files
+        view.log_end_offset, view.read(0), view.fetch(0, 100), view.offset_for_time(T0), view.has_data_after(5)
+        list(view.records(0))
+    assert refreshes == []
+    for name, change in _changes(log, store):
+        change()
+        want = _view_state(log)
+        refreshes.clear()
+        assert _view_state(view) == want, f"the view missed the writer's {name}"
+        assert len(refreshes) == 1, (name, len(refreshes))  # the first call took it in, the others had nothing new
+    assert log.log_start_offset > 0 and len(log.segments()) > 1
+
+
+@pytest.mark.parametrize("view_mode", list(VIEW_MODES))
+def test_a_view_sees_another_writers_cleaner_swap_at_its_next_call(open_store, view_mode):
+    """Log compaction swaps cleaned segments in for old ones (renames under the partition lock): a view that read
+    the old segments just before sees the cleaned log at its next call, nothing else having changed in between."""
+    store = open_store(exclusive=False)
+    store.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": 1200, "file.delete.delay.ms": 0,
+                                "min.cleanable.dirty.ratio": "0.01"})
+    log = store.log("t", 0)
+    for i in range(300):
+        log.append(b"v%d" % i, key=b"k%d" % (i % 3), timestamp=T0 + i)
+    log.roll()
+    view = open_store(**VIEW_MODES[view_mode]).log("t", 0)
+    assert len(list(view.records())) == 300
+    assert log.run_cleaner(force=True).records_removed == 297
+    want = [(r.offset, r.value) for r in log.records()]
+    assert [(r.offset, r.value) for r in view.records()] == want == [(297, b"v297"), (298, b"v298"),
+                                                                     (299, b"v299")]
+    assert ot(view.offset_for_time(T0)) == (297, T0 + 297)
+
+
+@pytest.mark.parametrize("view_mode", list(VIEW_MODES))
+def test_a_view_never_takes_a_torn_tail_and_sees_what_replaces_it(open_store, data_dir, view_mode):
+    """A writer killed mid-append leaves part of a batch (it never counted a change); the next writer cuts it under
+    the partition lock and appends: the view never shows the torn bytes, and sees the new batch where they were."""
+    store = open_store(exclusive=False)
+    store.create_topic("t", 1)
+    log = store.log("t", 0)
+    log.append_batch(values(4))
+    view = open_store(**VIEW_MODES[view_mode]).log("t", 0)
+    assert view.log_end_offset == 4
+    seg = data_dir / "t-0" / ("%020d.log" % 0)
+    torn = build_batch([b"torn" * 50], base_offset=4)
+    with open(seg, "ab") as f:
+        f.write(torn[:len(torn) // 2])
+    assert view.log_end_offset == 4 and [r.value for r in view.records()] == values(4)
+    assert log.append_batch([b"after"]) == 4  # cuts the torn half first
+    assert seg.stat().st_size == log.segments()[-1].size
+    assert view.log_end_offset == 5
+    assert [r.value for r in view.records()] == values(4) + [b"after"]
+
+
+def test_a_view_of_a_deleted_topic_stops_trusting_its_counter(open_store):
+    """delete_topic retires the partition's change counter before the directory goes: views of it in other
+    processes (which nobody will count changes for again) take the files in at every call, as before the counter;
+    a topic created again under the name has a new counter its new views trust."""
+    store = open_store(exclusive=False)
+    store.create_topic("t", 1)
+    store.log("t", 0).append_batch(values(3))
+    view = open_store(**VIEW_MODES["read_only"]).log("t", 0)
+    assert view.log_end_offset == 3 and view._changes.unchanged()
+    old = view._changes
+    store.delete_topic("t")
+    assert old.retired
+    assert view.log_end_offset == 3  # the old files, as a view of a deleted topic always had them
+    assert not view._changes.trusted and not view._changes.unchanged()
+    store.create_topic("t", 1)
+    store.log("t", 0).append_batch([b"new"])
+    fresh_view = open_store(**VIEW_MODES["read_only"]).log("t", 0)
+    assert [r.value for r in fresh_view.records()] == [b"new"] and fresh_view._changes.unchanged()
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty", "garbage", "retired"])
+@pytest.mark.parametrize("view_mode", list(VIEW_MODES))
+def test_without_a_valid_counter_views_refresh_every_call_until_a_writer_repairs_it(open_store, data_dir,
+                                                                                    monkeypatch, damage, view_mode):
+    """The counter is a hint, never durable state: missing (a power loss took it, an older kafkalog wrote the
+    partition), cut short, garbage or retired by a cut-off delete, a read-only view refreshes at every call and sees
+    every change; a writer that opens the partition repairs it in place (a new file would leave views that mapped the
+    old one waiting) and views trust it again."""
+    store = open_store(exclusive=False)
+    store.create_topic("t", 1)
+    store.log("t", 0).append_batch(values(2))
+    store.close()
+    path = data_dir / "t-0" / ".kafkalog-changes"
+    if damage == "missing":
+        path.unlink()
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "garbage":
+        path.write_bytes(os.urandom(64))
+    else:
+        from kafkalog.storage.log import retire_changes
+        retire_changes(data_dir / "t-0")
+    reader = open_store(**VIEW_MODES["read_only"]).log("t", 0)
+    assert reader._changes is None
+    refreshes = _count_refreshes(reader, monkeypatch)
+    assert reader.log_end_offset == 2 and reader.log_end_offset == 2
+    assert len(refreshes) == 2  # no counter: every call looks at the files
+    writer = open_store(exclusive=False).log("t", 0)  # repairs the counter in place
+    view = open_store(**VIEW_MODES[view_mode]).log("t", 0)
+    assert view._changes is not None and view._changes.unchanged()
+    writer.append_batch([b"x"])
+    assert reader.log_end_offset == 3 and view.log_end_offset == 3
+    refreshes.clear()
+    assert reader.log_end_offset == 3  # the reader saw the partition change: it maps the counter again
+    assert reader._changes is not None and reader._changes.unchanged()
+    writer.append_batch([b"y"])
+    assert [r.value for r in reader.records()] == values(2) + [b"x", b"y"]
+    assert [r.value for r in view.records()] == values(2) + [b"x", b"y"]
+    assert path.stat().st_size == 64
+
+
+def test_has_data_after_sees_another_writers_append_through_the_counter(open_store):
+    store = open_store(exclusive=False)
+    store.create_topic("t", 1)
+    log = store.log("t", 0)
+    view = open_store(**VIEW_MODES["read_only"]).log("t", 0)
+    assert not view.has_data_after(0)
+    log.append(b"a")
+    assert view.has_data_after(0)
+    assert view.read(0) and not view.has_data_after(1)
