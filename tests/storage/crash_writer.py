@@ -21,6 +21,8 @@ writes a ``S <i> <op>`` step line to the journal before it starts; acknowledgeme
     A <base> <n> <wid> <seq0>   (shared writers) an append of n records wid:seq0.. got offsets base..base+n-1
     Z               (shared writers) its ``ops`` are done: it writes nothing more and waits for the stop file
     O <offset> <wid> <seq0> <n> (reader) records observed at offset.. offset+n-1: wid:seq0.. (one line a run)
+    L <next> <lso> <leo>        (reader) its last look, once every writer was gone: the next offset it would read,
+                                the log start and end its view showed
     E <message>     a broken invariant seen by this process (the test fails on it)
     X               the scenario ended normally
 
@@ -290,11 +292,14 @@ def op_shared_writer(ctx, wid, seed, ops, stop_file, max_batch=6, burst_bytes=0,
         time.sleep(0.005)
 
 
-def op_reader(ctx, stop_file, poll_s=0.0005, pause_s=0.0, seed=0):
+def op_reader(ctx, stop_file, poll_s=0.0005, pause_s=0.0, seed=0, final_file=None):
     """Read every record as it appears until ``stop_file`` exists; report what it saw (one ``O`` line a run of
     records whose offsets and one writer's sequence numbers both go up by one) and anything out of order or corrupt.
     Records deleted before it read them are skipped (``J <log start>``), the log start never going back.
-    ``pause_s``: now and then it does not look for up to that long (other processes append megabytes meanwhile)."""
+    ``pause_s``: now and then it does not look for up to that long (other processes append megabytes meanwhile).
+    ``final_file``: once stopping, it waits for that file (the test makes it when every writer is gone), reads once
+    more with the same view and journals ``L``: a view that missed a change another process made before it looked
+    shows here."""
     from kafkalog.errors import KafkaError, OffsetOutOfRangeError
     log, j = ctx.log, ctx.journal
     rng = random.Random(seed)
@@ -348,7 +353,13 @@ def op_reader(ctx, stop_file, poll_s=0.0005, pause_s=0.0, seed=0):
         except KafkaError as e:
             note("E", f"read from {pos} raised {type(e).__name__}: {e}")
         flush_run()
+        if stopping and final_file is not None:
+            while not os.path.exists(final_file):
+                time.sleep(0.005)
+            final_file = None
+            continue  # one more round: everything every writer did is in the files now
         if stopping:
+            j.note("L", pos, log.log_start_offset, log.log_end_offset)
             return
         time.sleep(rng.random() * pause_s if pause_s and rng.random() < 0.05 else poll_s)
 

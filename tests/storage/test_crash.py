@@ -378,11 +378,16 @@ class LogImage:
         return check
 
 
-def read_seen(journal, seen: Seen, start: int = 0) -> None:
+def read_seen(journal, seen: Seen, start: int = 0, image: LogImage | None = None) -> None:
     """Feed a reader's ``O`` runs to ``seen``; fail on its ``E`` lines and on offsets that do not follow each other
-    from ``start`` (but for a jump to the log start a delete-before moved, a ``J`` line)."""
+    from ``start`` (but for a jump to the log start a delete-before moved, a ``J`` line). ``image``: the log once
+    every writer was gone; the reader's last look (``L``, made after that) must show that log and have read it to
+    its end: a view that missed another process's change (an append, a delete-before) fails here."""
     expect = jumped = start
+    last = None
     for ln in JournalTail(journal).lines():
+        if ln[0] == "L":
+            last = tuple(map(int, ln[1:]))
         if ln[0] == "O":
             off, wid, seq, n = map(int, ln[1:])
             assert off == expect or off == jumped > expect, \
@@ -394,6 +399,10 @@ def read_seen(journal, seen: Seen, start: int = 0) -> None:
         elif ln[0] == "E":
             pytest.fail(f"a reader saw: {' '.join(ln[1:])} (seed {SEED})")
     seen.flush()
+    if image is not None:
+        assert last == (image.leo, image.lso, image.leo), \
+            f"a reader's last look (next offset, log start, log end) was {last}, the log is [{image.lso}, " \
+            f"{image.leo}) (seed {SEED}; {journal})"
 
 
 def consume_json(data: Path, topic: str = TOPIC):
@@ -949,6 +958,7 @@ class MultiProcess:
     def __init__(self, zygote, tmp, data):
         self.z, self.tmp, self.data = zygote, tmp, data
         self.stop = tmp / "stop"
+        self.final = tmp / "writers-gone"  # the readers' last look comes after every writer exited
         self.writers: dict[int, tuple[int, dict]] = {}  # wid -> (pid, spec)
         self.killed: set[int] = set()
         self.readers: list[tuple[int, dict]] = []
@@ -968,7 +978,8 @@ class MultiProcess:
 
     def start_reader(self, **kw):
         spec = make_spec(self.tmp, f"reader{len(self.readers)}", self.data, [
-            ["open", {"mode": "read"}], ["reader", {"stop_file": str(self.stop), **kw}]])
+            ["open", {"mode": "read"}], ["reader", {"stop_file": str(self.stop), "final_file": str(self.final),
+                                                    **kw}]])
         pid = self.z.spawn(spec)
         self.readers.append((pid, spec))
         wait_for_tag(spec["journal"], "R", pid, self.z, spec["log"])
@@ -1023,6 +1034,7 @@ class MultiProcess:
                 continue
             st = self.z.wait(pid, timeout=300)
             assert st == 0, f"writer {wid} exited {st} (seed {SEED}):\n{_text(spec['log'])}"
+        self.final.touch()
         for pid, spec in self.readers:
             st = self.z.wait(pid, timeout=300)
             assert st == 0, f"reader exited {st} (seed {SEED}):\n{_text(spec['log'])}"
@@ -1038,7 +1050,7 @@ class MultiProcess:
         seen = 0
         for r, (_, spec) in enumerate(self.readers):
             s = Seen(image.check_seen(self.model, f"reader {r}"))
-            read_seen(spec["journal"], s)
+            read_seen(spec["journal"], s, image=image)
             seen += s.total
         return image, seen
 
@@ -1432,7 +1444,7 @@ def _torture(zygote, tmp_path, kills):
     mp.finish()
     image = LogImage(data, mp.model)
     for r, (_, spec) in enumerate(mp.readers):
-        read_seen(spec["journal"], Seen(image.check_seen(mp.model, f"reader {r}")))
+        read_seen(spec["journal"], Seen(image.check_seen(mp.model, f"reader {r}")), image=image)
     late_seen = Seen(image.check_seen(mp.model, "kafkalog consume beside the writers"))
     for offset, wid, seq in late:
         late_seen.add(offset, wid, seq)

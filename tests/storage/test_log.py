@@ -1203,3 +1203,57 @@ def test_has_data_after_sees_another_writers_append_through_the_counter(open_sto
     log.append(b"a")
     assert view.has_data_after(0)
     assert view.read(0) and not view.has_data_after(1)
+
+
+_VIEW_CHILD = r"""
+import json, sys, kafkalog
+path, mode = sys.argv[1], sys.argv[2]
+store = kafkalog.LogStore(path, read_only=mode == "read_only", exclusive=False, maintenance=False)
+log = store.log("t", 0)
+for line in sys.stdin:  # one look a line: what this process's view shows now
+    recs = [(r.offset, r.timestamp, r.value.decode()) for r in log.records()]
+    seek = log.offset_for_time(recs[-1][1]) if recs else None
+    print(json.dumps([log.log_start_offset, log.log_end_offset, [s.base_offset for s in log.segments()], recs,
+                      [seek.offset, seek.timestamp] if seek else None]), flush=True)
+store.close()
+"""
+
+
+@pytest.mark.parametrize("view_mode", list(VIEW_MODES))
+def test_a_view_in_another_process_sees_every_change_at_its_next_look(open_store, data_dir, tmp_path, child_env,
+                                                                      view_mode):
+    """The same as above across processes (the counter is a shared mapping of one file): a view in a child process,
+    asked to look after each of this process's changes returned, shows exactly what the writer has."""
+    import json
+    import subprocess
+    import sys
+    store = open_store(exclusive=False)
+    store.create_topic("t", 1, {"segment.bytes": 4096})
+    log = store.log("t", 0)
+    log.append_batch(values(5), timestamps=[T0 - 10 + i for i in range(5)])
+    script = tmp_path / "view.py"
+    script.write_text(_VIEW_CHILD)
+    p = subprocess.Popen([sys.executable, str(script), str(data_dir), view_mode], env=child_env, text=True,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def look():
+        p.stdin.write("look\n")
+        p.stdin.flush()
+        line = p.stdout.readline()
+        assert line, p.stderr.read()[-3000:]
+        lso, leo, bases, recs, seek = json.loads(line)
+        return lso, leo, bases, [tuple(r) for r in recs], tuple(seek) if seek else None
+
+    def mine():
+        lso, leo, bases, recs, seek = _view_state(log)
+        return lso, leo, bases, [(o, t, v.decode()) for o, t, v in recs], seek
+
+    try:
+        assert look() == mine()
+        for name, change in _changes(log, store):
+            change()
+            assert look() == mine(), f"the other process's view missed this process's {name}"
+    finally:
+        p.stdin.close()
+        p.wait(timeout=60)
+    assert p.returncode == 0, p.stderr.read()[-3000:]
