@@ -22,7 +22,8 @@ Goals (the issue's, all ratios unless marked absolute)
       log.read_columns()                                                  absolute >= 20 M records/s
   g5  append_batch(..., compression="lz4") against aiokafka's lz4 build               >= 2x
       offset_for_time(T) p50 over 1 M records against np.searchsorted on a
-      numpy.memmap of 1 M int64 timestamps, per call                                 <= 3x
+      numpy.memmap of 1 M int64 timestamps, per call, in an exclusive, a shared
+      (the default) and a read-only store (g5.time_seek, .shared, .read_only)         <= 3x
   g6  delete_records_before on an 8 GB log against the same call on a 1 GB log
       (--quick: 4 GB vs 0.5 GB), 64 MiB segments                                     <= 1.5x
       unclean open (kill -9 of the writer) of a 1 GB log with a recent recovery

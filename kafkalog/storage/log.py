@@ -12,6 +12,16 @@ Three ways to open a Log (chosen by the LogStore):
   others appended (so offsets never collide), then writes. Nothing is staged.
 * ``read``: read-only; never changes a file; sees other processes' complete batches (never a torn one) on each call.
 
+Other processes' changes (shared and read views): every writer counts each change of the partition's files in the
+partition's change counter (``.kafkalog-changes``, engine segment.pyx) once the change is visible: appends (every
+kind: ``_write``), rolls, a torn tail cut, an open (recovery, leftovers removed, swaps completed), a log start moved
+(counted once checkpointed and again once the segments below are gone), retention, cleaner swaps. A view loads the
+counter before it takes the files in and calls that value seen; a call finding the counter still there skips the
+files (and, shared, the partition lock): one memory load. The counter is a hint: never fsynced, never needed to open;
+without a valid one (missing, short, garbage, retired by delete_topic) a view takes the files in on every call as it
+always did, and maps the counter again once it saw the partition change (a writer repairs the file in place, never
+replacing it: a view that mapped the old file would wait on it forever). A writer that cannot map it does not open.
+
 Thread safety: every public method takes the Log's lock; threads of one process share a Log freely. Iterators
 (``records``) take the lock per chunk, not for their lifetime.
 
