@@ -1506,8 +1506,10 @@ class Log:
         exists (KIP-74). A zero-copy read-only view of the segment file; empty at the log end. The first batch may
         hold records below ``offset`` (and below the log start offset): callers skip them, as Kafka clients do."""
         with self._lock:
-            self._check_open()
-            self._sync()
+            c = self._changes
+            if self.mode == EXCLUSIVE or c is None or not c.unchanged() or self._closed:
+                self._check_open()
+                self._sync()
             return self._read_locked(offset, max_bytes)
 
     def fetch(self, offset: int, max_bytes: int) -> tuple[int, int, memoryview | None]:
@@ -1515,8 +1517,10 @@ class Log:
         from ``offset`` as ``read`` returns them, or None at the high watermark or when ``max_bytes`` <= 0).
         OffsetOutOfRangeError outside [log start, high watermark]."""
         with self._lock:
-            self._check_open()
-            self._sync()
+            c = self._changes
+            if self.mode == EXCLUSIVE or c is None or not c.unchanged() or self._closed:
+                self._check_open()
+                self._sync()
             lso, hwm = self._lso, self._leo
             if offset < lso or offset > hwm:
                 raise OffsetOutOfRangeError(f"fetch offset {offset} is outside [{lso}, {hwm}] of "
@@ -1586,8 +1590,10 @@ class Log:
         """Kafka's ListOffsets: the first offset whose record timestamp >= ``timestamp`` (None past the end);
         -1 latest (high watermark), -2 earliest (log start offset), -3 the record with the max timestamp."""
         with self._lock:
-            self._check_open()
-            self._sync()
+            c = self._changes
+            if self.mode == EXCLUSIVE or c is None or not c.unchanged() or self._closed:
+                self._check_open()
+                self._sync()  # (inlined above: a current shared or read view skips both calls)
             if timestamp >= 0:  # the time index, the offset index and the scan inside the batch: one compiled call
                 return _offset_for_time(self._segments, timestamp, self._lso, self._leo)
             if timestamp == LATEST_TIMESTAMP:
