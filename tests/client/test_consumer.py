@@ -291,6 +291,10 @@ def test_a_consumer_moves_past_transaction_markers_of_a_kafka_log(tmp_path):
         with open(segment, "r+b") as f:  # the marker arrives after the records were read, alone in its poll
             f.seek(0, 2)
             f.write(raw)
+        # and is counted in the partition's change counter, as every kafkalog writer counts its appends (views of
+        # other processes take the files in when it moves; a log dir is read from Kafka stopped or hot-copied)
+        from kafkalog._engine.segment import CHANGE_COUNTER_FILE, ChangeCounter
+        ChangeCounter(str(segment.parent / CHANGE_COUNTER_FILE), True).bump()
         for _ in range(5):
             for recs in c.poll(timeout_ms=50).values():
                 got += [(r.offset, r.value) for r in recs]

@@ -1257,3 +1257,29 @@ def test_a_view_in_another_process_sees_every_change_at_its_next_look(open_store
         p.stdin.close()
         p.wait(timeout=60)
     assert p.returncode == 0, p.stderr.read()[-3000:]
+
+
+def test_a_view_of_an_unclean_store_sees_what_the_recovering_writer_cut(open_store, data_dir, unclean):
+    """A read-only view of a store nobody recovered yet takes in every CRC-valid batch, one that repeats offsets
+    already taken too; the next writer's recovery cuts from there (offsets must go up) and counts the change at
+    its open: the view, which saw the batch, shows the cut log at its next call."""
+    store, log = fresh(open_store, topic_config={"retention.ms": -1})
+    log.append_batch(values(5), timestamps=[T0 + i for i in range(5)])
+    store.close()
+    unclean(data_dir)
+    (data_dir / "recovery-point-offset-checkpoint").write_text("0\n1\nt 0 0\n")  # as if never flushed
+    seg = data_dir / "t-0" / ("%020d.log" % 0)
+    good = seg.read_bytes()
+    seg.write_bytes(good + build_batch([b"again"], timestamps=[T0 + 9], base_offset=4))  # offset 4 a second time
+    reader = open_store(**VIEW_MODES["read_only"]).log("t", 0)
+    assert [r.value for r in reader.records()][-1] == b"again"  # CRC-valid: a view takes it in
+    assert reader.log_end_offset == 5
+    writer = open_store().log("t", 0)  # exclusive: recovers
+    assert seg.read_bytes() == good
+    # the view must not read the cut bytes through its mapping (zeros here; past the file's last page, SIGBUS)
+    assert [s.size for s in reader.segments()] == [len(good)]
+    assert [r.value for r in reader.records()] == values(5)
+    assert ot(reader.offset_for_time(T0 + 9)) is None
+    writer.append_batch([b"next"], timestamps=[T0 + 20])
+    writer.flush()
+    assert [r.value for r in reader.records()] == values(5) + [b"next"]
