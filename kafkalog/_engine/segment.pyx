@@ -72,7 +72,12 @@ cdef extern from * nogil:
     void __builtin_prefetch(const void *addr)
 
 cdef int64_t PAGE = 4096
-DEF PREFETCH_AHEAD = 2048
+cdef enum:
+    # the time seek's scan inside a batch walks record by record (each length gives the next record's place): asking
+    # for the bytes this far ahead keeps the memory busy while the walk decodes (a batch not yet in the CPU's cache
+    # scanned ~1.5x faster). A prefetch is a hint: it never faults, past the batch or the mapping it does nothing
+    _PREFETCH_AHEAD = 2048
+    _PREFETCH_FIRST = 1024  # the first bytes of the batch, all at once
 cdef int64_t _CHUNK = 4 << 20
 
 
@@ -169,11 +174,11 @@ cdef int64_t _scan_records(const unsigned char *p, const unsigned char *end, int
     cdef int64_t ts, off
     cdef int32_t i
     cdef int k
-    for k in range(0, 1024, 64):
+    for k in range(0, _PREFETCH_FIRST, 64):
         __builtin_prefetch(p + k)
     for i in range(count):
-        __builtin_prefetch(p + PREFETCH_AHEAD)
-        __builtin_prefetch(p + PREFETCH_AHEAD + 64)
+        __builtin_prefetch(p + _PREFETCH_AHEAD)
+        __builtin_prefetch(p + _PREFETCH_AHEAD + 64)  # records are ~100 B and up: two cache lines a record
         if not kl_next_uvarint(&p, end, &z) or z & 1:
             break  # truncated, or a negative length
         rec_end = p + (z >> 1)  # a length is never negative: no unzigzag on the chain from record to record
