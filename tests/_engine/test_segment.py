@@ -128,3 +128,19 @@ def test_change_counter_a_reader_refuses_a_bad_file_a_writer_repairs_it_in_place
     with pytest.raises(OSError):
         ChangeCounter(str(tmp_path / "missing"), True, create=False)
     assert not os.path.exists(tmp_path / "missing")
+
+
+def test_change_counter_of_a_later_version_is_counted_in_and_left_as_it_is(tmp_path):
+    """A later version may only add words after Changes and Retired: its file is used as it is (header kept)."""
+    import struct
+
+    from kafkalog._engine.segment import ChangeCounter
+    path = tmp_path / ".kafkalog-changes"
+    path.write_bytes(b"KLCC" + struct.pack("<IQQ", 2, 41, 0) + b"\x07" * 40)
+    w = ChangeCounter(str(path), True)
+    r = ChangeCounter(str(path), False)
+    assert r.load() == 41 and w.bump() == 41 and not r.unchanged()
+    raw = path.read_bytes()
+    assert raw[:8] == b"KLCC" + struct.pack("<I", 2) and raw[24:] == b"\x07" * 40
+    w.close()
+    r.close()
