@@ -302,6 +302,7 @@ def delete_groups(s, ctx, header, frame, offset):
             out.append({"group_id": gid, "error_code": NonEmptyGroupError.code})
             continue
         try:
+            yield s.groups.state.barrier()
             code = yield s.loop.run_in_executor(None, _delete_group_files, s, gid)
         except KafkaError as e:
             code = error_code(e)

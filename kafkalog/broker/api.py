@@ -26,6 +26,7 @@ import uuid
 from .._engine.batch import RecordBatch, iter_batches
 from ..errors import (
     ClusterAuthorizationFailedError,
+    CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     InconsistentTopicIdError,
     InvalidGroupIdError,
@@ -1660,7 +1661,15 @@ def consumer_group_heartbeat(s: Services, ctx, header, frame, offset):
                                 "error_message": "The member is not authorized to access topics: "
                                                  f"[{', '.join(sorted(denied))}].", "member_id": None,
                                 "member_epoch": 0, "heartbeat_interval_ms": 0, "assignment": None})
-    return respond(header, s.groups.consumer.heartbeat(ctx, header, req))
+    body = s.groups.consumer.heartbeat(ctx, header, req)
+    written = s.groups.consumer.persist_group(req["group_id"])
+    if written is not None:  # answered once the group's records are durable, as Kafka answers once committed
+        try:
+            yield written
+        except Exception as e:  # noqa: BLE001  (a failed write: the client retries, as with Kafka's)
+            log.error("ConsumerGroupHeartbeat of group %s: %s", req["group_id"], e)
+            body.update(error_code=CoordinatorNotAvailableError.code, error_message=str(e), assignment=None)
+    return respond(header, body)
 
 
 def consumer_group_describe(s: Services, ctx, header, frame, offset):

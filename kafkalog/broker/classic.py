@@ -40,6 +40,7 @@ import time
 
 from ..client.group import ASSIGNORS, GroupMember, _make_group_dir, _write_state
 from ..errors import (
+    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -162,6 +163,7 @@ class ClassicGroup:
             self.state = "Empty"
             self.generation += 1
             self.leader = self.protocol = None
+            self.c.state.write_classic(self)  # as Kafka stores an empty group (generation kept)
         self.publish()
 
     def prepare_rebalance(self) -> None:
@@ -361,10 +363,20 @@ class ClassicGroups:
             answer = g.join_answer(m, skip_assignment=m.member_id == g.leader and header.api_version >= 9)
             if header.api_version < 9:
                 answer["members"] = []  # as Kafka: before SkipAssignment, a leader told nothing to assign
-            return protocol.encode_response(11, header.api_version, header.correlation_id, answer)
+            return self._answer_when_stored(g, header, answer)
         m.join_fut = self.c.s.loop.create_future()
         g.prepare_rebalance()
         return self.c.await_join(m.join_fut, m.rebalance_timeout_ms, m.member_id, header)
+
+    async def _answer_when_stored(self, g: ClassicGroup, header, answer: dict):
+        """The replacing static member's JoinGroup, answered once the group with its new member id is durable (as
+        Kafka persists the group before it answers)."""
+        try:
+            await self.c.state.write_classic(g)
+        except Exception as e:  # noqa: BLE001  (a failed write: the member retries)
+            log.error("group %s: storing the group failed: %s", g.group_id, e)
+            return self.c._join_error(header, CoordinatorNotAvailableError.code, answer["member_id"])
+        return protocol.encode_response(11, header.api_version, header.correlation_id, answer)
 
     async def sync(self, header, req, g: ClassicGroup):
         m = g.members.get(req["member_id"])
@@ -386,9 +398,21 @@ class ClassicGroups:
             given = {a["member_id"]: bytes(a["assignment"] or b"") for a in req["assignments"]}
             for mid, mm in g.members.items():
                 mm.assignment = given.get(mid, b"")
-            g.state = "Stable"
-            g.synced.set()
-            g.publish()
+            # the generation is stored (GroupMetadata, fsynced) before any member gets its assignment: a member
+            # never sees a generation that a restart would take back
+            try:
+                await self.c.state.write_classic(g)
+            except Exception as e:  # noqa: BLE001  (a failed write: as Kafka, the members rebalance again)
+                log.error("group %s: storing generation %d failed: %s", g.group_id, gen, e)
+                if g.generation == gen and g.state == "CompletingRebalance":
+                    for mm in g.members.values():
+                        mm.assignment = b""
+                    g.prepare_rebalance()
+                return self.c._sync_answer(header, CoordinatorNotAvailableError.code, b"")
+            if g.generation == gen and g.state == "CompletingRebalance":
+                g.state = "Stable"
+                g.synced.set()
+                g.publish()
         deadline = time.monotonic() + m.rebalance_timeout_ms / 1000.0
         while g.state == "CompletingRebalance" and g.generation == gen and g.members.get(m.member_id) is m:
             remaining = deadline - time.monotonic()

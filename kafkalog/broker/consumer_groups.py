@@ -122,6 +122,13 @@ class ConsumerMember:
         return tuple(sorted(self.topic_names)), self.topic_regex
 
 
+def _fingerprint(m: ConsumerMember) -> tuple:
+    """What a member's records hold (a heartbeat that changes none of it writes nothing)."""
+    return (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.topic_names), m.topic_regex,
+            m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state, repr(m.assigned),
+            repr(m.pending_revocation))
+
+
 class ConsumerGroup:
     def __init__(self, group_id: str):
         self.group_id = group_id
@@ -135,6 +142,11 @@ class ConsumerGroup:
         self.metadata_checked = 0.0
         self.regex_topics: dict[str, frozenset] = {}
         self.assignor = ""
+        self.assigned_ms = 0  # when the target assignment was last computed (AssignmentTimestamp)
+        # changed since the group's records were last written (groupstate.py): members whose records to write,
+        # members whose records to tombstone
+        self.dirty: set[str] = set()
+        self.removed: set[str] = set()
 
     def state(self) -> str:
         if not self.members:
@@ -368,6 +380,14 @@ class ConsumerGroups:
                 raise HeartbeatError(InvalidRegularExpressionError.code,
                                      f"SubscribedTopicRegex `{rx}` is not a valid regular expression: {e}.") from None
 
+    def persist(self, g: ConsumerGroup):
+        """Write what changed in ``g`` since the last call (a future: durable when done), or None."""
+        if not g.dirty and not g.removed:
+            return None
+        dirty, removed = g.dirty, g.removed
+        g.dirty, g.removed = set(), set()
+        return self.c.state.write_consumer(g, sorted(dirty), sorted(removed))
+
     def heartbeat(self, ctx, header, req) -> dict:
         base = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
                 "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0, "assignment": None}
@@ -380,6 +400,11 @@ class ConsumerGroups:
         except HeartbeatError as e:
             base.update(error_code=e.code, error_message=e.message)
         return base
+
+    def persist_group(self, gid: str):
+        """``persist`` by group id (after a heartbeat): a future, or None when nothing changed."""
+        g = self.groups.get(gid)
+        return self.persist(g) if g is not None else None
 
     def _group(self, gid: str, create: bool) -> ConsumerGroup:
         g = self.groups.get(gid)
@@ -448,6 +473,7 @@ class ConsumerGroups:
                 self._check_epoch(existing, epoch, owned)
                 m = existing
         new = member_id not in g.members
+        before = None if new else _fingerprint(m)
         old_sub = None if new else m.subscription()
         old_assigned = _copy(m.assigned)
         if instance_id is not None:
@@ -466,6 +492,7 @@ class ConsumerGroups:
         m.client_host = "/" + ctx.connection.peer_host
         m.last_seen = time.monotonic()
         if replaced is not None:
+            g.removed.add(replaced.member_id)
             del g.members[replaced.member_id]
             g.target[member_id] = g.target.pop(replaced.member_id, {})
             g.set_current(replaced, {}, {})
@@ -489,6 +516,8 @@ class ConsumerGroups:
         if g.group_epoch > g.assignment_epoch:
             self._assign(g)
         self._reconcile(g, m, owned)
+        if before is None or _fingerprint(m) != before:
+            g.dirty.add(member_id)
         full = epoch == 0 or (req["rebalance_timeout_ms"] != -1 and req["subscribed_topic_names"] is not None
                               and owned is not None)
         answer = {"member_id": member_id, "member_epoch": m.epoch,
@@ -507,19 +536,24 @@ class ConsumerGroups:
         m.assigned_at = dict(old.assigned_at)
         return m
 
-    def _assign(self, g: ConsumerGroup) -> None:
+    def assignor_for(self, g: ConsumerGroup) -> str:
+        """The assignor the members' ServerAssignor votes choose (most votes; none: the first configured)."""
         votes: dict[str, int] = {}
         for m in g.members.values():
-            if m.server_assignor:
+            if m.server_assignor in self.assignors:
                 votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
-        name = max(votes, key=lambda a: (votes[a], -self.assignors.index(a))) if votes else self.assignors[0]
-        g.assignor = name
+        return max(votes, key=lambda a: (votes[a], -self.assignors.index(a))) if votes else self.assignors[0]
+
+    def _assign(self, g: ConsumerGroup) -> None:
+        name = g.assignor = self.assignor_for(g)
         partitions = {tid: n for tid, n in (g.metadata or {}).values()}
         order = {tid: name for name, (tid, _) in (g.metadata or {}).items()}
         members = {mid: order for mid in g.members}
         subs = {mid: self._member_topics(g, m) for mid, m in g.members.items()}
         g.target = ASSIGNORS[name](members, subs, partitions, {mid: g.target.get(mid, {}) for mid in g.members})
         g.assignment_epoch = g.group_epoch
+        g.assigned_ms = time.time_ns() // 1_000_000
+        g.dirty.update(g.members)
         log.info("group %s: target assignment at epoch %d (%s) for %d members", g.group_id, g.assignment_epoch, name,
                  len(g.members))
 
@@ -604,6 +638,7 @@ class ConsumerGroups:
                                  f"{instance_id} was fenced by member {m.member_id}.")
         if epoch == STATIC_LEAVE_EPOCH:
             log.info("group %s: static member %s (instance id %s) temporarily left", gid, member_id, instance_id)
+            g.dirty.add(member_id)
             m.epoch = STATIC_LEAVE_EPOCH
             g.set_current(m, m.assigned, {})
             m.revoke_deadline = None
@@ -616,6 +651,8 @@ class ConsumerGroups:
         m = g.members.pop(member_id, None)
         if m is None:
             return
+        g.removed.add(member_id)
+        g.dirty.discard(member_id)
         g.set_current(m, {}, {})
         g.target.pop(member_id, None)
         if m.instance_id is not None and g.instances.get(m.instance_id) == member_id:
@@ -637,6 +674,7 @@ class ConsumerGroups:
                 elif m.revoke_deadline is not None and now > m.revoke_deadline and m.state == UNREVOKED:
                     self.remove(g, mid, f"failed to transition from epoch {m.epoch} within "
                                         f"{m.rebalance_timeout_ms}ms")
+            self.persist(g)
 
     # -- describe, commits ----------------------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from ..errors import (
 from . import protocol
 from .classic import ClassicGroup, ClassicGroups
 from .consumer_groups import ConsumerGroups
+from .groupstate import GroupStateStore
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -110,6 +111,8 @@ class GroupCoordinator:
         self.initial_delay_s = services.config["group.initial.rebalance.delay.ms"] / 1000.0
         self.min_session = services.config["group.min.session.timeout.ms"]
         self.max_session = services.config["group.max.session.timeout.ms"]
+        self.state = GroupStateStore(self)  # the groups' records in __consumer_offsets
+        self.state.load()
 
     def _topic_partitions(self, topics) -> dict[str, int]:
         out = {}
@@ -122,6 +125,7 @@ class GroupCoordinator:
     def close(self) -> None:
         self.classic.close()
         self.consumer.close()
+        self.state.close()
         for g in self.groups.values():
             if g.phase is not None:
                 g.phase.cancel()
@@ -165,6 +169,7 @@ class GroupCoordinator:
                 log.warning("group %s: a classic JoinGroup cannot join a KIP-848 consumer group", gid)
                 return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
             del self.consumer.groups[gid]  # an empty consumer group becomes a classic one, as Kafka converts it
+            self.state.drop_consumer(gid)
         cg = self.classic.groups.get(gid)
         if cg is not None and not cg.members and not ClassicGroups.wants_classic(req):
             # only a KIP-394 member id was handed out: a member of the group model's kind takes the group over
@@ -173,6 +178,7 @@ class GroupCoordinator:
             cg = None
         if cg is None and ClassicGroups.wants_classic(req) and not self._has_members(gid):
             cg = self.classic.groups[gid] = ClassicGroup(self, gid)
+            cg.generation = self.state.stored_generation(gid)  # an empty group forgotten in memory goes on from it
         if cg is not None:
             return self.classic.join(ctx, header, req, cg)
         if req["protocol_type"] != "consumer":
@@ -249,6 +255,7 @@ class GroupCoordinator:
         cg = self.classic.groups.pop(gid, None)
         if cg is not None and cg.phase is not None:
             cg.phase.cancel()
+        self.state.drop_classic(gid)
         g = self.groups.get(gid)
         if g is not None and not g.members:
             del self.groups[gid]

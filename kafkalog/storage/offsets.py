@@ -14,8 +14,9 @@ OffsetCommitValue.json, GroupMetadataKey.json); big-endian; String => Int16 leng
     GroupMetadataKey  => Version Int16 (2) | Group String    (membership: the value is the group model's business)
 
 Every key version from 2 up (GroupMetadataKey; KIP-848 consumer-group records in a data dir written by Kafka) starts
-with the group id. Those records are the extension point for group state: kept verbatim, latest per key, carried
-through snapshots, removed by tombstones and by ``delete_group``. ``put_group_metadata`` writes version 2.
+with the group id. Those records are the group coordinator's state (their formats: groupformat.py): kept verbatim,
+latest per key, carried through snapshots, removed by tombstones and by ``delete_group``. ``put_group_metadata``
+writes a GroupMetadataKey (type 2) record, ``put_group_records`` any batch of them.
 
 Each commit is one record batch (v2, uncompressed, CreateTime = commit time): all partitions of a commit land
 together or not at all. A group lives on partition ``abs(java_hash(group)) % partitions`` (Kafka's
@@ -555,7 +556,10 @@ class OffsetStore:
                 return
             self._catch_up(p)
             keys = [encode_offset_commit_key(group, tp.topic, tp.partition) for tp in p.offsets.get(group, {})]
-            keys += list(p.others.get(group, {}))
+            # group records from the highest record type down: a consumer group's member records before its epoch
+            # record (ConsumerGroupMetadata, type 3) and a classic group's GroupMetadata (type 2) last, the order
+            # Kafka's loader accepts when it replays the tombstones
+            keys += sorted(p.others.get(group, {}), key=lambda k: -_I16.unpack_from(k, 0)[0])
             if keys:
                 self._append(p, keys, [None] * len(keys), _now_ms(), sync)
 
@@ -586,6 +590,36 @@ class OffsetStore:
             p = self._partition_of(group, create=True)
             self._append(p, [encode_group_metadata_key(group)], [None if value is None else bytes(value)],
                          _now_ms(), sync)
+
+    def put_group_records(self, group: str, records, *, sync: bool = True) -> None:
+        """Write the group coordinator's records of ``group`` as one batch (all or nothing): ``records`` is
+        [(key bytes, value bytes or None for a tombstone)], keys of version >= 2 naming ``group`` (groupformat.py).
+        Latest value per key wins, as for GroupMetadataKey."""
+        _check_group(group)
+        keys, values = [], []
+        for key, value in records:
+            k = decode_key(key)
+            if k.version < GROUP_METADATA_KEY_VERSION or k.group != group:
+                raise ValueError(f"{bytes(key)!r} is not a group record key of group {group!r}")
+            keys.append(bytes(key))
+            values.append(None if value is None else bytes(value))
+        if not keys:
+            return
+        with self._lock:
+            self._check_writable()
+            self._append(self._partition_of(group, create=True), keys, values, _now_ms(), sync)
+
+    def all_group_records(self) -> dict[str, dict[bytes, bytes]]:
+        """{group: {key bytes: value bytes}} of every group that has records of key version >= 2 (what a
+        coordinator loads at start)."""
+        with self._lock:
+            self._check_open()
+            out: dict[str, dict[bytes, bytes]] = {}
+            for p in self._partitions() or ():
+                self._catch_up(p)
+                for group, records in p.others.items():
+                    out.setdefault(group, {}).update(records)
+            return out
 
     def group_metadata(self, group: str) -> bytes | None:
         """The value of ``group``'s GroupMetadataKey record (version 2), or None."""
