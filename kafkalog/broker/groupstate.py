@@ -44,6 +44,7 @@ import time
 
 from ..client.group import GroupMember
 from ..errors import KafkaError
+from ..storage import failpoints
 from ..storage import groupformat as gf
 from . import protocol
 from .classic import ClassicGroup, ClassicMember
@@ -97,7 +98,9 @@ def _write_job(offsets, group: str, records: list, delete_types=None) -> None:
         elif current.get(key) != value:
             out.append((key, value))
     if out:
+        failpoints.hit("groups:before-store")
         offsets.put_group_records(group, out, sync=True)
+        failpoints.hit("groups:after-store")
 
 
 class GroupStateStore:

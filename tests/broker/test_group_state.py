@@ -1,0 +1,347 @@
+"""The group coordinator's state survives ``kafkalog serve`` being killed (SIGKILL, between requests and at the named
+failpoints around the write of a group's records): the groups come back from ``__consumer_offsets`` as Kafka loads
+them. A classic group is Stable at its last completed generation with each member's assignment (a static member's
+restart keeps its assignment without a rebalance; a dynamic member heartbeats on), members that never return are
+removed by their session timeout counted from the load; a KIP-848 group keeps its epochs and assignments (a member
+heartbeating at its epoch continues at it). No committed offset goes back and no group comes back at a generation
+lower than one a member saw acknowledged (a SyncGroup answered).
+
+Each test starts ``kafkalog serve`` two or three times (about a second each on two cores) and is bounded by the
+steps of its scenario; polls are bounded by counts.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from kafkalog import LogStore
+from kafkalog.broker import protocol
+from kafkalog.storage import groupformat as gf
+
+from .conftest import Serve
+from .wire import Wire
+
+pytestmark = pytest.mark.usefixtures("deadline")
+
+JOIN, SYNC, HEARTBEAT, LEAVE, DESCRIBE, COMMIT, FETCH, HB848, DESCRIBE848 = 11, 14, 12, 13, 15, 8, 9, 68, 69
+POLLS = 100  # bound of every polling loop (0.05 s each)
+
+
+@pytest.fixture
+def brokers(child_env):
+    """brokers(data, failpoint=None) -> a running ``kafkalog serve`` on ``data`` (killed at the end of the test)."""
+    started = []
+
+    def _start(data, failpoint=None):
+        env = {k: v for k, v in child_env.items() if k != "KAFKALOG_FAILPOINTS"}
+        if failpoint:
+            env["KAFKALOG_FAILPOINTS"] = f"{failpoint}=kill"
+        s = Serve(["--data-dir", data, "--listen", "127.0.0.1:0",
+                   "--override", "group.initial.rebalance.delay.ms=300",
+                   "--override", "group.min.session.timeout.ms=500"], env)
+        started.append(s)
+        return s
+
+    yield _start
+    for s in started:
+        s.kill()
+
+
+def _join_body(group, instance, member_id="", session_ms=30000, topics=("t",)):
+    return {"group_id": group, "session_timeout_ms": session_ms, "rebalance_timeout_ms": 10000,
+            "member_id": member_id, "group_instance_id": instance, "protocol_type": "consumer",
+            "protocols": [{"name": "cooperative-sticky", "metadata": protocol.encode_subscription(list(topics))}],
+            "reason": None}
+
+
+def join_all(conns: dict, group: str, session_ms: int = 30000, member_ids: dict | None = None) -> dict:
+    """JoinGroup v9 from each static member (instance id -> Wire) at once: the answers by instance id."""
+    corr = {}
+    for inst, w in conns.items():
+        corr[inst] = w.send(JOIN, 9, _join_body(group, inst, (member_ids or {}).get(inst, ""), session_ms))
+    out = {}
+    for inst, w in conns.items():
+        got_corr, out[inst] = protocol.decode_response(JOIN, 9, w.recv_frame())
+        assert got_corr == corr[inst]
+    return out
+
+
+def sync_all(conns: dict, group: str, joined: dict, assignments: dict) -> dict:
+    """SyncGroup v5 from each member (the leader sends ``assignments``, instance id -> bytes)."""
+    ids = {inst: r["member_id"] for inst, r in joined.items()}
+    corr = {}
+    for inst, w in conns.items():
+        r = joined[inst]
+        leader = r["leader"] == r["member_id"]
+        corr[inst] = w.send(SYNC, 5, {
+            "group_id": group, "generation_id": r["generation_id"], "member_id": r["member_id"],
+            "group_instance_id": inst, "protocol_type": "consumer", "protocol_name": "cooperative-sticky",
+            "assignments": [{"member_id": ids[i], "assignment": a} for i, a in assignments.items()] if leader else []})
+    out = {}
+    for inst, w in conns.items():
+        got_corr, out[inst] = protocol.decode_response(SYNC, 5, w.recv_frame())
+        assert got_corr == corr[inst]
+    return out
+
+
+def describe(w, group) -> dict:
+    return w.call(DESCRIBE, 5, {"groups": [group], "include_authorized_operations": False})["groups"][0]
+
+
+def heartbeat(w, group, member_id, generation, instance) -> int:
+    return w.call(HEARTBEAT, 4, {"group_id": group, "generation_id": generation, "member_id": member_id,
+                                 "group_instance_id": instance})["error_code"]
+
+
+def commit(w, group, member_id, generation, instance, offsets: dict) -> list:
+    r = w.call(COMMIT, 8, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member_id,
+                           "group_instance_id": instance, "topics": [
+                               {"name": "t", "partitions": [{"partition_index": p, "committed_offset": o,
+                                                             "committed_leader_epoch": -1,
+                                                             "committed_metadata": ""}
+                                                            for p, o in offsets.items()]}]})
+    return [p["error_code"] for t in r["topics"] for p in t["partitions"]]
+
+
+def fetched(w, group) -> dict:
+    r = w.call(FETCH, 7, {"group_id": group, "topics": None, "require_stable": False})
+    return {p["partition_index"]: p["committed_offset"] for t in r["topics"] for p in t["partitions"]}
+
+
+def _assignment(parts) -> bytes:
+    return protocol.encode_assignment({"t": list(parts)})
+
+
+def _stable_pair(b, group, session_ms=30000):
+    """Two static members i1, i2 in a Stable generation, each with two partitions of t; (conns, joined, synced)."""
+    with Wire(b.port) as w:
+        assert w.create_topic("t", 4)["error_code"] in (0, 36)
+    conns = {"i1": Wire(b.port, client_id="c1"), "i2": Wire(b.port, client_id="c2")}
+    joined = join_all(conns, group, session_ms)
+    assert [r["error_code"] for r in joined.values()] == [0, 0], joined
+    assert len({r["generation_id"] for r in joined.values()}) == 1
+    synced = sync_all(conns, group, joined, {"i1": _assignment([0, 1]), "i2": _assignment([2, 3])})
+    assert [r["error_code"] for r in synced.values()] == [0, 0], synced
+    return conns, joined, synced
+
+
+def _close(conns):
+    for w in conns.values():
+        w.close()
+
+
+def test_classic_static_group_comes_back_after_kill9_and_a_returning_member_keeps_its_assignment(brokers, tmp_path):
+    data = tmp_path / "data"
+    b1 = brokers(data)
+    conns, joined, synced = _stable_pair(b1, "sg")
+    gen = joined["i1"]["generation_id"]
+    ids = {i: r["member_id"] for i, r in joined.items()}
+    assert commit(conns["i1"], "sg", ids["i1"], gen, "i1", {0: 11, 1: 12}) == [0, 0]
+    assert commit(conns["i2"], "sg", ids["i2"], gen, "i2", {2: 13, 3: 14}) == [0, 0]
+    before = describe(conns["i1"], "sg")
+    assert before["group_state"] == "Stable" and len(before["members"]) == 2
+    _close(conns)
+    b1.kill()
+
+    b2 = brokers(data)
+    with Wire(b2.port) as w:
+        after = describe(w, "sg")
+        assert after == before  # state, protocol, every member's ids, client id and host, metadata, assignment
+        assert fetched(w, "sg") == {0: 11, 1: 12, 2: 13, 3: 14}
+    # i2 was never gone for its client: it heartbeats on at its member id and generation
+    with Wire(b2.port, client_id="c2") as w2:
+        assert heartbeat(w2, "sg", ids["i2"], gen, "i2") == 0
+    # i1 restarts (an empty member id, its instance id): its old assignment, no rebalance
+    conns = {"i1": Wire(b2.port, client_id="c1")}
+    again = join_all(conns, "sg")["i1"]
+    assert again["error_code"] == 0 and again["generation_id"] == gen
+    assert again["member_id"] != ids["i1"]
+    if again["leader"] == again["member_id"]:
+        assert again["skip_assignment"] is True  # v9: the leader must not assign again
+    r = conns["i1"].call(SYNC, 5, {"group_id": "sg", "generation_id": gen, "member_id": again["member_id"],
+                                   "group_instance_id": "i1", "protocol_type": "consumer",
+                                   "protocol_name": "cooperative-sticky", "assignments": []})
+    assert r["error_code"] == 0 and r["assignment"] == _assignment([0, 1])
+    # the old member id is fenced; the replacement was stored before the JoinGroup was answered
+    assert heartbeat(conns["i1"], "sg", ids["i1"], gen, "i1") == 82
+    _close(conns)
+    b2.kill()
+
+    b3 = brokers(data)
+    with Wire(b3.port) as w:
+        d = describe(w, "sg")
+        assert d["group_state"] == "Stable"
+        assert {m["group_instance_id"]: m["member_id"] for m in d["members"]} == {"i1": again["member_id"],
+                                                                                  "i2": ids["i2"]}
+        assert heartbeat(w, "sg", again["member_id"], gen, "i1") == 0
+
+
+def test_classic_members_that_never_return_expire_by_their_session_timeout_after_load(brokers, tmp_path):
+    data = tmp_path / "data"
+    b1 = brokers(data)
+    conns, joined, _ = _stable_pair(b1, "gone", session_ms=1500)
+    gen = joined["i1"]["generation_id"]
+    # the members keep themselves alive until the kill
+    for inst, r in joined.items():
+        assert heartbeat(conns[inst], "gone", r["member_id"], gen, inst) == 0
+    _close(conns)
+    b1.kill()
+    b2 = brokers(data)
+    with Wire(b2.port) as w:
+        assert describe(w, "gone")["group_state"] == "Stable"  # loaded: the timers start now
+        states = []
+        for _ in range(POLLS):
+            states.append(describe(w, "gone")["group_state"])
+            if states[-1] == "Empty":
+                break
+            time.sleep(0.05)
+        assert states[-1] == "Empty", states
+        assert len(states) > 10  # not before their session timeout (1.5 s; 0.05 s a poll): counted from the load
+    b2.kill()
+    # Empty was stored, with a generation past the last one
+    with LogStore(data, read_only=True) as store:
+        rec = gf.decode_group_metadata_value(store.offsets.group_metadata("gone"))
+    assert rec.members == [] and rec.generation > gen and rec.protocol is None
+
+
+def test_kill9_mid_rebalance_comes_back_at_the_last_completed_generation(brokers, tmp_path):
+    data = tmp_path / "data"
+    b1 = brokers(data)
+    conns, joined, _ = _stable_pair(b1, "mid")
+    gen = joined["i1"]["generation_id"]
+    # a third member joins: the others are told to re-join (27), the join phase completes, nobody syncs yet
+    conns["i3"] = Wire(b1.port, client_id="c3")
+    corr = conns["i3"].send(JOIN, 9, _join_body("mid", "i3"))
+    for inst in ("i1", "i2"):
+        for _ in range(POLLS):
+            code = heartbeat(conns[inst], "mid", joined[inst]["member_id"], gen, inst)
+            if code == 27:
+                break
+            time.sleep(0.05)
+        assert code == 27
+    rejoined = join_all({i: conns[i] for i in ("i1", "i2")}, "mid",
+                        member_ids={i: joined[i]["member_id"] for i in ("i1", "i2")})
+    got_corr, third = protocol.decode_response(JOIN, 9, conns["i3"].recv_frame())
+    assert got_corr == corr and third["error_code"] == 0
+    assert {r["generation_id"] for r in rejoined.values()} == {gen + 1}
+    _close(conns)
+    b1.kill()  # generation gen + 1 was never acknowledged (no SyncGroup answered)
+
+    b2 = brokers(data)
+    with Wire(b2.port) as w:
+        d = describe(w, "mid")
+        assert d["group_state"] == "Stable"
+        assert sorted(m["group_instance_id"] for m in d["members"]) == ["i1", "i2"]
+        assert {m["member_assignment"] for m in d["members"]} == {_assignment([0, 1]), _assignment([2, 3])}
+    conns = {i: Wire(b2.port, client_id=i) for i in ("i1", "i2", "i3")}
+    r = conns["i1"].call(SYNC, 5, {"group_id": "mid", "generation_id": gen + 1, "member_id": joined["i1"]["member_id"],
+                                   "group_instance_id": "i1", "protocol_type": "consumer",
+                                   "protocol_name": "cooperative-sticky", "assignments": []})
+    assert r["error_code"] == 22  # ILLEGAL_GENERATION: that generation never completed
+    # everyone joins again (i1, i2 with their member ids; i3 anew): a generation past every acknowledged one
+    again = join_all(conns, "mid", member_ids={i: joined[i]["member_id"] for i in ("i1", "i2")})
+    assert all(r["error_code"] == 0 for r in again.values()), again
+    assert {r["generation_id"] for r in again.values()} == {gen + 1}
+    _close(conns)
+
+
+@pytest.mark.parametrize("failpoint, stored", [("groups:before-store", False), ("groups:after-store", True)])
+def test_kill9_around_the_store_of_a_generation(brokers, tmp_path, failpoint, stored):
+    """Killed in the leader's SyncGroup just before / just after the new generation's record is durable: nobody was
+    answered either way; the group comes back at the old generation or the new one, never lower."""
+    data = tmp_path / "data"
+    b1 = brokers(data)
+    conns, joined, _ = _stable_pair(b1, "fp")  # generation g stored
+    gen = joined["i1"]["generation_id"]
+    _close(conns)
+    b1.kill()
+    b2 = brokers(data, failpoint=failpoint)
+    conns = {i: Wire(b2.port, client_id=i) for i in ("i1", "i2")}
+    # both re-join with their member ids (a rebalance of the loaded group)
+    again = join_all(conns, "fp", member_ids={i: joined[i]["member_id"] for i in ("i1", "i2")})
+    assert {r["generation_id"] for r in again.values()} == {gen + 1}
+    leader = next(i for i, r in again.items() if r["leader"] == r["member_id"])
+    conns[leader].send(SYNC, 5, {"group_id": "fp", "generation_id": gen + 1, "member_id": again[leader]["member_id"],
+                                 "group_instance_id": leader, "protocol_type": "consumer",
+                                 "protocol_name": "cooperative-sticky",
+                                 "assignments": [{"member_id": again["i1"]["member_id"], "assignment": _assignment([0])},
+                                                 {"member_id": again["i2"]["member_id"],
+                                                  "assignment": _assignment([1, 2, 3])}]})
+    assert conns[leader].recv_frame() is None  # killed before answering
+    b2.proc.wait(timeout=10)
+    _close(conns)
+    b3 = brokers(data)
+    with Wire(b3.port) as w:
+        d = describe(w, "fp")
+    assert d["group_state"] == "Stable"
+    got = {m["group_instance_id"]: m["member_assignment"] for m in d["members"]}
+    if stored:
+        assert got == {"i1": _assignment([0]), "i2": _assignment([1, 2, 3])}
+    else:
+        assert got == {"i1": _assignment([0, 1]), "i2": _assignment([2, 3])}
+    with LogStore(data, read_only=True) as store:
+        rec = gf.decode_group_metadata_value(store.offsets.group_metadata("fp"))
+    assert rec.generation == (gen + 1 if stored else gen)
+
+
+# ---------------------------------------------------------------------------------------------------- KIP-848
+
+def hb(w, group, member, epoch, topics=None, owned=None, instance=None):
+    return w.call(HB848, 1, {"group_id": group, "member_id": member, "member_epoch": epoch, "instance_id": instance,
+                             "rack_id": None, "rebalance_timeout_ms": 10000 if epoch == 0 else -1,
+                             "subscribed_topic_names": topics, "subscribed_topic_regex": None,
+                             "server_assignor": None, "topic_partitions": [] if epoch == 0 else owned})
+
+
+def _owned(r):
+    return [{"topic_id": tp["topic_id"], "partitions": tp["partitions"]}
+            for tp in (r["assignment"] or {}).get("topic_partitions", [])]
+
+
+def test_consumer_group_comes_back_after_kill9_at_its_epochs(brokers, tmp_path):
+    data = tmp_path / "data"
+    b1 = brokers(data)
+    members = {"a": str(uuid.uuid4()), "b": str(uuid.uuid4())}
+    with Wire(b1.port, client_id="k1") as w:
+        assert w.create_topic("t", 4)["error_code"] == 0
+        last = {k: hb(w, "kg", m, 0, topics=["t"], instance="static-b" if k == "b" else None)
+                for k, m in members.items()}
+        owned = {k: _owned(r) for k, r in last.items()}
+        for _ in range(POLLS):  # heartbeat both (owning what they were given) until both are reconciled
+            for k, m in members.items():
+                r = hb(w, "kg", m, last[k]["member_epoch"], owned=owned[k],
+                       instance="static-b" if k == "b" else None)
+                assert r["error_code"] == 0, r
+                if r["assignment"] is not None:
+                    owned[k] = _owned(r)
+                last[k] = r
+            d = w.call(DESCRIBE848, 1, {"group_ids": ["kg"], "include_authorized_operations": False})["groups"][0]
+            if d["group_state"] == "Stable":
+                break
+        assert d["group_state"] == "Stable", d
+        assert sorted(p for k in owned for tp in owned[k] for p in tp["partitions"]) == [0, 1, 2, 3]
+        epoch_a = last["a"]["member_epoch"]
+        r = w.call(COMMIT, 9, {"group_id": "kg", "generation_id_or_member_epoch": epoch_a, "member_id": members["a"],
+                               "group_instance_id": None, "topics": [
+                                   {"name": "t", "partitions": [{"partition_index": p, "committed_offset": 7,
+                                                                 "committed_leader_epoch": -1,
+                                                                 "committed_metadata": ""}
+                                                                for tp in owned["a"] for p in tp["partitions"]]}]})
+        assert all(p["error_code"] == 0 for t in r["topics"] for p in t["partitions"])
+    b1.kill()
+
+    b2 = brokers(data)
+    with Wire(b2.port, client_id="k1") as w:
+        d2 = w.call(DESCRIBE848, 1, {"group_ids": ["kg"], "include_authorized_operations": False})["groups"][0]
+        assert d2 == d  # epochs, assignor, every member's ids, subscriptions, assignment and target
+        listed = w.call(16, 5, {"states_filter": [], "types_filter": []})["groups"]
+        assert {"group_id": "kg", "protocol_type": "consumer", "group_state": "Stable",
+                "group_type": "consumer"} in listed
+        for k, m in members.items():  # both continue at their epochs, nothing to reconcile
+            r = hb(w, "kg", m, last[k]["member_epoch"], owned=owned[k], instance="static-b" if k == "b" else None)
+            assert r["error_code"] == 0 and r["member_epoch"] == last[k]["member_epoch"], r
+            assert r["assignment"] is None
+        assert hb(w, "kg", members["a"], last["a"]["member_epoch"] + 1, owned=owned["a"])["error_code"] == 110
