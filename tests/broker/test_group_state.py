@@ -264,12 +264,12 @@ def test_kill9_around_the_store_of_a_generation(brokers, tmp_path, failpoint, st
     again = join_all(conns, "fp", member_ids={i: joined[i]["member_id"] for i in ("i1", "i2")})
     assert {r["generation_id"] for r in again.values()} == {gen + 1}
     leader = next(i for i, r in again.items() if r["leader"] == r["member_id"])
+    given = {"i1": _assignment([0]), "i2": _assignment([1, 2, 3])}
     conns[leader].send(SYNC, 5, {"group_id": "fp", "generation_id": gen + 1, "member_id": again[leader]["member_id"],
                                  "group_instance_id": leader, "protocol_type": "consumer",
                                  "protocol_name": "cooperative-sticky",
-                                 "assignments": [{"member_id": again["i1"]["member_id"], "assignment": _assignment([0])},
-                                                 {"member_id": again["i2"]["member_id"],
-                                                  "assignment": _assignment([1, 2, 3])}]})
+                                 "assignments": [{"member_id": again[i]["member_id"], "assignment": a}
+                                                 for i, a in given.items()]})
     assert conns[leader].recv_frame() is None  # killed before answering
     b2.proc.wait(timeout=10)
     _close(conns)
@@ -279,7 +279,7 @@ def test_kill9_around_the_store_of_a_generation(brokers, tmp_path, failpoint, st
     assert d["group_state"] == "Stable"
     got = {m["group_instance_id"]: m["member_assignment"] for m in d["members"]}
     if stored:
-        assert got == {"i1": _assignment([0]), "i2": _assignment([1, 2, 3])}
+        assert got == given
     else:
         assert got == {"i1": _assignment([0, 1]), "i2": _assignment([2, 3])}
     with LogStore(data, read_only=True) as store:
