@@ -20,8 +20,9 @@ per field UVarint tag, UVarint size, data); Uuid => 16 bytes. A null value is a 
     4  ConsumerGroupPartitionMetadata (GroupId): replaced by MetadataHash in 4.1; read and ignored, never written
     5  ConsumerGroupMemberMetadataKey => GroupId String | MemberId String
        ConsumerGroupMemberMetadataValue (F, v0) => InstanceId nullable | RackId nullable | ClientId | ClientHost |
-           SubscribedTopicNames [String] | SubscribedTopicRegex nullable | RebalanceTimeoutMs Int32 |
-           ServerAssignor nullable | tag 0: ClassicMemberMetadata (null: a consumer-protocol member)
+           SubscribedTopicNames [String] | SubscribedTopicRegex nullable ("" for none, as 4.4 writes) |
+           RebalanceTimeoutMs Int32 | ServerAssignor nullable |
+           tag 0: ClassicMemberMetadata (null, a consumer-protocol member: 4.4 writes the tag, data 0x00)
     6  ConsumerGroupTargetAssignmentMetadataKey => GroupId String
        ConsumerGroupTargetAssignmentMetadataValue (F, v0) => AssignmentEpoch Int32 | tag 0: AssignmentTimestamp Int64
     7  ConsumerGroupTargetAssignmentMemberKey => GroupId String | MemberId String
@@ -379,10 +380,10 @@ def encode_member_metadata(*, instance_id: str | None, rack_id: str | None, clie
     w.count(len(names))
     for n in names:
         w.string(n)
-    w.string(topic_regex)
+    w.string(topic_regex or "")  # Kafka 4.4 writes "" for no regex
     w.i32(rebalance_timeout_ms)
     w.string(server_assignor)
-    w.tags()
+    w.tags({0: b"\x00"})  # ClassicMemberMetadata null: Kafka 4.4 writes the tag with its null marker
     return w.done()
 
 
@@ -394,10 +395,11 @@ def decode_member_metadata(data) -> dict:
     out = {"instance_id": r.string(), "rack_id": r.string(), "client_id": r.string() or "",
            "client_host": r.string() or ""}
     out["topic_names"] = [r.string() for _ in range(max(r.count(), 0))]
-    out["topic_regex"] = r.string()
+    out["topic_regex"] = r.string() or None
     out["rebalance_timeout_ms"] = r.i32()
     out["server_assignor"] = r.string()
-    out["classic"] = 0 in r.tags()
+    tags = r.tags()
+    out["classic"] = 0 in tags and tags[0].data != b"\x00"
     r.end()
     return out
 
