@@ -60,14 +60,16 @@ CASES = {
     "durable-queue": [("queue", 0), ("queue", 1)],
     "topics-create-delete": [("topics", 0), ("topics", 1)],
     "broker-acks-all": [("broker", 0), ("kafka_producer", 1), ("kafka_producer", 2)],
+    "broker-static-group": [("broker", 0), ("static_group", 1)],
     "compaction": [("compact", 0), ("compact", 1)],
     "transactions": [("txn", 0), ("txn", 1)],
     "transactions-ending": [("txn", 0), ("txn", 1)],
 }
 # a case whose round must not end before its workloads wrote an acknowledgement of this kind (the compaction checks
 # are empty until a cleaning returned; "transactions-ending" loses power right after an end_txn was called, while it
-# writes its PrepareX, markers and CompleteX)
-NEEDS = {"compaction": "G ", "transactions-ending": "XE "}
+# writes its PrepareX, markers and CompleteX; "broker-static-group" right after a generation was acknowledged, before
+# the member's next commit flushes the same partition)
+NEEDS = {"compaction": "G ", "transactions-ending": "XE ", "broker-static-group": "S "}
 
 
 def run_round(fs, acks: Path, workers, rng, env, min_acks: int = 0, need: str | None = None) -> None:
@@ -208,6 +210,25 @@ def check_compaction(store, acks: Path) -> list[str]:
     return problems
 
 
+def check_group_generations(store, acks: Path) -> list[str]:
+    """S lines: no classic group comes back at a generation lower than one a member saw acknowledged (its
+    GroupMetadata record in __consumer_offsets)."""
+    from kafkalog.storage.groupformat import decode_group_metadata_value
+    acked: dict[str, int] = {}
+    if acks.exists():
+        for line in acks.read_text().splitlines():
+            w = line.split()
+            if len(w) == 3 and w[0] == "S":
+                acked[w[1]] = max(acked.get(w[1], -1), int(w[2]))
+    problems = []
+    for group, gen in sorted(acked.items()):
+        value = store.offsets.group_metadata(group)
+        stored = decode_group_metadata_value(value).generation if value is not None else None
+        if stored is None or stored < gen:
+            problems.append(f"group {group}: stored at generation {stored}, generation {gen} was acknowledged")
+    return problems
+
+
 def check_store(data: Path, acks: Path, env) -> list[str]:
     """Everything the acknowledgements promise, as a list of problems (empty: all kept)."""
     records, starts, commits, topics = read_acks(acks)
@@ -259,6 +280,7 @@ def check_store(data: Path, acks: Path, env) -> list[str]:
             if got is None or got < off:
                 problems.append(f"group {g} {t}-{p}: committed offset {got}, acknowledged {off}")
         problems += check_compaction(store, acks)
+        problems += check_group_generations(store, acks)
         problems += check_transactions(store, acks)
     r = children.run([sys.executable, "-m", "kafkalog", "check", str(data)], capture_output=True, text=True,
                      env=env, timeout=300)

@@ -23,6 +23,11 @@ The transactional workload (w_txn) writes its own lines, each naming its transac
     XE <txn> commit | abort                           end_txn is being called (it may not return)
     XD <txn> commit | abort                           end_txn returned
     XS <topic> <partition> <lso>                      the last stable offset right after an end_txn returned
+
+The static group member (w_static_group, against the broker workload) writes:
+
+    S <group> <generation>                            a SyncGroup was answered for this generation (acknowledged)
+    C <group> <topic> <partition> <offset>            an OffsetCommit of the member was answered without error
 """
 
 from __future__ import annotations
@@ -319,6 +324,75 @@ def w_kafka_producer(data, acks, rng, wid):
         if done:
             lines, done[:] = list(done), []
             acks.write(*lines)
+
+
+def w_static_group(data, acks, rng, wid):
+    """A static member (group.instance.id) of a classic group on the broker workload, over the wire: it re-joins
+    with its member id again and again (each time a new generation), syncs as the leader and commits at that
+    generation; a generation is acknowledged once its SyncGroup was answered. After each power loss it comes back
+    as a restarted static member (an empty member id), which the loaded group must take at its stored generation."""
+    import socket
+    import struct
+
+    from kafkalog.broker import protocol
+    while not os.path.exists(port_file(acks)):
+        time.sleep(0.02)
+    with open(port_file(acks)) as f:
+        port = int(f.read())
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    corr = [0]
+
+    def call(key, version, body):
+        corr[0] += 1
+        sock.sendall(protocol.encode_request(key, version, corr[0], "static-pl", body))
+        (n,) = struct.unpack(">i", _read(sock, 4))
+        return protocol.decode_response(key, version, _read(sock, n))[1]
+
+    r = call(19, 5, {"topics": [{"name": "sg", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+                                 "configs": []}], "timeout_ms": 30000, "validate_only": False})
+    assert r["topics"][0]["error_code"] in (0, 36), r
+    meta = protocol.encode_subscription(["sg"])
+    f = call(9, 7, {"group_id": "pl-static", "topics": None, "require_stable": False})
+    # the committed offsets only grow, across power losses too (C lines): go on from the stored one
+    offset = max([p["committed_offset"] for t in f["topics"] for p in t["partitions"]] + [0])
+    member, last = "", -1
+    while True:
+        r = call(11, 9, {"group_id": "pl-static", "session_timeout_ms": 30000, "rebalance_timeout_ms": 30000,
+                         "member_id": member, "group_instance_id": "pl-1", "protocol_type": "consumer",
+                         "protocols": [{"name": "cooperative-sticky", "metadata": meta}], "reason": None})
+        if r["error_code"] != 0:
+            raise AssertionError(f"JoinGroup: {r}")
+        member, gen = r["member_id"], r["generation_id"]
+        if gen < last:
+            raise AssertionError(f"JoinGroup answered generation {gen} after {last} was acknowledged")
+        s = call(14, 5, {"group_id": "pl-static", "generation_id": gen, "member_id": member,
+                         "group_instance_id": "pl-1", "protocol_type": "consumer",
+                         "protocol_name": "cooperative-sticky",
+                         "assignments": [] if r["skip_assignment"] or r["leader"] != member else
+                         [{"member_id": member, "assignment": protocol.encode_assignment({"sg": [0]})}]})
+        if s["error_code"] != 0:
+            raise AssertionError(f"SyncGroup: {s}")
+        last = gen
+        acks.write(f"S pl-static {gen}")
+        time.sleep(0.02)  # a moment in which the generation's record is the newest promise (the commit flushes it too)
+        offset += rng.randint(1, 5)
+        c = call(8, 8, {"group_id": "pl-static", "generation_id_or_member_epoch": gen, "member_id": member,
+                        "group_instance_id": "pl-1", "topics": [{"name": "sg", "partitions": [
+                            {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+                             "committed_metadata": ""}]}]})
+        if c["topics"][0]["partitions"][0]["error_code"] != 0:
+            raise AssertionError(f"OffsetCommit: {c}")
+        acks.write(f"C pl-static sg 0 {offset}")
+
+
+def _read(sock, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        out += chunk
+    return bytes(out)
 
 
 WORKLOADS = {name[2:]: fn for name, fn in globals().items() if name.startswith("w_")}
