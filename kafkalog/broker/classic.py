@@ -24,6 +24,10 @@ v3+ removes members by member id or by instance id. States as Kafka's::
 - SyncGroup: the leader's assignments are stored and sent to every member; a follower waits for them.
 - Heartbeat: REBALANCE_IN_PROGRESS (27) while a rebalance is under way, so members re-join; 25 / 22 for an unknown
   member or another generation. Silence for the session timeout removes a member.
+- The group is stored in ``__consumer_offsets`` (GroupMetadata, groupstate.py) when a generation completes (the
+  members are answered once it is durable), when a static member's restart replaces its member id in a Stable group,
+  and when it becomes Empty; the broker loads it when it starts (Stable at that generation, each member's session
+  timer started at the load).
 - The group is published in the group model's ``state.json`` (members, protocol, generation) with a member lock
   file held by the broker per member, so ``kafkalog groups`` shows it and an embedded consumer that tries to join
   finds no assignor in common and is refused, instead of taking partitions beside it.

@@ -29,9 +29,10 @@ Regex subscriptions (v1 ``SubscribedTopicRegex``) are Kafka's RE2/J syntax, eval
 engines (Unicode classes, possessive quantifiers) are not checked. Matches are refreshed at each heartbeat of the
 group at most once a second (Kafka: when its metadata image changes).
 
-Group state lives in the broker's memory (Kafka writes ConsumerGroupMetadata, TargetAssignment... records to
-``__consumer_offsets``): a broker restart forgets consumer groups, whose members rejoin (UNKNOWN_MEMBER_ID /
-GROUP_ID_NOT_FOUND) and resume from their committed offsets. Online migration between classic and consumer groups is
+Group state is written to ``__consumer_offsets`` as Kafka writes it (ConsumerGroupMetadata, MemberMetadata,
+TargetAssignment, CurrentMemberAssignment records: groupstate.py): each change marks its members ``dirty`` (or
+``removed``) and a heartbeat is answered once their records are durable; the broker loads the groups when it
+starts. Online migration between classic and consumer groups is
 not served: a JoinGroup to a non-empty consumer group is answered INCONSISTENT_GROUP_PROTOCOL, a heartbeat to a
 non-empty classic group GROUP_ID_NOT_FOUND ("Group %s is not a consumer group."); an empty group of the other
 kind is replaced, as Kafka does.

@@ -345,3 +345,46 @@ def test_consumer_group_comes_back_after_kill9_at_its_epochs(brokers, tmp_path):
             assert r["error_code"] == 0 and r["member_epoch"] == last[k]["member_epoch"], r
             assert r["assignment"] is None
         assert hb(w, "kg", members["a"], last["a"]["member_epoch"] + 1, owned=owned["a"])["error_code"] == 110
+
+
+def test_deleted_and_converted_groups_stay_so_after_kill9(brokers, tmp_path):
+    data = tmp_path / "data"
+    b1 = brokers(data)
+    with Wire(b1.port, client_id="c1") as w:
+        assert w.create_topic("t", 2)["error_code"] == 0
+        # a classic group emptied and deleted
+        j = w.call(JOIN, 9, _join_body("del-c", "i1"))
+        assert j["error_code"] == 0
+        r = w.call(LEAVE, 5, {"group_id": "del-c", "members": [{"member_id": j["member_id"],
+                                                                "group_instance_id": "i1", "reason": None}]})
+        assert r["error_code"] == 0 and r["members"][0]["error_code"] == 0
+        # a consumer group emptied and deleted
+        a = str(uuid.uuid4())
+        assert hb(w, "del-k", a, 0, topics=["t"])["error_code"] == 0
+        assert hb(w, "del-k", a, -1)["error_code"] == 0
+        r = w.call(42, 2, {"groups_names": ["del-c", "del-k"]})
+        assert [x["error_code"] for x in r["results"]] == [0, 0], r
+        # an empty consumer group taken over by a classic member
+        assert hb(w, "conv", a, 0, topics=["t"])["error_code"] == 0
+        assert hb(w, "conv", a, -1)["error_code"] == 0
+        j = w.call(JOIN, 9, _join_body("conv", "i1"))
+        assert j["error_code"] == 0, j
+        s = w.call(SYNC, 5, {"group_id": "conv", "generation_id": j["generation_id"], "member_id": j["member_id"],
+                             "group_instance_id": "i1", "protocol_type": "consumer",
+                             "protocol_name": "cooperative-sticky",
+                             "assignments": [{"member_id": j["member_id"], "assignment": _assignment([0, 1])}]})
+        assert s["error_code"] == 0
+    b1.kill()
+    b2 = brokers(data)
+    with Wire(b2.port) as w:
+        assert describe(w, "del-c")["group_state"] == "Dead"
+        cgd = w.call(DESCRIBE848, 1, {"group_ids": ["del-k", "conv"], "include_authorized_operations": False})
+        assert [(g["error_code"], g["error_message"]) for g in cgd["groups"]] == [
+            (69, "Group del-k not found."), (69, "Group conv is not a consumer group.")]
+        d = describe(w, "conv")
+        assert d["group_state"] == "Stable" and [m["member_assignment"] for m in d["members"]] == [_assignment([0, 1])]
+        listed = {g["group_id"] for g in w.call(16, 5, {"states_filter": [], "types_filter": []})["groups"]}
+        assert "del-c" not in listed and "del-k" not in listed and "conv" in listed
+    with LogStore(data, read_only=True) as store:
+        assert store.offsets.group_records("del-c") == {} and store.offsets.group_records("del-k") == {}
+        assert {gf.decode_group_key(k).type for k in store.offsets.group_records("conv")} == {gf.GROUP_METADATA}
