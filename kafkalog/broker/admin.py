@@ -309,6 +309,7 @@ def delete_groups(s, ctx, header, frame, offset):
         if code == 0:
             s.groups.groups.pop(gid, None)
             s.groups.classic.groups.pop(gid, None)
+            s.groups.state.forget(gid)
             log.info("deleted group %s for %s", gid, ctx.peer)
         out.append({"group_id": gid, "error_code": code})
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "results": out})

@@ -199,6 +199,12 @@ class ClassicGroup:
                 m = self.members.pop(mid)
                 self._forget(m)
                 log.info("group %s: member %s did not re-join within the rebalance timeout", self.group_id, mid)
+            if not self.members:  # nobody re-joined: Empty, as Kafka completes a join phase without members
+                self.state = "Empty"
+                self.generation += 1
+                self.leader = self.protocol = None
+                self.c.state.write_classic(self)
+                return
             if not waiting:
                 return
             self.initial = False

@@ -111,6 +111,8 @@ class GroupStateStore:
         self.offsets = coordinator.s.store.offsets
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-groups")
         self.failed = 0  # writes that failed (logged; the state in memory goes on)
+        # classic group -> the generation of its last GroupMetadata written or loaded (no store read on the loop)
+        self.generations: dict[str, int] = {}
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
@@ -149,20 +151,22 @@ class GroupStateStore:
 
     def write_classic(self, g: ClassicGroup) -> asyncio.Future:
         """The group's GroupMetadata record as it is now (the caller awaits it to answer only once durable)."""
+        self.generations[g.group_id] = max(self.generations.get(g.group_id, 0), g.generation)
         return self._submit(g.group_id, [(gf.encode_group_key(gf.GROUP_METADATA, g.group_id), self.classic_value(g))])
 
     def drop_classic(self, group: str) -> asyncio.Future:
         """A classic group that becomes a consumer group: its GroupMetadata tombstoned."""
+        self.generations.pop(group, None)
         return self._submit(group, [], (gf.GROUP_METADATA,))
 
     def stored_generation(self, group: str) -> int:
-        """The generation of the group's GroupMetadata record (0 when none): a classic group made again after it
-        was forgotten while empty starts from it, so a generation never goes back."""
-        try:
-            value = self.offsets.group_metadata(group)
-            return gf.decode_group_metadata_value(value).generation if value is not None else 0
-        except (ValueError, KafkaError):
-            return 0
+        """The generation of the group's last GroupMetadata record (0 when none): a classic group made again after
+        it was forgotten while empty starts from it, so a generation never goes back."""
+        return self.generations.get(group, 0)
+
+    def forget(self, group: str) -> None:
+        """DeleteGroups tombstoned the group (a new group of that id starts at generation 0, as on Kafka)."""
+        self.generations.pop(group, None)
 
     # -- consumer groups ------------------------------------------------------------------------------------------
 
@@ -238,6 +242,7 @@ class GroupStateStore:
 
     def _load_classic(self, gid: str, value: bytes) -> None:
         rec = gf.decode_group_metadata_value(value)
+        self.generations[gid] = rec.generation
         g = ClassicGroup(self.c, gid)
         g.generation = rec.generation
         g.protocol_type = rec.protocol_type

@@ -21,8 +21,8 @@ from kafkalog import LogStore
 from kafkalog.broker import protocol
 from kafkalog.storage import groupformat as gf
 
-from .conftest import Serve
-from .wire import Wire
+from .conftest import Serve, free_port
+from .wire import Wire, batch
 
 pytestmark = pytest.mark.usefixtures("deadline")
 
@@ -32,14 +32,15 @@ POLLS = 100  # bound of every polling loop (0.05 s each)
 
 @pytest.fixture
 def brokers(child_env):
-    """brokers(data, failpoint=None) -> a running ``kafkalog serve`` on ``data`` (killed at the end of the test)."""
+    """brokers(data, failpoint=None, port=0) -> a running ``kafkalog serve`` on ``data`` (killed at the end of the
+    test)."""
     started = []
 
-    def _start(data, failpoint=None):
+    def _start(data, failpoint=None, port=0):
         env = {k: v for k, v in child_env.items() if k != "KAFKALOG_FAILPOINTS"}
         if failpoint:
             env["KAFKALOG_FAILPOINTS"] = f"{failpoint}=kill"
-        s = Serve(["--data-dir", data, "--listen", "127.0.0.1:0",
+        s = Serve(["--data-dir", data, "--listen", f"127.0.0.1:{port}",
                    "--override", "group.initial.rebalance.delay.ms=300",
                    "--override", "group.min.session.timeout.ms=500"], env)
         started.append(s)
@@ -388,3 +389,59 @@ def test_deleted_and_converted_groups_stay_so_after_kill9(brokers, tmp_path):
     with LogStore(data, read_only=True) as store:
         assert store.offsets.group_records("del-c") == {} and store.offsets.group_records("del-k") == {}
         assert {gf.decode_group_key(k).type for k in store.offsets.group_records("conv")} == {gf.GROUP_METADATA}
+
+
+# ---------------------------------------------------------------------------------------------------- real clients
+
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_librdkafka_static_member_reads_on_across_a_broker_kill9_without_a_rebalance(brokers, tmp_path,
+                                                                                       group_protocol):
+    """confluent-kafka with group.instance.id (classic: cooperative-sticky; KIP-848: group.protocol=consumer): the
+    broker is killed and started again on the same port; the consumer keeps its partitions (no revocation, no new
+    assignment) and reads the records produced after the restart, each once."""
+    ck = pytest.importorskip("confluent_kafka")
+    data, port = tmp_path / "data", free_port()
+    b1 = brokers(data, port=port)
+    with Wire(b1.port) as w:
+        assert w.create_topic("t", 2)["error_code"] == 0
+        for p in range(2):
+            w.produce("t", p, batch([b"a%d-%d" % (p, i) for i in range(5)]))
+    events = []
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "group.id": f"rd-{group_protocol}",
+            "group.instance.id": "rd-1", "auto.offset.reset": "earliest", "enable.auto.commit": False,
+            "broker.address.family": "v4", "group.protocol": group_protocol}
+    if group_protocol == "classic":
+        conf.update({"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 30000,
+                     "heartbeat.interval.ms": 300})
+    c = ck.Consumer(conf)
+    got = []
+
+    def poll(until, what):
+        for _ in range(400):
+            m = c.poll(0.1)
+            if m is not None and not m.error():
+                got.append(m.value())
+            if until():
+                return
+        raise AssertionError(f"not reached after 400 polls: {what}; got {sorted(got)}, events {events}")
+    try:
+        c.subscribe(["t"], on_assign=lambda _c, ps: events.append(("assign", sorted(p.partition for p in ps))),
+                    on_revoke=lambda _c, ps: events.append(("revoke", sorted(p.partition for p in ps))))
+        poll(lambda: len(got) == 10, "the first 10 records")
+        c.commit(asynchronous=False)
+        before = list(events)
+        b1.kill()
+        b2 = brokers(data, port=port)
+        with Wire(b2.port) as w:
+            for p in range(2):
+                w.produce("t", p, batch([b"b%d-%d" % (p, i) for i in range(5)]))
+        poll(lambda: len(got) == 20, "the 10 records produced after the restart")
+        for _ in range(10):  # a few more polls: a late rebalance would show here
+            c.poll(0.1)
+        assert events == before, f"a rebalance after the restart: {events}"
+        assert sorted(got) == sorted(b"%s%d-%d" % (k, p, i) for k in (b"a", b"b") for p in range(2)
+                                     for i in range(5))
+        assignment = sorted(tp.partition for tp in c.assignment())
+        assert assignment == [0, 1]
+    finally:
+        c.close()
