@@ -126,8 +126,9 @@ class ConsumerMember:
 def _fingerprint(m: ConsumerMember) -> tuple:
     """What a member's records hold (a heartbeat that changes none of it writes nothing)."""
     return (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.topic_names), m.topic_regex,
-            m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state, repr(m.assigned),
-            repr(m.pending_revocation))
+            m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state,
+            frozenset((t, frozenset(ps)) for t, ps in m.assigned.items()),
+            frozenset((t, frozenset(ps)) for t, ps in m.pending_revocation.items()))
 
 
 class ConsumerGroup:
@@ -387,7 +388,14 @@ class ConsumerGroups:
             return None
         dirty, removed = g.dirty, g.removed
         g.dirty, g.removed = set(), set()
-        return self.c.state.write_consumer(g, sorted(dirty), sorted(removed))
+        fut = self.c.state.write_consumer(g, sorted(dirty), sorted(removed))
+
+        def failed(f):
+            if not f.cancelled() and f.exception() is not None:  # written again by the next sweep
+                g.dirty |= {m for m in dirty if m in g.members}
+                g.removed |= removed
+        fut.add_done_callback(failed)
+        return fut
 
     def heartbeat(self, ctx, header, req) -> dict:
         base = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,

@@ -445,3 +445,36 @@ def test_librdkafka_static_member_reads_on_across_a_broker_kill9_without_a_rebal
         assert assignment == [0, 1]
     finally:
         c.close()
+
+
+def test_a_failed_store_of_a_generation_is_answered_and_the_group_rebalances(tmp_path):
+    """The record of a generation cannot be written (failpoint: EIO): nobody gets an assignment of it (the leader's
+    SyncGroup is answered COORDINATOR_NOT_AVAILABLE, as Kafka answers a failed append), the group prepares another
+    rebalance, and the next generation is stored and served once the disk is back."""
+    from kafkalog.broker import Broker
+    from kafkalog.storage import failpoints
+    b = Broker(tmp_path / "data", listen="127.0.0.1:0", config={"group.initial.rebalance.delay.ms": 0})
+    b.start()
+    try:
+        with Wire(b.port, client_id="c1") as w:
+            assert w.create_topic("t", 2)["error_code"] == 0
+            j = w.call(JOIN, 9, _join_body("ff", "i1"))
+            assert j["error_code"] == 0
+            body = {"group_id": "ff", "generation_id": j["generation_id"], "member_id": j["member_id"],
+                    "group_instance_id": "i1", "protocol_type": "consumer", "protocol_name": "cooperative-sticky",
+                    "assignments": [{"member_id": j["member_id"], "assignment": _assignment([0, 1])}]}
+            failpoints.enable("groups:before-store", "raise")
+            try:
+                assert w.call(SYNC, 5, body)["error_code"] == 15
+            finally:
+                failpoints.disable("groups:before-store")
+            assert heartbeat(w, "ff", j["member_id"], j["generation_id"], "i1") == 27  # re-join
+            j2 = w.call(JOIN, 9, _join_body("ff", "i1", j["member_id"]))
+            assert j2["error_code"] == 0 and j2["generation_id"] == j["generation_id"] + 1
+            body.update(generation_id=j2["generation_id"])
+            s = w.call(SYNC, 5, body)
+            assert s["error_code"] == 0 and s["assignment"] == _assignment([0, 1])
+        rec = gf.decode_group_metadata_value(b.store.offsets.group_metadata("ff"))
+        assert rec.generation == j2["generation_id"] and rec.members[0].assignment == _assignment([0, 1])
+    finally:
+        b.stop()
