@@ -32,17 +32,18 @@ POLLS = 100  # bound of every polling loop (0.05 s each)
 
 @pytest.fixture
 def brokers(child_env):
-    """brokers(data, failpoint=None, port=0) -> a running ``kafkalog serve`` on ``data`` (killed at the end of the
-    test)."""
+    """brokers(data, failpoint=None, port=0, overrides=()) -> a running ``kafkalog serve`` on ``data`` (killed at
+    the end of the test; ``overrides``: more "key=value" broker configs)."""
     started = []
 
-    def _start(data, failpoint=None, port=0):
+    def _start(data, failpoint=None, port=0, overrides=()):
         env = {k: v for k, v in child_env.items() if k != "KAFKALOG_FAILPOINTS"}
         if failpoint:
             env["KAFKALOG_FAILPOINTS"] = f"{failpoint}=kill"
         s = Serve(["--data-dir", data, "--listen", f"127.0.0.1:{port}",
                    "--override", "group.initial.rebalance.delay.ms=300",
-                   "--override", "group.min.session.timeout.ms=500"], env)
+                   "--override", "group.min.session.timeout.ms=500",
+                   *[a for o in overrides for a in ("--override", o)]], env)
         started.append(s)
         return s
 
@@ -389,6 +390,63 @@ def test_deleted_and_converted_groups_stay_so_after_kill9(brokers, tmp_path):
     with LogStore(data, read_only=True) as store:
         assert store.offsets.group_records("del-c") == {} and store.offsets.group_records("del-k") == {}
         assert {gf.decode_group_key(k).type for k in store.offsets.group_records("conv")} == {gf.GROUP_METADATA}
+
+
+def test_consumer_group_killed_mid_reconciliation_goes_on_after_the_load(brokers, tmp_path):
+    """Killed while A must give up half its partitions (UNREVOKED_PARTITIONS at its old epoch) and B waits for them
+    (UNRELEASED_PARTITIONS), a third member C silent: after the load A revokes and both reach the new epoch, never
+    an epoch lower than one they were answered; C is removed by its session timeout counted from the load and its
+    partitions go to the others."""
+    data = tmp_path / "data"
+    session = ["group.consumer.session.timeout.ms=2000"]
+    b1 = brokers(data, overrides=session)
+    a, b, c = (str(uuid.uuid4()) for _ in range(3))
+    seen = {a: 0, b: 0, c: 0}  # the highest epoch each member was answered
+
+    def beat(w, m, epoch, owned=None, topics=None):
+        r = hb(w, "rk", m, epoch, topics=topics, owned=owned)
+        assert r["error_code"] == 0, r
+        assert r["member_epoch"] >= seen[m], (r, seen[m])
+        seen[m] = r["member_epoch"]
+        return r
+    with Wire(b1.port) as w:
+        assert w.create_topic("t", 6)["error_code"] == 0
+        r = beat(w, a, 0, topics=["t"])
+        r = beat(w, a, r["member_epoch"], owned=_owned(r))
+        rc = beat(w, c, 0, topics=["t"])
+        r = beat(w, a, r["member_epoch"], owned=_owned(r))  # A gives up C's share
+        a_owned = _owned(r)
+        rc = beat(w, c, rc["member_epoch"], owned=[])
+        c_owned = _owned(rc)
+        assert sum(len(tp["partitions"]) for tp in a_owned + c_owned) == 6
+        rb = beat(w, b, 0, topics=["t"])
+        r = beat(w, a, r["member_epoch"], owned=a_owned)  # told to revoke: its epoch stays
+        d = w.call(DESCRIBE848, 1, {"group_ids": ["rk"], "include_authorized_operations": False})["groups"][0]
+        states = {m["member_id"]: m for m in d["members"]}
+        assert d["group_state"] == "Reconciling" and states[a]["member_epoch"] < d["group_epoch"]
+    b1.kill()
+
+    b2 = brokers(data, overrides=session)
+    with Wire(b2.port) as w:
+        d2 = w.call(DESCRIBE848, 1, {"group_ids": ["rk"], "include_authorized_operations": False})["groups"][0]
+        assert d2 == d
+        kept = [{"topic_id": tp["topic_id"], "partitions": tp["partitions"]} for tp in _owned(r)]
+        r = beat(w, a, r["member_epoch"], owned=kept)  # revoked: A reaches the group's epoch
+        assert r["member_epoch"] == d["assignment_epoch"]
+        a_owned = _owned(r) or kept
+        rb = beat(w, b, rb["member_epoch"], owned=[])
+        for _ in range(POLLS):  # A and B heartbeat on; C never comes back
+            r = beat(w, a, r["member_epoch"], owned=a_owned)
+            if r["assignment"] is not None:
+                a_owned = _owned(r)
+            rb = beat(w, b, rb["member_epoch"], owned=_owned(rb))
+            d3 = w.call(DESCRIBE848, 1, {"group_ids": ["rk"], "include_authorized_operations": False})["groups"][0]
+            if d3["group_state"] == "Stable" and len(d3["members"]) == 2:
+                break
+            time.sleep(0.05)
+        assert d3["group_state"] == "Stable" and {m["member_id"] for m in d3["members"]} == {a, b}, d3
+        assert sorted(p for m in d3["members"] for tp in m["assignment"]["topic_partitions"]
+                      for p in tp["partitions"]) == list(range(6))
 
 
 # ---------------------------------------------------------------------------------------------------- real clients
