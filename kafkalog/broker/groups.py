@@ -32,12 +32,23 @@ Kafka's wire protocol is mapped onto the file protocol (``client/group.py``) lik
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
 import uuid
 
-from ..client.group import ASSIGNORS, GroupMember, describe_group
+from ..client.group import (
+    ASSIGNORS,
+    GroupMember,
+    _make_group_dir,
+    _write_state,
+    describe_group,
+    group_dir,
+    read_state,
+)
 from ..errors import (
+    CoordinatorNotAvailableError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
@@ -55,6 +66,7 @@ from .groupstate import GroupStateStore
 
 log = logging.getLogger("kafkalog.broker")
 
+_nothing = contextlib.nullcontext
 POLL_S = 0.01
 PENDING_MEMBER_S = 300.0
 
@@ -147,11 +159,88 @@ class GroupCoordinator:
         try:
             if leave:
                 m.gm.leave()
+                if not m.gm.state["members"]:  # the last member: the group is stored Empty, as Kafka stores it
+                    self.state.write_model(g.group_id, m.gm.state, None)
             else:
                 m.gm.close()
         except KafkaError as e:
             log.warning("group %s: member %s: %s", g.group_id, member_id, e)
         log.info("group %s: member %s removed (%s)", g.group_id, member_id, why)
+
+    def load_model_group(self, gid: str, rec) -> None:
+        """A group-model group's GroupMetadata record at broker start (groupstate.py): its wire members come back
+        (the broker holds their member files again, their session timers start now) when the group files still
+        show that generation with them, so they heartbeat on without a rebalance; when the files are older (lost
+        in a power loss) they are restored from the record first. A group that moved on meanwhile (embedded
+        members rebalanced without the broker) is left as it is: its wire members join again."""
+        path = group_dir(self.s.store.path, gid)
+        state = read_state(path)
+        if state["generation"] > rec.generation:
+            return
+        wire = [m for m in rec.members if m.client_host.startswith("/")]
+        if state["generation"] == rec.generation and not all(m.member_id in state["members"] for m in wire):
+            return
+        g = self.groups.get(gid) or WireGroup(gid)
+        gms = []
+        for mr in wire:
+            gm = GroupMember(self.s.store, gid, client_id=mr.client_id, strategies=[rec.protocol],
+                             session_timeout_ms=mr.session_timeout_ms, topic_partitions=self._topic_partitions)
+            gm.member_id = mr.member_id
+            gms.append(gm)
+        try:
+            _make_group_dir(path, gid)
+            with gms[0]._locked() if gms else _nothing():
+                if state["generation"] < rec.generation:
+                    state = self._restored_state(rec)
+                    _write_state(path, state)
+                for gm in gms:
+                    gm._hold_member_file_locked()
+        except (KafkaError, OSError) as e:
+            log.warning("group %s: not loaded: %s", gid, e)
+            for gm in gms:
+                gm._release_member_file()
+                gm.close()
+            return
+        now = time.monotonic()
+        for mr, gm in zip(wire, gms):
+            m = WireMember(gm)
+            m.protocols = [(rec.protocol, mr.subscription)]
+            m.session_timeout_ms = mr.session_timeout_ms
+            m.rebalance_timeout_ms = mr.rebalance_timeout_ms if mr.rebalance_timeout_ms > 0 else mr.session_timeout_ms
+            m.last_seen = now  # the session timer starts at load
+            m.joined_generation = m.synced_generation = rec.generation
+            m.strategies = [rec.protocol]
+            try:
+                m.topics = sorted(protocol.decode_subscription(mr.subscription)["topics"])
+            except Exception:  # noqa: BLE001  (unreadable: the member's next join says)
+                m.topics = []
+            gm.topics = m.topics
+            m.assignment = mr.assignment
+            gm.refresh()
+            g.members[mr.member_id] = m
+            self.hosts[mr.member_id] = mr.client_host
+        self.groups[gid] = g
+        self.state.generations[gid] = rec.generation
+        log.info("group %s: loaded (generation %d, %s, %d wire members)", gid, rec.generation, rec.protocol,
+                 len(wire))
+
+    def _restored_state(self, rec) -> dict:
+        """state.json of a group-model group as its GroupMetadata record has it (every member synced: the record is
+        written once a generation is answered)."""
+        members, assignment = {}, {}
+        for mr in rec.members:
+            try:
+                topics = sorted(protocol.decode_subscription(mr.subscription)["topics"])
+                assigned = protocol.decode_assignment(mr.assignment)["assigned_partitions"] if mr.assignment else {}
+            except Exception:  # noqa: BLE001
+                topics, assigned = [], {}
+            members[mr.member_id] = {"client_id": mr.client_id, "pid": os.getpid(), "topics": topics,
+                                     "strategies": [rec.protocol], "joined": time.time(),
+                                     "session_timeout_s": mr.session_timeout_ms / 1000.0}
+            assignment[mr.member_id] = [[t, p] for t, ps in assigned.items() for p in ps]
+        return {"generation": rec.generation, "protocol": rec.protocol, "leader": rec.leader, "members": members,
+                "partitions": self._topic_partitions(sorted({t for m in members.values() for t in m["topics"]})),
+                "assignment": assignment, "synced": list(members), "stable": True}
 
     # -- JoinGroup ------------------------------------------------------------------------------------------------
 
@@ -412,6 +501,12 @@ class GroupCoordinator:
                 except Exception:  # noqa: BLE001  (a subscription we cannot read: null user data)
                     empty = False
                 m.assignment = protocol.encode_assignment(assigned, b"" if empty else None)
+                # answered once the generation's GroupMetadata record is durable (one write per generation)
+                try:
+                    await self.state.write_model(gm.group, state, self.groups.get(gm.group))
+                except Exception as e:  # noqa: BLE001  (a failed write: the member retries)
+                    log.error("group %s: storing generation %d failed: %s", gm.group, generation, e)
+                    return self._sync_answer(header, CoordinatorNotAvailableError.code, b"")
                 return self._sync_answer(header, 0, m.assignment, "consumer", state.get("protocol"))
             if time.monotonic() > deadline:
                 return self._sync_answer(header, RebalanceInProgressError.code, b"")

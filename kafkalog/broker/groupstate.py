@@ -42,6 +42,7 @@ import hashlib
 import logging
 import time
 
+from ..client.group import ASSIGNORS as MODEL_ASSIGNORS
 from ..client.group import GroupMember
 from ..errors import KafkaError
 from ..storage import failpoints
@@ -74,6 +75,13 @@ def metadata_hash(metadata: dict | None) -> int:
         h.update(name.encode("utf-8") + b"\x00" + tid.bytes + n.to_bytes(4, "big"))
     v = int.from_bytes(h.digest(), "big", signed=True)
     return v or 1
+
+
+def _of_the_group_model(rec: gf.ClassicGroupRecord) -> bool:
+    """Whether a GroupMetadata record is a group-model group's (consumers assigned by range or roundrobin, no
+    static member): those are not the classic coordinator's (GroupCoordinator.join sends them to the model)."""
+    return (rec.protocol_type == "consumer" and rec.protocol in MODEL_ASSIGNORS and bool(rec.members)
+            and all(m.instance_id is None for m in rec.members))
 
 
 def _write_job(offsets, group: str, records: list, delete_types=None) -> None:
@@ -113,6 +121,8 @@ class GroupStateStore:
         self.failed = 0  # writes that failed (logged; the state in memory goes on)
         # classic group -> the generation of its last GroupMetadata written or loaded (no store read on the loop)
         self.generations: dict[str, int] = {}
+        # a group of the group model -> (generation, the write of its record): its members' SyncGroups wait for it
+        self._model_writes: dict[str, tuple[int, asyncio.Future]] = {}
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
@@ -154,6 +164,51 @@ class GroupStateStore:
         self.generations[g.group_id] = max(self.generations.get(g.group_id, 0), g.generation)
         return self._submit(g.group_id, [(gf.encode_group_key(gf.GROUP_METADATA, g.group_id), self.classic_value(g))])
 
+    # -- groups of the group model (client.group: range / roundrobin over the wire, embedded members) --------------
+
+    def model_value(self, group: str, state: dict, wire) -> bytes:
+        """GroupMetadata of a group-model group from its state.json ``state`` (``wire``: the broker's WireGroup or
+        None): a wire member with the subscription bytes it sent, an embedded one with its subscription and every
+        member's assignment in the consumer protocol."""
+        members = []
+        proto = state.get("protocol")
+        wire_members = wire.members if wire is not None else {}
+        for mid, info in state["members"].items():
+            wm = wire_members.get(mid)
+            by_topic: dict[str, list[int]] = {}
+            for t, p in state["assignment"].get(mid, []):
+                by_topic.setdefault(t, []).append(p)
+            session_ms = int(info.get("session_timeout_s", 45.0) * 1000)
+            if wm is not None:
+                members.append(gf.ClassicMemberRecord(
+                    mid, None, info.get("client_id") or "", self.c.hosts.get(mid, ""), wm.rebalance_timeout_ms,
+                    wm.session_timeout_ms, wm.metadata(proto), protocol.encode_assignment(by_topic)))
+            else:
+                members.append(gf.ClassicMemberRecord(
+                    mid, None, info.get("client_id") or "", f"pid:{info.get('pid')}", session_ms, session_ms,
+                    protocol.encode_subscription(sorted(info.get("topics", []))),
+                    protocol.encode_assignment(by_topic)))
+        return gf.encode_group_metadata_value(gf.ClassicGroupRecord(
+            "consumer", state["generation"], proto if members else None, state.get("leader") if members else None,
+            int(time.time() * 1000), members))
+
+    def write_model(self, group: str, state: dict, wire) -> asyncio.Future:
+        """The record of the group model's generation in ``state`` (once per generation: every member's SyncGroup
+        awaits the same write)."""
+        gen = state["generation"]
+        known = self._model_writes.get(group)
+        if known is not None and known[0] == gen:
+            return known[1]
+        fut = self._submit(group, [(gf.encode_group_key(gf.GROUP_METADATA, group),
+                                    self.model_value(group, state, wire))])
+        self._model_writes[group] = (gen, fut)
+
+        def failed(f, g=group):
+            if not f.cancelled() and f.exception() is not None and self._model_writes.get(g, (None, None))[1] is f:
+                del self._model_writes[g]  # the next SyncGroup tries again
+        fut.add_done_callback(failed)
+        return fut
+
     def drop_classic(self, group: str) -> asyncio.Future:
         """A classic group that becomes a consumer group: its GroupMetadata tombstoned."""
         self.generations.pop(group, None)
@@ -167,6 +222,7 @@ class GroupStateStore:
     def forget(self, group: str) -> None:
         """DeleteGroups tombstoned the group (a new group of that id starts at generation 0, as on Kafka)."""
         self.generations.pop(group, None)
+        self._model_writes.pop(group, None)
 
     # -- consumer groups ------------------------------------------------------------------------------------------
 
@@ -229,7 +285,11 @@ class GroupStateStore:
                 by_type.setdefault(k.type, []).append((k, value))
             try:
                 if gf.GROUP_METADATA in by_type:
-                    self._load_classic(gid, by_type[gf.GROUP_METADATA][0][1])
+                    rec = gf.decode_group_metadata_value(by_type[gf.GROUP_METADATA][0][1])
+                    if _of_the_group_model(rec):
+                        self.c.load_model_group(gid, rec)
+                    else:
+                        self._load_classic(gid, rec)
                     classic += 1
                 elif gf.CONSUMER_GROUP_METADATA in by_type:
                     self._load_consumer(gid, by_type)
@@ -240,8 +300,7 @@ class GroupStateStore:
             log.info("loaded %d classic and %d consumer groups from __consumer_offsets in %.0f ms", classic,
                      consumer, (time.monotonic() - t0) * 1000)
 
-    def _load_classic(self, gid: str, value: bytes) -> None:
-        rec = gf.decode_group_metadata_value(value)
+    def _load_classic(self, gid: str, rec: gf.ClassicGroupRecord) -> None:
         self.generations[gid] = rec.generation
         g = ClassicGroup(self.c, gid)
         g.generation = rec.generation

@@ -451,12 +451,12 @@ def test_consumer_group_killed_mid_reconciliation_goes_on_after_the_load(brokers
 
 # ---------------------------------------------------------------------------------------------------- real clients
 
-@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
-def test_librdkafka_static_member_reads_on_across_a_broker_kill9_without_a_rebalance(brokers, tmp_path,
-                                                                                       group_protocol):
-    """confluent-kafka with group.instance.id (classic: cooperative-sticky; KIP-848: group.protocol=consumer): the
-    broker is killed and started again on the same port; the consumer keeps its partitions (no revocation, no new
-    assignment) and reads the records produced after the restart, each once."""
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer", "range"])
+def test_librdkafka_member_reads_on_across_a_broker_kill9_without_a_rebalance(brokers, tmp_path, group_protocol):
+    """confluent-kafka: a static member (group.instance.id; classic: cooperative-sticky, the classic coordinator;
+    KIP-848: group.protocol=consumer) and a dynamic range member (the group model): the broker is killed and started
+    again on the same port; the consumer keeps its partitions (no revocation, no new assignment) and reads the
+    records produced after the restart, each once."""
     ck = pytest.importorskip("confluent_kafka")
     data, port = tmp_path / "data", free_port()
     b1 = brokers(data, port=port)
@@ -471,6 +471,10 @@ def test_librdkafka_static_member_reads_on_across_a_broker_kill9_without_a_rebal
     if group_protocol == "classic":
         conf.update({"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 30000,
                      "heartbeat.interval.ms": 300})
+    elif group_protocol == "range":
+        del conf["group.instance.id"]
+        conf.update({"group.protocol": "classic", "partition.assignment.strategy": "range",
+                     "session.timeout.ms": 30000, "heartbeat.interval.ms": 300})
     c = ck.Consumer(conf)
     got = []
 
