@@ -8,6 +8,11 @@ What is written (formats: storage/groupformat.py), when, as Kafka 4.4's GroupMet
   (the leader's SyncGroup: members are answered once it is durable), when a static member's restart replaces its
   member id in a Stable group (its JoinGroup is answered once durable), and when the group becomes Empty (no
   members, generation kept). DeleteGroups tombstones it (Dead).
+- a group of the group model's GroupMetadata (client.group: members offering range or roundrobin, over the wire
+  and embedded; their state is ``state.json``, shared with embedded consumers): once per generation, when its first
+  wire member's SyncGroup is answered (every member's answer waits for that write), and Empty when its last wire
+  member leaves. Embedded members are written with the subscription and assignment the model holds for them and
+  client host ``pid:<pid>``.
 - a KIP-848 consumer group's records, each written when its value changes (a heartbeat is answered once its
   records are durable): ConsumerGroupMemberMetadata per member, ConsumerGroupMetadata (group epoch and a hash of
   the subscribed topics' metadata), ConsumerGroupTargetAssignmentMember per member and
@@ -22,7 +27,10 @@ not Kafka's (KIP-1101's Murmur3 over its metadata image): a loader compares it w
 Kafka broker loading a kafkalog data dir rebalances such a group once, which is harmless.
 
 Loading (at broker start, before it listens): a classic group with members comes back Stable at its generation with
-each member's assignment, an empty one Empty; a consumer group with its epochs, members and assignments. Every
+each member's assignment, an empty one Empty; a consumer group with its epochs, members and assignments; a
+group-model group's wire members (GroupCoordinator.load_model_group) when its ``state.json`` still shows that
+generation with them (restored from the record when it is older: lost in a power loss), else it is left to the
+model (its embedded members went on without the broker). Every
 member's session timer starts at load (members that never come back are removed by it, as on Kafka). A static member
 that comes back within its session timeout keeps its assignment without a rebalance (classic: its JoinGroup with an
 empty member id and its instance id takes its old member id's place; KIP-848: its heartbeat at its member id and

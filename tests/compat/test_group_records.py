@@ -1,9 +1,9 @@
-"""The group coordinator's records in ``__consumer_offsets``, differential: the same classic static group and KIP-848
-consumer group made over the wire on Apache Kafka 4.4 and on kafkalog, then each broker's own ``__consumer_offsets``
-segment read by Kafka's ``kafka-dump-log --offsets-decoder`` (Kafka's record decoder: every record of kafkalog's must
-decode without an error), and the latest record per key compared field by field: GroupMetadata (v3) of the classic
-group; ConsumerGroupMetadata, ConsumerGroupMemberMetadata, ConsumerGroupTargetAssignmentMetadata/Member and
-ConsumerGroupCurrentMemberAssignment of the consumer group.
+"""The group coordinator's records in ``__consumer_offsets``, differential: the same classic static group, dynamic
+range group (kafkalog's group model) and KIP-848 consumer group made over the wire on Apache Kafka 4.4 and on
+kafkalog, then each broker's own ``__consumer_offsets`` segment read by Kafka's ``kafka-dump-log --offsets-decoder``
+(Kafka's record decoder: every record of kafkalog's must decode without an error), and the latest record per key
+compared field by field: GroupMetadata (v3) of the classic groups; ConsumerGroupMetadata, ConsumerGroupMemberMetadata,
+ConsumerGroupTargetAssignmentMetadata/Member and ConsumerGroupCurrentMemberAssignment of the consumer group.
 
 Member ids are named by role, topic ids by their topic; timestamps and the metadata hash (KIP-1101: Kafka's Murmur3
 over its metadata image, kafkalog's own hash: see broker/groupstate.py) are compared by presence only. Cost: the
@@ -28,7 +28,7 @@ from tests.compat.test_group_protocols import _coordinator_ready, _join, _port, 
 TIMESTAMPS = ("currentStateTimestamp", "assignmentTimestamp")
 
 
-def scenario(target, classic: str, consumer: str, topic: str) -> dict:
+def scenario(target, classic: str, consumer: str, topic: str, ranged: str) -> dict:
     """Both groups made on ``target``; {member id: role, topic id (base64 as dump-log prints it): name}."""
     roles = {}
     with Wire(_port(target), client_id="records") as w:
@@ -50,6 +50,17 @@ def scenario(target, classic: str, consumer: str, topic: str) -> dict:
                   [(j["member_id"], protocol.encode_assignment({topic: [0, 1]}))], instance_id="inst-1",
                   protocol_type="consumer", protocol_name="cooperative-sticky")
         assert s["error_code"] == 0, s
+        # a dynamic range member (kafkalog: the group model) as its own leader
+        _coordinator_ready(w, ranged)
+        j = _join(w, 9, ranged, "", "consumer", [("range", sub)])
+        assert j["error_code"] == 79, j
+        j = _join(w, 9, ranged, j["member_id"], "consumer", [("range", sub)])
+        assert j["error_code"] == 0, j
+        roles[j["member_id"]] = "R1"
+        s = _sync(w, 5, ranged, j["generation_id"], j["member_id"],
+                  [(j["member_id"], protocol.encode_assignment({topic: [0, 1]}))], protocol_type="consumer",
+                  protocol_name="range")
+        assert s["error_code"] == 0 and s["assignment"] == protocol.encode_assignment({topic: [0, 1]}), s
         _seen_by_coordinator(w, consumer, topic)
         a = str(uuid.uuid4())
         roles[a] = "A"
@@ -103,11 +114,11 @@ def normalized(records: dict, roles: dict) -> dict:
 
 
 def test_group_records_decode_with_kafkas_decoder_and_match_kafkas(targets, topic_name, compare):
-    classic, consumer, topic = topic_name("classic"), topic_name("kip848"), topic_name("t")
+    classic, consumer, topic, ranged = topic_name("classic"), topic_name("kip848"), topic_name("t"), topic_name("r")
     got = {}
     for name, t in targets.items():
-        roles = scenario(t, classic, consumer, topic)
-        records, text = group_records(Path(t.server.log_dir), {classic, consumer})
+        roles = scenario(t, classic, consumer, topic, ranged)
+        records, text = group_records(Path(t.server.log_dir), {classic, consumer, ranged})
         assert "Exception" not in text and "Could not" not in text, text[-3000:]
         got[name] = normalized(records, roles)
     types = {name: sorted({t for t, _ in r}) for name, r in got.items()}
