@@ -289,6 +289,43 @@ def test_kill9_around_the_store_of_a_generation(brokers, tmp_path, failpoint, st
     assert rec.generation == (gen + 1 if stored else gen)
 
 
+@pytest.mark.parametrize("lose_state_file", [False, True])
+def test_a_dynamic_range_member_heartbeats_on_after_kill9(brokers, tmp_path, lose_state_file):
+    """A group of the group model (a range member over the wire): after kill -9 its member heartbeats on at its
+    generation, the group Stable with its assignment; also when the group's state.json was lost (a power loss
+    before the file system wrote it): restored from the GroupMetadata record."""
+    from kafkalog.client.group import group_dir
+    data = tmp_path / "data"
+    b1 = brokers(data)
+    meta = protocol.encode_subscription(["t"])
+    body = {"group_id": "rg", "session_timeout_ms": 30000, "rebalance_timeout_ms": 10000, "member_id": "",
+            "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+            "protocols": [{"name": "range", "metadata": meta}]}
+    with Wire(b1.port, client_id="r1") as w:
+        assert w.create_topic("t", 2)["error_code"] == 0
+        j = w.call(JOIN, 9, body)
+        assert j["error_code"] == 79
+        j = w.call(JOIN, 9, dict(body, member_id=j["member_id"]))
+        assert j["error_code"] == 0
+        s = w.call(SYNC, 5, {"group_id": "rg", "generation_id": j["generation_id"], "member_id": j["member_id"],
+                             "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+                             "assignments": []})
+        assert s["error_code"] == 0 and s["assignment"] == _assignment([0, 1])
+        before = describe(w, "rg")
+    b1.kill()
+    if lose_state_file:
+        (group_dir(data, "rg") / "state.json").unlink()
+    b2 = brokers(data)
+    with Wire(b2.port, client_id="r1") as w:
+        assert heartbeat(w, "rg", j["member_id"], j["generation_id"], None) == 0
+        after = describe(w, "rg")
+        assert after["group_state"] == "Stable"
+        assert [(m["member_id"], m["member_assignment"]) for m in after["members"]] == [
+            (j["member_id"], _assignment([0, 1]))]
+        if not lose_state_file:
+            assert after == before
+
+
 # ---------------------------------------------------------------------------------------------------- KIP-848
 
 def hb(w, group, member, epoch, topics=None, owned=None, instance=None):
