@@ -1,9 +1,10 @@
-"""Groups across a broker kill -9, differential: a classic group with a static member (cooperative-sticky, a commit) and
-a KIP-848 group with a static member are made on Apache Kafka 4.4 and on kafkalog, each broker is killed (SIGKILL)
-and started again on the same log dir, and what each answers after its coordinator loaded the groups is compared
-field by field: DescribeGroups, ConsumerGroupDescribe, ListGroups, OffsetFetch, ``kafka-consumer-groups --describe
---members --verbose``, the static member's rejoin (same generation, SkipAssignment, its old assignment, the old
-member id fenced) and the KIP-848 member's heartbeat at its epoch.
+"""Groups across a broker kill -9, differential: a classic group with a static member (cooperative-sticky, a commit),
+a KIP-848 group with a static member and a dynamic range group are made on Apache Kafka 4.4 and on kafkalog, each
+broker is killed (SIGKILL) and started again on the same log dir, and what each answers after its coordinator loaded
+the groups is compared field by field: DescribeGroups, ConsumerGroupDescribe, ListGroups, OffsetFetch,
+``kafka-consumer-groups --describe --members --verbose``, the static member's rejoin (same generation,
+SkipAssignment, its old assignment, the old member id fenced), the range member's heartbeat at its generation and
+the KIP-848 member's at its epoch.
 
 Slow (a pair of brokers of its own, restarted: about 20-30 s on 2 cores, most of it Kafka's two starts).
 """
@@ -18,7 +19,7 @@ from kafkalog.broker import protocol
 from tests.broker.wire import Wire
 from tests.compat.lab import KafkaBroker, KafkalogServer, Target
 from tests.compat.test_consumer_groups import _assigned, _seen_by_coordinator, hb, join
-from tests.compat.test_group_protocols import Names, _coordinator_ready, _port, _sync
+from tests.compat.test_group_protocols import Names, _coordinator_ready, _join, _port, _sync
 from tests.compat.test_kafka_tools import table
 
 pytestmark = pytest.mark.slow
@@ -92,6 +93,19 @@ def before(target, classic, consumer, topic, names, state) -> None:
                                                               "committed_leader_epoch": -1,
                                                               "committed_metadata": "m"}]}]})
         assert c["topics"][0]["partitions"][0]["error_code"] == 0, c
+        # a dynamic range member (kafkalog's group model), its own leader
+        ranged = classic + "-r"
+        _coordinator_ready(w, ranged)
+        sub = [("range", protocol.encode_subscription([topic]))]
+        j = _retry(lambda: _join(w, 9, ranged, "", "consumer", sub))
+        j = _join(w, 9, ranged, j["member_id"], "consumer", sub)
+        assert j["error_code"] == 0, j
+        names.name(j["member_id"], "R1")
+        state["r1"], state["r_generation"] = j["member_id"], j["generation_id"]
+        s = _sync(w, 5, ranged, j["generation_id"], j["member_id"],
+                  [(j["member_id"], protocol.encode_assignment({topic: [0, 1]}))], protocol_type="consumer",
+                  protocol_name="range")
+        assert s["error_code"] == 0, s
         _seen_by_coordinator(w, consumer, topic)
         a = "kip848-member-" + "0" * 12
         names.name(a, "A")
@@ -127,6 +141,13 @@ def after(target, classic, consumer, topic, names, state) -> list:
                                          if g["group_id"] in (classic, consumer))))
         f = w.call(9, 7, {"group_id": classic, "topics": None, "require_stable": False})
         out.append(("OffsetFetch", names(f)))
+        ranged = classic + "-r"
+        r = _retry(lambda: w.call(12, 4, {"group_id": ranged, "generation_id": state["r_generation"],
+                                          "member_id": state["r1"], "group_instance_id": None}))
+        out.append(("R1 heartbeats on", r["error_code"]))
+        d = w.call(15, 5, {"groups": [ranged], "include_authorized_operations": False})["groups"][0]
+        d.pop("authorized_operations", None)
+        out.append(("DescribeGroups of the range group", names(d)))
         r = hb(w, consumer, state["a"], state["epoch"], owned=state["owned"], instance="k-1")
         out.append(("A heartbeats at its epoch", names({k: v for k, v in r.items() if k != "member_id"})))
         j = _join9(w, classic, "", "inst-1", topic)
