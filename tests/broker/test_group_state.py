@@ -326,6 +326,46 @@ def test_a_dynamic_range_member_heartbeats_on_after_kill9(brokers, tmp_path, los
             assert after == before
 
 
+def test_a_range_group_that_embedded_members_rebalanced_while_the_broker_was_down_is_left_to_them(brokers,
+                                                                                                  tmp_path):
+    """The group model is shared: an embedded consumer joining while the broker is down evicts the dead wire member
+    and moves the group on. The broker's record of the older generation must not bring the wire member back: it is
+    told UNKNOWN_MEMBER_ID and joins again, after the embedded member's generation."""
+    import kafkalog
+    data = tmp_path / "data"
+    b1 = brokers(data)
+    meta = protocol.encode_subscription(["t"])
+    body = {"group_id": "mixed", "session_timeout_ms": 30000, "rebalance_timeout_ms": 10000, "member_id": "",
+            "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+            "protocols": [{"name": "range", "metadata": meta}]}
+    with Wire(b1.port, client_id="r1") as w:
+        assert w.create_topic("t", 2)["error_code"] == 0
+        j = w.call(JOIN, 9, body)
+        j = w.call(JOIN, 9, dict(body, member_id=j["member_id"]))
+        assert j["error_code"] == 0
+        s = w.call(SYNC, 5, {"group_id": "mixed", "generation_id": j["generation_id"], "member_id": j["member_id"],
+                             "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+                             "assignments": []})
+        assert s["error_code"] == 0
+    b1.kill()
+    emb = kafkalog.KafkaConsumer("t", store=data, group_id="mixed", auto_offset_reset="earliest")
+    try:
+        for _ in range(POLLS):
+            emb.poll(timeout_ms=50)
+            if len(emb.assignment()) == 2:
+                break
+        assert len(emb.assignment()) == 2  # the dead wire member evicted: a generation past the record's
+        b2 = brokers(data)
+        with Wire(b2.port, client_id="r1") as w:
+            assert heartbeat(w, "mixed", j["member_id"], j["generation_id"], None) == 25
+            again = w.call(JOIN, 9, dict(body, member_id=""))
+            assert again["error_code"] == 79
+        emb.poll(timeout_ms=50)
+        assert len(emb.assignment()) == 2
+    finally:
+        emb.close()
+
+
 # ---------------------------------------------------------------------------------------------------- KIP-848
 
 def hb(w, group, member, epoch, topics=None, owned=None, instance=None):
