@@ -60,7 +60,7 @@ CASES = {
     "durable-queue": [("queue", 0), ("queue", 1)],
     "topics-create-delete": [("topics", 0), ("topics", 1)],
     "broker-acks-all": [("broker", 0), ("kafka_producer", 1), ("kafka_producer", 2)],
-    "broker-static-group": [("broker", 0), ("static_group", 1)],
+    "broker-static-group": [("broker", 0), ("static_group", 1), ("kip848_group", 2)],
     "compaction": [("compact", 0), ("compact", 1)],
     "transactions": [("txn", 0), ("txn", 1)],
     "transactions-ending": [("txn", 0), ("txn", 1)],
@@ -212,20 +212,35 @@ def check_compaction(store, acks: Path) -> list[str]:
 
 def check_group_generations(store, acks: Path) -> list[str]:
     """S lines: no classic group comes back at a generation lower than one a member saw acknowledged (its
-    GroupMetadata record in __consumer_offsets)."""
-    from kafkalog.storage.groupformat import decode_group_metadata_value
+    GroupMetadata record in __consumer_offsets); K lines: no KIP-848 group at an epoch lower than a member epoch
+    a heartbeat answered (its ConsumerGroupMetadata record)."""
+    from kafkalog.storage.groupformat import (
+        CONSUMER_GROUP_METADATA,
+        decode_epoch_value,
+        decode_group_metadata_value,
+        encode_group_key,
+    )
     acked: dict[str, int] = {}
+    epochs: dict[str, int] = {}
     if acks.exists():
         for line in acks.read_text().splitlines():
             w = line.split()
             if len(w) == 3 and w[0] == "S":
                 acked[w[1]] = max(acked.get(w[1], -1), int(w[2]))
+            elif len(w) == 3 and w[0] == "K":
+                epochs[w[1]] = max(epochs.get(w[1], -1), int(w[2]))
     problems = []
     for group, gen in sorted(acked.items()):
         value = store.offsets.group_metadata(group)
         stored = decode_group_metadata_value(value).generation if value is not None else None
         if stored is None or stored < gen:
             problems.append(f"group {group}: stored at generation {stored}, generation {gen} was acknowledged")
+    for group, epoch in sorted(epochs.items()):
+        value = store.offsets.group_records(group).get(encode_group_key(CONSUMER_GROUP_METADATA, group))
+        stored = decode_epoch_value(value)[0] if value is not None else None
+        if stored is None or stored < epoch:
+            problems.append(f"consumer group {group}: stored at epoch {stored}, member epoch {epoch} was "
+                            f"acknowledged")
     return problems
 
 

@@ -28,6 +28,10 @@ The static group member (w_static_group, against the broker workload) writes:
 
     S <group> <generation>                            a SyncGroup was answered for this generation (acknowledged)
     C <group> <topic> <partition> <offset>            an OffsetCommit of the member was answered without error
+
+The KIP-848 member (w_kip848_group, against the broker workload) writes:
+
+    K <group> <epoch>                                 a ConsumerGroupHeartbeat was answered with this member epoch
 """
 
 from __future__ import annotations
@@ -383,6 +387,51 @@ def w_static_group(data, acks, rng, wid):
         if c["topics"][0]["partitions"][0]["error_code"] != 0:
             raise AssertionError(f"OffsetCommit: {c}")
         acks.write(f"C pl-static sg 0 {offset}")
+
+
+def w_kip848_group(data, acks, rng, wid):
+    """KIP-848 members on the broker workload, over the wire: each joins (a new member: the group epoch goes up),
+    heartbeats until it holds its assignment, and leaves (up again); a member epoch is acknowledged once a heartbeat
+    answered it. The group's stored epoch must never be lower than one acknowledged."""
+    import socket
+    import struct
+    import uuid
+
+    from kafkalog.broker import protocol
+    while not os.path.exists(port_file(acks)):
+        time.sleep(0.02)
+    with open(port_file(acks)) as f:
+        port = int(f.read())
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    corr = [0]
+
+    def hb(member, epoch, topics=None, owned=None):
+        corr[0] += 1
+        sock.sendall(protocol.encode_request(68, 1, corr[0], "kip848-pl", {
+            "group_id": "pl-kip848", "member_id": member, "member_epoch": epoch, "instance_id": None,
+            "rack_id": None, "rebalance_timeout_ms": 30000 if epoch == 0 else -1, "subscribed_topic_names": topics,
+            "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": owned}))
+        (n,) = struct.unpack(">i", _read(sock, 4))
+        r = protocol.decode_response(68, 1, _read(sock, n))[1]
+        if r["error_code"] != 0:
+            raise AssertionError(f"ConsumerGroupHeartbeat: {r}")
+        return r
+
+    corr[0] += 1
+    sock.sendall(protocol.encode_request(19, 5, corr[0], "kip848-pl", {
+        "topics": [{"name": "kg", "num_partitions": 2, "replication_factor": 1, "assignments": [], "configs": []}],
+        "timeout_ms": 30000, "validate_only": False}))
+    (n,) = struct.unpack(">i", _read(sock, 4))
+    _read(sock, n)
+    while True:
+        member = str(uuid.uuid4())
+        r = hb(member, 0, topics=["kg"], owned=[])
+        for _ in range(rng.randint(1, 3)):
+            owned = [{"topic_id": tp["topic_id"], "partitions": tp["partitions"]}
+                     for tp in (r["assignment"] or {}).get("topic_partitions", [])]
+            acks.write(f"K pl-kip848 {r['member_epoch']}")
+            r = hb(member, r["member_epoch"], owned=owned)
+        hb(member, -1)
 
 
 def _read(sock, n: int) -> bytes:
