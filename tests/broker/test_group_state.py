@@ -530,6 +530,59 @@ def test_consumer_group_killed_mid_reconciliation_goes_on_after_the_load(brokers
                       for p in tp["partitions"]) == list(range(6))
 
 
+# Records as Apache Kafka 4.4.0 wrote them (tests/storage/test_groupformat.py has them decoded field by field): a
+# static member's cooperative-sticky group at generation 1, and a KIP-848 group at epoch 2 with one member holding
+# partitions 0 and 1 of a topic this data dir does not have
+KAFKA_CLASSIC = bytes.fromhex(
+    "00030008636f6e73756d6572000000010012636f6f70657261746976652d737469636b79002b696e73742d312d31663038646439392d"
+    "646464322d343333362d386133332d313166326631633935616666000001a21b1d88bb00000001002b696e73742d312d3166303864"
+    "6439392d646464322d343333362d386133332d3131663266316339356166660006696e73742d3100077265636f726473000a2f3132"
+    "372e302e302e3100002710000027100000001f0000000000010013746573742d6462672d742d3830306634386331ffffffff000000"
+    "2b0000000000010013746573742d6462672d742d3830306634386331000000020000000000000001ffffffff")
+KAFKA_CONSUMER = {
+    gf.CONSUMER_GROUP_MEMBER_METADATA: "00000000087265636f7264730b2f3132372e302e302e310214746573742d6462672d742d"
+                                       "383030663438633101000075300001000100",
+    gf.CONSUMER_GROUP_METADATA: "000000000002010008ab602c898e553ffa",
+    gf.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: "0000026fd36ae28d90418285f5a81abbb0e10d0300000000000000010000",
+    gf.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: "000000000002010008000001a21b1d8956",
+    gf.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: "0000000000020000000000026fd36ae28d90418285f5a81abbb0e10d0300000000"
+                                                 "000000010100090300000002000000020100",
+}
+
+
+def test_groups_that_apache_kafka_wrote_are_loaded(tmp_path):
+    """A data dir whose __consumer_offsets holds Kafka 4.4's own records: the broker loads both groups as Kafka
+    would (the classic one Stable at generation 1 with its static member and assignment; the consumer group at
+    epoch 2, its member at epoch 2 with its partitions)."""
+    from kafkalog.broker import Broker
+    member = "inst-1-1f08dd99-ddd2-4336-8a33-11f2f1c95aff"
+    k848 = "d79f8753-f7d7-4e43-be13-69a015401645"
+    with LogStore(tmp_path / "data") as store:
+        store.offsets.put_group_records("kc", [(gf.encode_group_key(gf.GROUP_METADATA, "kc"), KAFKA_CLASSIC)])
+        store.offsets.put_group_records("kk", [
+            (gf.encode_group_key(t, "kk", k848 if t in (5, 7, 8) else None), bytes.fromhex(v))
+            for t, v in KAFKA_CONSUMER.items()])
+    b = Broker(tmp_path / "data", listen="127.0.0.1:0")
+    b.start()
+    try:
+        with Wire(b.port) as w:
+            d = describe(w, "kc")
+            assert (d["group_state"], d["protocol_type"], d["protocol_data"]) == ("Stable", "consumer",
+                                                                               "cooperative-sticky")
+            [m] = d["members"]
+            assert (m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"]) == (
+                member, "inst-1", "records", "/127.0.0.1")
+            assert protocol.decode_assignment(m["member_assignment"])["assigned_partitions"] == {
+                "test-dbg-t-800f48c1": [0, 1]}
+            g = w.call(DESCRIBE848, 1, {"group_ids": ["kk"], "include_authorized_operations": False})["groups"][0]
+            assert (g["error_code"], g["group_epoch"], g["assignment_epoch"]) == (0, 2, 2)
+            [m] = g["members"]
+            assert (m["member_id"], m["member_epoch"], m["client_id"]) == (k848, 2, "records")
+            assert [tp["partitions"] for tp in m["assignment"]["topic_partitions"]] == [[0, 1]]
+    finally:
+        b.stop()
+
+
 # ---------------------------------------------------------------------------------------------------- real clients
 
 @pytest.mark.parametrize("group_protocol", ["classic", "consumer", "range"])
