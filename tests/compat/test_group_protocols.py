@@ -55,11 +55,12 @@ class Names:
 
 
 def _join(w, version, group, member_id, protocol_type, protocols, instance_id=None):
-    """JoinGroup, again while Apache Kafka's coordinator is still loading (COORDINATOR_LOAD_IN_PROGRESS 14, at most
-    100 times): its first answers after __consumer_offsets is created."""
+    """JoinGroup, again while Apache Kafka's coordinator is still loading the group's __consumer_offsets partition
+    (COORDINATOR_LOAD_IN_PROGRESS 14, or NOT_COORDINATOR 16 before the partition's coordinator is up; at most 100
+    times): its first answers after __consumer_offsets is created."""
     for _ in range(100):
         r = _join_once(w, version, group, member_id, protocol_type, protocols, instance_id)
-        if r["error_code"] != 14:
+        if r["error_code"] not in (14, 16):
             return r
         time.sleep(0.2)
     return r
