@@ -102,6 +102,21 @@ def atomic_write(path: Path, data: bytes, failpoint: str = "atomic-write") -> No
     fsync_dir(path.parent)
 
 
+def read_replaced(path: Path, tries: int = 50) -> bytes:
+    """The bytes of a file that other processes replace whole (atomic_write: temp, rename over it). On a network or
+    FUSE file system an open or read racing with the rename can fail with ESTALE (the name's old inode went away
+    between the lookup and the read), where a local file system gives the old or the new file: read again, the
+    name then holds a whole file (at most ``tries`` times)."""
+    for i in range(tries):
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            if e.errno != errno.ESTALE or i == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def checkpoint_topic_writable(topic) -> bool:
     """Whether ``topic`` can be one field of a checkpoint line: no whitespace (a line is split on whitespace) and
     nothing a line reader splits lines on. The one exception is the legacy form below."""
@@ -208,8 +223,7 @@ class OffsetCheckpointFile:
 
     def read_bytes(self) -> bytes:
         try:
-            with open(self.path, "rb") as f:
-                return f.read()
+            return read_replaced(self.path)
         except FileNotFoundError:
             return b""
         except OSError as e:
@@ -234,11 +248,17 @@ class OffsetCheckpointFile:
 
     def stamp(self):
         """Cheap change detector for other processes' rewrites (inode, mtime, size)."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        for _ in range(50):
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                if e.errno != errno.ESTALE:
+                    raise
+                continue  # replaced under the lookup (see read_replaced): look again
+            return (st.st_ino, st.st_mtime_ns, st.st_size)
+        return None  # never settled: the caller reads the file again, which is always safe
 
 
 class FileLock:

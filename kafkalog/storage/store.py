@@ -49,7 +49,15 @@ from ..errors import (
 )
 from . import failpoints
 from .checkpoints import Checkpoints
-from .files import CLEAN_SHUTDOWN_FILE, FileLock, atomic_write, broker_holding, fsync_dir, make_durable_dir
+from .files import (
+    CLEAN_SHUTDOWN_FILE,
+    FileLock,
+    atomic_write,
+    broker_holding,
+    fsync_dir,
+    make_durable_dir,
+    read_replaced,
+)
 from .log import EXCLUSIVE, READ, SHARED, Log, retire_changes
 from .offsets import OffsetStore
 from .transactions import TXN_TOPIC, ProducerIds, TransactionCoordinator
@@ -279,7 +287,7 @@ class LogStore:
         topics: dict[str, dict] = {}
         if stamp is not None:
             try:
-                topics = json.loads(p.read_text())
+                topics = json.loads(read_replaced(p).decode())
             except (OSError, ValueError) as e:
                 raise KafkaStorageError(5, f"unreadable topic registry {p}: {e}") from None
         # a Kafka log dir (or partitions created by another tool) carries topics as directories only
