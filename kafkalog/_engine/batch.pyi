@@ -14,9 +14,9 @@ from typing_extensions import Buffer
 from .codecs import Compression
 
 __all__ = [
-    "BatchBuilder", "Record", "RecordBatch", "RecordStream", "build_batch", "chain_records", "count_records", "crc32c",
-    "iter_batches", "iter_records", "next_offset_after", "set_base_offset", "set_log_append_time", "set_max_timestamp",
-    "set_partition_leader_epoch", "take_consumer_records",
+    "BatchBuilder", "Record", "RecordBatch", "RecordPool", "RecordStream", "build_batch", "chain_records",
+    "count_records", "crc32c", "iter_batches", "iter_records", "next_offset_after", "set_base_offset",
+    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch", "take_consumer_records",
 ]
 
 Header: TypeAlias = tuple[str, bytes | None]
@@ -213,15 +213,24 @@ def set_log_append_time(buf: Buffer, pos: int, timestamp: int) -> None:
 def set_max_timestamp(buf: Buffer, pos: int, timestamp: int) -> None:
     """Set MaxTimestamp of the complete batch at buf[pos], recomputing its CRC (nothing written when equal)."""
 
+class RecordPool:
+    """Records take_consumer_records returned in its last two calls: those only the pool still references are refilled
+    for later records instead of being freed and allocated again."""
+    def __init__(self) -> None: ...
+    def __len__(self) -> int: ...
+
 class RecordStream(Iterator[Record]):
     def __iter__(self) -> RecordStream: ...
     def __next__(self) -> Record: ...
 
 def take_consumer_records(stream: RecordStream, out: list, limit: int, cls: type, topic: object, partition: object,
-                          leader_epoch: object, no_headers: list | None = None) -> int:
+                          leader_epoch: object, no_headers: list | None = None,
+                          pool: RecordPool | None = None) -> int:
     """Append up to limit records of stream to out as cls (a 13-field tuple subclass laid out like kafka-python's
-    ConsumerRecord), built in C; records without headers get no_headers (None: a new list each). Returns the
-    offset after the last one appended, -1 when none was."""
+    ConsumerRecord), built in C straight from the records' bytes; records without headers get no_headers (None: a
+    new list each). pool (see RecordPool) keeps a reference to the records of its last two calls,
+    and records only the pool still references are refilled instead of allocated. Returns the offset after the
+    last one appended, -1 when none was."""
 
 def iter_records(buffer: BytesLike, start: int = 0, end: int | None = None, min_offset: int = -1,
                  max_offset: int = 0x7FFFFFFFFFFFFFFF) -> RecordStream:

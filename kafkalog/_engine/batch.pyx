@@ -55,9 +55,9 @@ from kafkalog.errors import (
 )
 
 __all__ = [
-    "BatchBuilder", "Record", "RecordBatch", "RecordStream", "build_batch", "chain_records", "count_records", "crc32c",
-    "iter_batches", "iter_records", "next_offset_after", "set_base_offset", "set_log_append_time", "set_max_timestamp",
-    "set_partition_leader_epoch", "take_consumer_records",
+    "BatchBuilder", "Record", "RecordBatch", "RecordPool", "RecordStream", "build_batch", "chain_records",
+    "count_records", "crc32c", "iter_batches", "iter_records", "next_offset_after", "set_base_offset",
+    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch", "take_consumer_records",
 ]
 
 
@@ -815,6 +815,7 @@ cdef class RecordBatch:
                 f"size_in_bytes={self.size_in_bytes}, position={self._pos})")
 
 
+@cython.final
 cdef class _RecordIterator:
     cdef RecordBatch batch
     cdef Pins pins
@@ -836,13 +837,12 @@ cdef class _RecordIterator:
             raise StopIteration
         return rec
 
-    cdef Record _next(self):
-        """The next record, or None after the last one (no StopIteration: RecordStream calls this directly)."""
-        cdef RecordView r
-        cdef Record rec
-        cdef Slice s
+    cdef int _step(self, RecordView *r) except -1:
+        """Decode the next record into r (pointers into the batch's plaintext, kept alive by this iterator): 1, or 0
+        after the last one. No Python object is made: RecordStream's raw takers build what they need from r."""
         cdef int rc
         cdef const BatchHeader *h = &self.batch._h
+        cdef Slice s
         if not self.started:
             self.pins = Pins()
             self.batch._plaintext(self.pins, &s)
@@ -852,8 +852,8 @@ cdef class _RecordIterator:
             if h.records_count == 0 and self.p != self.end:
                 raise InvalidRecordError(f"{batch_where(h, self.batch._pos)}: {record_message(REC_LEFTOVER, 0, 0)}")
         if self.index >= h.records_count:
-            return None
-        rc = read_record(self.p, self.end, &r)
+            return 0
+        rc = read_record(self.p, self.end, r)
         if rc == REC_OK:
             self.p = r.end
             self.index += 1
@@ -864,6 +864,15 @@ cdef class _RecordIterator:
             self.index = h.records_count
             raise InvalidRecordError(f"{batch_where(h, self.batch._pos)}: "
                                      f"{record_message(rc, self.index, h.records_count)}")
+        return 1
+
+    cdef Record _next(self):
+        """The next record, or None after the last one (no StopIteration: RecordStream calls this directly)."""
+        cdef RecordView r
+        cdef Record rec
+        cdef const BatchHeader *h = &self.batch._h
+        if not self._step(&r):
+            return None
         rec = Record.__new__(Record)
         rec.offset = h.base_offset + r.offset_delta
         if self.log_append_time:
@@ -878,6 +887,7 @@ cdef class _RecordIterator:
         return rec
 
 
+@cython.final
 cdef class _BatchIterator:
     cdef object mv
     cdef const unsigned char *base
@@ -919,6 +929,7 @@ def iter_batches(buffer, Py_ssize_t start=0, end=None):
     return it
 
 
+@cython.final
 cdef class RecordStream:
     """Records of consecutive batches with offsets in [min_offset, max_offset), each batch CRC-checked before its
     first record; the whole loop runs in C (see iter_records)."""
@@ -939,29 +950,50 @@ cdef class RecordStream:
 
     cdef Record _take(self):
         """The next record, or None at the end of the stream."""
+        cdef RecordView r
         cdef Record rec
+        cdef const BatchHeader *h
+        if not self._take_raw(&r):
+            return None
+        h = &self.current.batch._h
+        rec = Record.__new__(Record)
+        rec.offset = h.base_offset + r.offset_delta
+        if self.current.log_append_time:
+            rec.timestamp = h.max_timestamp
+            rec.timestamp_type = KL_TIMESTAMP_LOG_APPEND_TIME
+        else:
+            rec.timestamp = h.base_timestamp + r.ts_delta
+        rec.key = _bytes_or_none(r.key, r.key_len)
+        rec.value = _bytes_or_none(r.value, r.value_len)
+        if r.header_count:
+            rec._headers = _headers_list(r.headers, r.header_count)
+        return rec
+
+    cdef int _take_raw(self, RecordView *r) except -1:
+        """The next record as a view into its batch (self.current holds the batch and its header): 1, or 0 at the
+        end of the stream. The record's pointers stay valid until the next call."""
         cdef RecordBatch b
-        cdef int64_t last
+        cdef int64_t last, off
         while True:
             if self.current is not None:
-                rec = self.current._next()
-                if rec is not None:
+                if self.current._step(r):
                     if not self.filter_each:
-                        return rec
-                    if rec.offset >= self.hi:
+                        return 1
+                    off = self.current.batch._h.base_offset + r.offset_delta
+                    if off >= self.hi:
                         self.current = None
-                        return None
-                    if rec.offset >= self.lo:
-                        return rec
+                        return 0
+                    if off >= self.lo:
+                        return 1
                     continue
                 self.current = None
             b = next(self.batches, None) if self.batches is not None else None
             if b is None:
                 if self.source is None:
-                    return None
+                    return 0
                 chunk = next(self.source, None)
                 if chunk is None:
-                    return None
+                    return 0
                 buffer, self.lo, self.hi = chunk
                 self.batches = iter_batches(buffer)
                 continue
@@ -970,7 +1002,7 @@ cdef class RecordStream:
             if last < self.lo:
                 continue
             if b._h.base_offset >= self.hi:
-                return None
+                return 0
             if b._h.attributes & KL_CONTROL_FLAG_MASK:
                 continue  # a transaction marker (a Kafka log dir): not a record, as Kafka's consumers skip it
             self.filter_each = b._h.base_offset < self.lo or last >= self.hi
@@ -981,62 +1013,178 @@ cdef extern from "Python.h":
     object PyType_GenericAlloc(type t, Py_ssize_t nitems)
     void PyTuple_SET_ITEM(object p, Py_ssize_t pos, object o)
     void PyObject_GC_UnTrack(object o)
+    # the raw forms for take_consumer_records: new references handed straight to a tuple's slot (it steals them)
+    void _set_item "PyTuple_SET_ITEM"(object p, Py_ssize_t pos, PyObject *o) noexcept
+    PyObject *_long "PyLong_FromLongLong"(long long v) noexcept
+    PyObject *_bytes "PyBytes_FromStringAndSize"(const char *p, Py_ssize_t n) noexcept
 
 
-cdef inline void _put(object t, Py_ssize_t i, object v):
+cdef extern from *:
+    """
+    /* A tuple of a tuple subclass with n NULL slots, not tracked by the cycle collector (PyType_GenericAlloc
+       zeroes more and tracks it) */
+    static inline PyObject *kl_new_tuple(PyObject *tp, Py_ssize_t n) {
+        PyObject *t = (PyObject *)_PyObject_GC_NewVar((PyTypeObject *)tp, n);
+        if (t != NULL) memset(((PyTupleObject *)t)->ob_item, 0, (size_t)n * sizeof(PyObject *));
+        return t;
+    }
+    /* Empty every slot of a tuple that only its caller references (for refilling): its items are ints, bytes,
+       str, None and lists of (str, bytes) pairs, whose deallocation runs no Python code */
+    static inline void kl_clear_tuple(PyObject *t) {
+        Py_ssize_t i;
+        for (i = 0; i < Py_SIZE(t); i++) Py_CLEAR(((PyTupleObject *)t)->ob_item[i]);
+    }
+    """
+    object kl_new_tuple(object tp, Py_ssize_t n)
+    void kl_clear_tuple(object t)
+    PyObject *PyList_GET_ITEM(object l, Py_ssize_t i) noexcept
+    Py_ssize_t _refcnt "Py_REFCNT"(PyObject *o) noexcept
+    PyObject *_type "(PyObject *)Py_TYPE"(PyObject *o) noexcept
+
+
+cdef inline void _put(object t, Py_ssize_t i, object v) noexcept:
     Py_INCREF(v)  # PyTuple_SET_ITEM steals a reference
     PyTuple_SET_ITEM(t, i, v)
 
 
+cdef inline int _own(object t, Py_ssize_t i, PyObject *o) except -1:
+    """Hand a new reference (NULL: allocation failed) to slot i of the tuple being built."""
+    if o == NULL:
+        raise MemoryError()
+    _set_item(t, i, o)
+    return 0
+
+
+cdef inline PyObject *_bytes_or_none_raw(const unsigned char *p, int32_t n) noexcept:
+    if n < 0:
+        Py_INCREF(None)
+        return <PyObject *>None
+    return _bytes(<const char *>p, n)
+
+
+# records with more key and value bytes than this are not pooled: a pool then keeps at most about 2 x max.poll.records
+# x 2 KiB of records alive after the app dropped them, and copying a large value costs more than its allocation
+cdef Py_ssize_t _POOLED_BYTES = 2048
+
+
+@cython.final
+cdef class RecordPool:
+    """The records take_consumer_records returned in its last two calls with this pool: a record that only the
+    pool still references (the app dropped it) is refilled for a later record instead of being freed and
+    allocated again, as CPython's zip() and enumerate() reuse a result tuple nobody else holds (nobody can see the
+    change). Two calls, not one: an app's loop variable usually still holds the previous poll's list while it
+    polls again. Each record is referenced by the pool once at most; large records are not pooled."""
+    cdef list prev, prev2
+    cdef Py_ssize_t at, at2   # how far reuse() has looked in prev and prev2 since the last rotate()
+
+    def __cinit__(self):
+        self.prev = []
+        self.prev2 = []
+
+    def __len__(self):
+        return len(self.prev) + len(self.prev2)
+
+    cdef inline object _from(self, list src, Py_ssize_t *at, object cls):
+        cdef PyObject *cand
+        cdef Py_ssize_t i = at[0], n = len(src)
+        while i < n:
+            cand = PyList_GET_ITEM(src, i)
+            i += 1
+            if _refcnt(cand) == 1 and _type(cand) == <PyObject *>cls:
+                at[0] = i
+                t = <object>cand  # two references now: the list's goes away with the None below
+                src[i - 1] = None
+                kl_clear_tuple(t)
+                return t
+        at[0] = n
+        return None
+
+    cdef object reuse(self, object cls):
+        """A pooled record of type cls that nobody else references, emptied (None when there is none)."""
+        t = self._from(self.prev2, &self.at2, cls)
+        if t is None:
+            t = self._from(self.prev, &self.at, cls)
+        return t
+
+    cdef void rotate(self, list fresh) noexcept:
+        self.prev2 = self.prev
+        self.prev = fresh
+        self.at = self.at2 = 0
+
+
 def take_consumer_records(RecordStream stream, list out, Py_ssize_t limit, type cls, object topic,
-                          object partition, object leader_epoch, object no_headers=None):
+                          object partition, object leader_epoch, object no_headers=None, RecordPool pool=None):
     """Append up to ``limit`` records of ``stream`` to ``out`` as ``cls`` instances, cls being a 13-field tuple
     subclass with kafka-python's ConsumerRecord layout: (topic, partition, leader_epoch, offset, timestamp,
     timestamp_type, key, value, headers, checksum=None, serialized key, value and header sizes; -1 for None).
     Built in C without calling cls (a namedtuple's __new__ is Python code). Records without headers get
     ``no_headers`` (one shared immutable empty list, say) or, when it is None, a new empty list each. Returns the
-    next offset after the last record appended, or -1 when none was."""
-    cdef Record rec
+    next offset after the last record appended, or -1 when none was. ``pool``: see RecordPool."""
+    cdef RecordView r
+    cdef list fresh = None
+    cdef const BatchHeader *h
     cdef object t, headers
     cdef Py_ssize_t n = 0, hsize
-    cdef int64_t nxt = -1
+    cdef int64_t off = -1, ts, last_ts = 0
+    cdef int ts_type
+    cdef object ts_obj = None
     if not issubclass(cls, tuple):
         raise TypeError(f"{cls!r} is not a tuple subclass")
+    if pool is not None:
+        fresh = []
+    # straight from each record's bytes (no Record object in between): a consumer's record costs one tuple, its
+    # key and value bytes and two ints
     while n < limit:
-        rec = stream._take()
-        if rec is None:
+        if not stream._take_raw(&r):
             break
-        if rec._headers:
-            headers = rec._headers
+        h = &stream.current.batch._h
+        off = h.base_offset + r.offset_delta
+        if stream.current.log_append_time:
+            ts = h.max_timestamp
+            ts_type = KL_TIMESTAMP_LOG_APPEND_TIME
+        else:
+            ts = h.base_timestamp + r.ts_delta
+            ts_type = 0
+        if r.header_count:
+            headers = _headers_list(r.headers, r.header_count)
             hsize = 0
             for hk, hv in headers:
                 hsize += len((<str>hk).encode()) + (0 if hv is None else len(hv))
         else:
             headers = [] if no_headers is None else no_headers
             hsize = -1
-        t = PyType_GenericAlloc(cls, 13)
+        # allocated untracked, every slot filled below (a failed allocation leaves NULL slots, which the tuple's
+        # dealloc skips)
+        t = pool.reuse(cls) if pool is not None else None
+        if t is None:
+            t = kl_new_tuple(cls, 13)
         _put(t, 0, topic)
         _put(t, 1, partition)
         _put(t, 2, leader_epoch)
-        _put(t, 3, rec.offset)
-        _put(t, 4, rec.timestamp)
-        _put(t, 5, rec.timestamp_type)
-        _put(t, 6, rec.key)
-        _put(t, 7, rec.value)
+        _own(t, 3, _long(off))
+        if ts_obj is None or ts != last_ts:
+            ts_obj = ts  # records of one batch often share a millisecond: one int for a run of them
+            last_ts = ts
+        _put(t, 4, ts_obj)
+        _put(t, 5, ts_type)
+        _own(t, 6, _bytes_or_none_raw(r.key, r.key_len))
+        _own(t, 7, _bytes_or_none_raw(r.value, r.value_len))
         _put(t, 8, headers)
         _put(t, 9, None)
-        _put(t, 10, -1 if rec.key is None else PyBytes_GET_SIZE(rec.key))
-        _put(t, 11, -1 if rec.value is None else PyBytes_GET_SIZE(rec.value))
+        _own(t, 10, _long(-1 if r.key_len < 0 else r.key_len))
+        _own(t, 11, _long(-1 if r.value_len < 0 else r.value_len))
         _put(t, 12, hsize)
-        # Untracked by the cycle collector, as CPython untracks tuples of atomic values: every item is a str, int,
-        # bytes or None except the headers list (tracked itself; shared and immutable when empty), so the tuple can
-        # only be in a cycle if an app puts the record into its own headers. Tracked, each poll's records were
+        # Left untracked by the cycle collector, as CPython untracks tuples of atomic values: every item is a str,
+        # int, bytes or None except the headers list (tracked itself; shared and immutable when empty), so the tuple
+        # can only be in a cycle if an app puts the record into its own headers. Tracked, each poll's records were
         # promoted through the GC generations and full collections ran again and again (4x slower large polls).
-        PyObject_GC_UnTrack(t)
         out.append(t)
-        nxt = rec.offset + 1
+        if fresh is not None and r.key_len + r.value_len <= _POOLED_BYTES:
+            fresh.append(t)
         n += 1
-    return nxt
+    if fresh is not None:
+        pool.rotate(fresh)
+    return off + 1 if n else -1
 
 
 def iter_records(buffer, Py_ssize_t start=0, end=None, int64_t min_offset=-1,

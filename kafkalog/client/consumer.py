@@ -29,7 +29,7 @@ import re
 import threading
 import time
 
-from .._engine.batch import iter_records, next_offset_after, take_consumer_records
+from .._engine.batch import RecordPool, iter_records, next_offset_after, take_consumer_records
 from ..errors import (
     CommitFailedError,
     IllegalStateError,
@@ -112,7 +112,7 @@ NO_HEADERS = _NoHeaders()
 
 
 class _Part:
-    __slots__ = ("tp", "log", "position", "paused", "highwater", "stream", "stream_next", "stream_stop")
+    __slots__ = ("tp", "log", "position", "paused", "highwater", "stream", "stream_next", "stream_stop", "pool")
 
     def __init__(self, tp: TopicPartition, log):
         self.tp = tp
@@ -125,6 +125,9 @@ class _Part:
         self.stream = None
         self.stream_next = -1
         self.stream_stop = -1
+        # the records of the last two takes: those the app has dropped since are refilled for the next ones instead
+        # of being freed and allocated again
+        self.pool = RecordPool()
 
 
 class KafkaConsumer:
@@ -704,20 +707,40 @@ class KafkaConsumer:
         return out
 
     def _read(self, p: _Part, pos: int, limit: int, max_bytes: int, end: int | None = None):
-        """Up to limit records from pos (below end when given): (records, next position, bytes read)."""
+        """Up to limit records from pos (below end when given): (records, next position, bytes read). A poll that
+        uses up a chunk (one read of up to max_bytes) goes on into the next one, as Kafka's consumer drains several
+        completed fetches into one poll."""
         stop = end if end is not None else 0x7FFFFFFFFFFFFFFF
+        recs: list = []
         if p.stream is not None and p.stream_next == pos and p.stream_stop == stop and pos >= p.log.log_start_offset:
-            recs: list = []
             last = take_consumer_records(p.stream, recs, limit, ConsumerRecord, p.tp.topic, p.tp.partition, -1,
-                                         NO_HEADERS)
+                                         NO_HEADERS, p.pool)
             if last >= 0:
-                p.stream_next = last if len(recs) == limit else -1
-                if len(recs) < limit:
-                    p.stream = None
-                if self._kdeser is not None or self._vdeser is not None:
-                    recs = [self._deserialize(r) for r in recs]
-                return recs, last, 0
+                pos = last
+                if len(recs) == limit:
+                    p.stream_next = last
+                    return self._deserialized(recs), last, 0
         p.stream = None
+        used = 0
+        while pos < stop:
+            more, pos, n = self._read_chunk(p, pos, limit - len(recs), max_bytes, stop, end, bool(recs))
+            used += n
+            if not more:
+                break
+            recs += more
+            if len(recs) >= limit or p.stream is not None:
+                break
+        return self._deserialized(recs), pos, used
+
+    def _deserialized(self, recs: list) -> list:
+        if self._kdeser is not None or self._vdeser is not None:
+            return [self._deserialize(r) for r in recs]
+        return recs
+
+    def _read_chunk(self, p: _Part, pos: int, limit: int, max_bytes: int, stop: int, end, more: bool):
+        """Read one chunk of whole batches at pos and take up to limit records of it (the rest stays in p.stream
+        for the next poll). ``more``: records of this poll came before it, so an out-of-range pos (the log moved
+        meanwhile) ends this poll instead of resetting the position."""
         log = p.log
         committed = self._read_committed
         while True:
@@ -733,6 +756,8 @@ class KafkaConsumer:
                     view = log.read(pos, max_bytes)
                 break
             except OffsetOutOfRangeError:
+                if more:
+                    return [], pos, 0
                 lso, leo = log.log_start_offset, log.log_end_offset
                 if lso <= pos <= leo:
                     continue  # the log moved between the check and the read: look again
@@ -747,16 +772,15 @@ class KafkaConsumer:
             # read_committed: the batches read may all have been dropped (aborted): go on after them
             return [], (max(pos, min(stop, raw_next)) if committed else pos), 0
         topic, partition = p.tp
-        recs = []
-        # ConsumerRecord tuples are built in C; deserializers run afterwards on the built records
+        recs: list = []
+        # ConsumerRecord tuples are built in C straight from the records' bytes; deserializers run afterwards on
+        # the built records
         stream = iter_records(view, 0, None, pos, stop)
-        last = take_consumer_records(stream, recs, limit, ConsumerRecord, topic, partition, -1, NO_HEADERS)
+        last = take_consumer_records(stream, recs, limit, ConsumerRecord, topic, partition, -1, NO_HEADERS, p.pool)
         nxt = pos if last < 0 else last
         if len(recs) == limit:
             p.stream, p.stream_next, p.stream_stop = stream, last, stop
-        if self._kdeser is not None or self._vdeser is not None:
-            recs = [self._deserialize(r) for r in recs]
-        if len(recs) < limit:
+        else:
             # whole batches were consumed: continue after the last one (skips offsets of compacted/empty batches)
             nxt = max(nxt, min(stop, raw_next if committed else next_offset_after(view, nxt)))
         return recs, nxt, len(view)

@@ -823,3 +823,84 @@ def test_control_batches_are_skipped_by_record_readers_as_kafka_consumers_skip_t
     cols = decode_columns(buf)
     assert list(cols["offset"]) == [0, 1, 3] and list(cols["values"][:3]) == list(b"abc")
     assert R.next_offset_after(buf) == 5  # a reader moves on past the last marker
+
+
+def _consumer_tuples(stream, limit, pool=None, no_headers=None):
+    from kafkalog.structs import ConsumerRecord
+    out = []
+    R.take_consumer_records(stream, out, limit, ConsumerRecord, "t", 3, -1, no_headers, pool)
+    return out
+
+
+def _expected_consumer_record(i, ts0=1_700_000_000_000):
+    """What record i of _pool_log is, as kafka-python's ConsumerRecord fields."""
+    key = None if i % 5 == 0 else b"k%d" % i
+    value = None if i % 7 == 0 else b"v%d" % i * (1 + i % 3)
+    headers = [("h", b"%d" % i)] if i % 2 else []
+    hsize = sum(len(k.encode()) + len(v) for k, v in headers) if headers else -1
+    return ("t", 3, -1, i, ts0 + i // 4, 0, key, value, headers, None, -1 if key is None else len(key),
+            -1 if value is None else len(value), hsize)
+
+
+def _pool_log(n):
+    ts0 = 1_700_000_000_000
+    return b"".join(R.build_batch([_expected_consumer_record(i)[7] for i in range(b, b + 10)],
+                                  keys=[_expected_consumer_record(i)[6] for i in range(b, b + 10)],
+                                  timestamps=[ts0 + i // 4 for i in range(b, b + 10)],
+                                  headers=[_expected_consumer_record(i)[8] for i in range(b, b + 10)],
+                                  base_offset=b) for b in range(0, n, 10))
+
+
+def test_consumer_records_are_built_from_the_record_bytes():
+    buf = _pool_log(40)
+    recs = _consumer_tuples(R.iter_records(buf, min_offset=3, max_offset=33), 100)
+    assert [tuple(r) for r in recs] == [_expected_consumer_record(i) for i in range(3, 33)]
+    assert all(type(r).__name__ == "ConsumerRecord" for r in recs)
+    # the limit, and the next offset it returns
+    stream = R.iter_records(buf)
+    out = []
+    from kafkalog.structs import ConsumerRecord
+    assert R.take_consumer_records(stream, out, 7, ConsumerRecord, "t", 3, -1) == 7
+    assert R.take_consumer_records(stream, out, 100, ConsumerRecord, "t", 3, -1) == 40
+    assert R.take_consumer_records(stream, out, 100, ConsumerRecord, "t", 3, -1) == -1
+    assert [r.offset for r in out] == list(range(40))
+
+
+def test_a_record_pool_refills_only_records_nobody_else_holds():
+    """take_consumer_records with a RecordPool refills the records of its last two calls that only the pool still
+    references; every record an app keeps stays as it was returned, whatever it holds it by."""
+    buf = _pool_log(400)
+    stream = R.iter_records(buf)
+    pool = R.RecordPool()
+    kept, held_items, dropped_ids = [], [], set()
+    refilled = 0
+    for call in range(40):
+        recs = _consumer_tuples(stream, 10, pool)
+        assert len(recs) == 10 and len(pool) <= 20
+        refilled += sum(id(r) in dropped_ids for r in recs)
+        if call % 4 == 0:
+            kept.append((recs, list(range(10 * call, 10 * call + 10))))  # the whole list
+        elif call % 4 == 1:
+            kept.append(([recs[3]], [10 * call + 3]))  # one record of it
+            dropped_ids.update(id(r) for i, r in enumerate(recs) if i != 3)
+        elif call % 4 == 2:
+            held_items.append((recs[5].offset, recs[5].value, recs[5].headers))  # its fields, not the record
+            dropped_ids.update(id(r) for r in recs)
+        else:
+            dropped_ids.update(id(r) for r in recs)
+        del recs
+    assert refilled > 0  # the pool did refill dropped records
+    for recs, offsets in kept:
+        assert [tuple(r) for r in recs] == [_expected_consumer_record(o) for o in offsets]
+    for offset, value, headers in held_items:
+        want = _expected_consumer_record(offset)
+        assert (value, headers) == (want[7], want[8])
+
+
+def test_a_record_pool_does_not_keep_large_records():
+    big = b"x" * 4096
+    stream = R.iter_records(R.build_batch([big, b"small", big]))
+    pool = R.RecordPool()
+    recs = _consumer_tuples(stream, 10, pool)
+    assert [r.value for r in recs] == [big, b"small", big]
+    assert len(pool) == 1  # only the small record

@@ -302,3 +302,32 @@ def test_a_consumer_moves_past_transaction_markers_of_a_kafka_log(tmp_path):
         assert c.position(TopicPartition("tx", 0)) == 3
     finally:
         c.close()
+
+
+def test_records_an_app_keeps_never_change_while_it_polls_on(store):
+    """Polls refill records the app dropped (a RecordPool per partition); the ones it keeps, whole lists or single
+    records, stay as they were returned. Also: a poll that uses up its chunk goes on into the next one."""
+    store.create_topic("t", 1)
+    for b in range(0, 400, 20):  # batches of 20 records, about 600 bytes: a 700-byte chunk holds one
+        store.log("t", 0).append_batch([b"t-0-%d" % o for o in range(b, b + 20)],
+                                       keys=[b"k%d" % o for o in range(b, b + 20)],
+                                       timestamps=[T0 + o * 1000 for o in range(b, b + 20)],
+                                       headers=[[("h", b"%d" % o)] for o in range(b, b + 20)])
+    c = KafkaConsumer(store=store, auto_offset_reset="earliest", max_poll_records=30, max_partition_fetch_bytes=700)
+    c.assign([TP0])
+    kept, got = [], 0
+    for i in range(40):
+        recs = c.poll(timeout_ms=1000).get(TP0, [])
+        if not recs:
+            break
+        assert len(recs) == min(30, 400 - got)  # a chunk holds 20: a poll drains one into the next
+        if i % 3 == 0:
+            kept.append((recs, list(range(got, got + len(recs)))))
+        elif i % 3 == 1:
+            kept.append(([recs[-1]], [got + len(recs) - 1]))
+        got += len(recs)
+    assert got == 400
+    for recs, offsets in kept:
+        assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in recs] == [
+            (o, b"k%d" % o, b"t-0-%d" % o, [("h", b"%d" % o)], T0 + o * 1000) for o in offsets]
+    c.close()
