@@ -116,6 +116,10 @@ MEASUREMENTS = {
     "diskcache.Deque[cycle]": queues.m_queue_diskcache,
     "litequeue.LiteQueue[cycle]": queues.m_queue_litequeue,
     "kafkalog.KafkaConsumer.poll": consumer.m_consumer_poll,
+    "kafkalog.records[shared]": consumer.m_consumer_poll_modes,
+    "kafkalog.KafkaConsumer.poll[shared]": consumer.m_consumer_poll_modes,
+    "kafkalog.records[read_only]": consumer.m_consumer_poll_modes,
+    "kafkalog.KafkaConsumer.poll[read_only]": consumer.m_consumer_poll_modes,
     "kafkalog.wakeup_cross_process": consumer.m_wakeup,
 }
 
@@ -164,6 +168,10 @@ GOALS = [
          "kafkalog.DurableQueue", "litequeue.LiteQueue[cycle]", "cyc_s", ">=", 20),
     Goal("g9.consumer", "KafkaConsumer.poll x N vs records() of the same log",
          "kafkalog.KafkaConsumer.poll", "kafkalog.records", "rec_s", ">=", 0.8),
+    Goal("g9.consumer.shared", "the same, both through a shared store (the default mode)",
+         "kafkalog.KafkaConsumer.poll[shared]", "kafkalog.records[shared]", "rec_s", ">=", 0.8),
+    Goal("g9.consumer.read_only", "the same, both through a read-only store",
+         "kafkalog.KafkaConsumer.poll[read_only]", "kafkalog.records[read_only]", "rec_s", ">=", 0.8),
     Goal("g10.wakeup", "poll() woken by another process's append, p50 us (absolute)",
          "kafkalog.wakeup_cross_process", None, "p50_us", "<=", 10_000),
 ]

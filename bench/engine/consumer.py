@@ -1,5 +1,5 @@
-"""bench/run.py's consumer: g9 (KafkaConsumer.poll against records() of the same log), g10 (a poll() woken by
-another process's append)."""
+"""bench/run.py's consumer: g9 (KafkaConsumer.poll against records() of the same log, in each open mode: the read
+fixture's exclusive store, a shared store, a read-only store), g10 (a poll() woken by another process's append)."""
 
 from __future__ import annotations
 
@@ -15,35 +15,86 @@ from .reads import read_log_fixture
 
 # ------------------------------------------------------------------------------------------------ g9: consumer
 
+def _poll_run(store, tp, m):
+    """Seconds to poll m records from offset 0 (max_records=500), touching key and value as the records() case."""
+    from kafkalog import KafkaConsumer
+    c = KafkaConsumer(store=store)
+    c.assign([tp])
+    c.seek(tp, 0)
+    cnt = 0
+    t0 = perf()
+    while cnt < m:
+        for recs in c.poll(timeout_ms=1000, max_records=min(500, m - cnt)).values():
+            for rec in recs:
+                _k, _v = rec.key, rec.value
+            cnt += len(recs)
+    el = perf() - t0
+    c.close()
+    assert cnt == m, (cnt, m)
+    return el
+
+
+def _records_run(log, m):
+    cnt = 0
+    t0 = perf()
+    for rec in log.records(0, m):
+        _k, _v = rec.key, rec.value
+        cnt += 1
+    el = perf() - t0
+    assert cnt == m, (cnt, m)
+    return el
+
+
 def m_consumer_poll(ctx):
     """KafkaConsumer.poll over the same log as kafkalog.records (fixture read_log): ConsumerRecord tuples built in C,
     default max_poll_records=500, key and value touched as the engine case does."""
     log, n = read_log_fixture(ctx)
-    from kafkalog import KafkaConsumer
     from kafkalog.structs import TopicPartition
     store = ctx._fixtures["read_log_store"]
     tp = TopicPartition(TOPIC, 0)
-
-    def run(m):
-        c = KafkaConsumer(store=store)
-        c.assign([tp])
-        c.seek(tp, 0)
-        cnt = 0
-        t0 = perf()
-        while cnt < m:
-            for recs in c.poll(timeout_ms=1000, max_records=min(500, m - cnt)).values():
-                for rec in recs:
-                    _k, _v = rec.key, rec.value
-                cnt += len(recs)
-        el = perf() - t0
-        c.close()
-        assert cnt == m, (cnt, m)
-        return el
-
-    sec, times, method = repeat(ctx, run, n, "best")
+    sec, times, method = repeat(ctx, lambda m: _poll_run(store, tp, m), n, "best")
     return row("kafkalog.KafkaConsumer.poll", "kafkalog", "poll(max_records=500), rec.key, rec.value", n=n,
                seconds=sec, nbytes=n * REC_BYTES, method=method, runs=times,
                note="same log as kafkalog.records")
+
+
+def m_consumer_poll_modes(ctx):
+    """g9 in the other open modes: one log written through a shared store (the default mode), then read by
+    records() and by KafkaConsumer.poll through that shared store and through a read-only store of the same data
+    dir. A shared or read-only view looks for other processes' changes; these rows show what that costs each."""
+    need_kafkalog()
+    from kafkalog.structs import TopicPartition
+    n = ctx.p.n
+    d = ctx.tmpdir("kl-modes")
+    shared = common.LogStore(d)
+    rows = []
+    try:
+        shared.create_topic(TOPIC, 1)
+        log = shared.log(TOPIC, 0)
+        for vals, keys, ts in ctx.data.chunks(n):
+            log.append_batch(vals, keys, ts)
+        log.flush()
+        tp = TopicPartition(TOPIC, 0)
+        reader = common.LogStore(d, read_only=True)
+        try:
+            for mode, store in (("shared", shared), ("read_only", reader)):
+                rlog = store.log(TOPIC, 0)
+                for name, what, run in (
+                        (f"kafkalog.records[{mode}]", f"for rec in log.records(): rec.key, rec.value ({mode} store)",
+                         lambda m, rlog=rlog: _records_run(rlog, m)),
+                        (f"kafkalog.KafkaConsumer.poll[{mode}]",
+                         f"poll(max_records=500), rec.key, rec.value ({mode} store)",
+                         lambda m, store=store: _poll_run(store, tp, m))):
+                    sec, times, method = repeat(ctx, run, n, "best")
+                    rows.append(row(name, "kafkalog", what, n=n, seconds=sec, nbytes=n * REC_BYTES, method=method,
+                                    runs=times, note=f"one log written through a shared store, read through a "
+                                    f"{mode.replace('_', '-')} one"))
+        finally:
+            reader.close()
+    finally:
+        shared.close()
+        rmtree(d)
+    return rows
 
 
 _WAKE_CHILD = r"""
