@@ -17,6 +17,7 @@ EXTENSIONS = [
     ("kafkalog._engine.codecs", ["kafkalog/_engine/codecs.pyx"]),
     ("kafkalog._engine.batch", ["kafkalog/_engine/batch.pyx"]),
     ("kafkalog._engine.accumulator", ["kafkalog/_engine/accumulator.pyx"]),
+    ("kafkalog._engine.delivery", ["kafkalog/_engine/delivery.pyx"]),
     ("kafkalog._engine.columns", ["kafkalog/_engine/columns.pyx"]),
     ("kafkalog._engine.compaction", ["kafkalog/_engine/compaction.pyx"]),
     ("kafkalog._engine.index", ["kafkalog/_engine/index.pyx"]),

@@ -141,7 +141,7 @@ def test_packages_and_entry_points_match_the_tree():
 
 def test_typing_files_shipped():
     eng = Path(kafkalog.__file__).resolve().parent / "_engine"
-    for mod in ("framing", "codecs", "batch", "accumulator", "columns", "compaction", "index", "segment"):
+    for mod in ("framing", "codecs", "batch", "accumulator", "delivery", "columns", "compaction", "index", "segment"):
         assert (eng / f"{mod}.pyi").exists(), mod
         assert (eng / f"{mod}.pxd").exists(), mod
     assert (eng.parent / "py.typed").exists()

@@ -1,5 +1,5 @@
-"""kafkalog's compiled engine (Cython): record batches (framing, codecs, batch), the producer's accumulator, columnar
-decoding, the cleaner's kernels (compaction), segment indexes, one segment's files.
+"""kafkalog's compiled engine (Cython): record batches (framing, codecs, batch), the producer's accumulator, the
+durable queue's deliveries, columnar decoding, the cleaner's kernels (compaction), segment indexes, one segment's files.
 
 There is no pure-Python fallback: importing kafkalog without the built extension fails here, loudly.
 """
@@ -7,7 +7,7 @@ There is no pure-Python fallback: importing kafkalog without the built extension
 from ..errors import EngineNotBuiltError
 
 try:
-    from . import accumulator, batch, codecs, columns, compaction, framing, index, segment  # noqa: F401
+    from . import accumulator, batch, codecs, columns, compaction, delivery, framing, index, segment  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised by the packaging test in a clean tree
     raise EngineNotBuiltError(
         f"kafkalog's compiled engine is not built ({e}). Install with `pip install .` (or build in place with "

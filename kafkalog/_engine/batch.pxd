@@ -3,7 +3,7 @@
 from libc.stdint cimport int16_t, int32_t, int64_t
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
-from .framing cimport BatchParams
+from .framing cimport BatchHeader, BatchParams, RecordView
 
 
 cdef class BatchBuilder:
@@ -40,3 +40,16 @@ cdef inline int64_t now_ms() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_REALTIME, &ts)
     return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+# A record of another shape than Record (a queue's Message) made from a record's view (pointers into its batch's
+# plaintext), its batch's header and whether that batch has LogAppendTime; ctx is take_made's caller's. A new
+# reference, or NULL with an exception set.
+ctypedef object (*RecordMaker)(const RecordView *r, const BatchHeader *h, bint log_append_time, object ctx)
+
+# Append up to limit records of stream (a RecordStream: iter_records, chain_records) to out, each made by make, in
+# C with no Record in between; returns how many.
+cdef Py_ssize_t take_made(object stream, list out, Py_ssize_t limit, RecordMaker make, object ctx) except -1
+
+# A record's headers, already checked by read_record: [(str key, bytes-or-None value)].
+cdef list headers_list(const unsigned char *p, int32_t count)

@@ -575,7 +575,7 @@ cdef inline object _bytes_or_none(const unsigned char *p, int32_t n):
     return PyBytes_FromStringAndSize(<const char *>p, n)
 
 
-cdef list _headers_list(const unsigned char *p, int32_t count):
+cdef list headers_list(const unsigned char *p, int32_t count):
     cdef list out = []
     cdef const unsigned char *k
     cdef const unsigned char *v
@@ -883,7 +883,7 @@ cdef class _RecordIterator:
         rec.key = _bytes_or_none(r.key, r.key_len)
         rec.value = _bytes_or_none(r.value, r.value_len)
         if r.header_count:
-            rec._headers = _headers_list(r.headers, r.header_count)
+            rec._headers = headers_list(r.headers, r.header_count)
         return rec
 
 
@@ -966,7 +966,7 @@ cdef class RecordStream:
         rec.key = _bytes_or_none(r.key, r.key_len)
         rec.value = _bytes_or_none(r.value, r.value_len)
         if r.header_count:
-            rec._headers = _headers_list(r.headers, r.header_count)
+            rec._headers = headers_list(r.headers, r.header_count)
         return rec
 
     cdef int _take_raw(self, RecordView *r) except -1:
@@ -1112,6 +1112,16 @@ cdef class RecordPool:
         self.at = self.at2 = 0
 
 
+cdef Py_ssize_t take_made(object stream, list out, Py_ssize_t limit, RecordMaker make, object ctx) except -1:
+    cdef RecordStream rs = <RecordStream?>stream
+    cdef RecordView r
+    cdef Py_ssize_t n = 0
+    while n < limit and rs._take_raw(&r):
+        out.append(make(&r, &rs.current.batch._h, rs.current.log_append_time, ctx))
+        n += 1
+    return n
+
+
 def take_consumer_records(RecordStream stream, list out, Py_ssize_t limit, type cls, object topic,
                           object partition, object leader_epoch, object no_headers=None, RecordPool pool=None):
     """Append up to ``limit`` records of ``stream`` to ``out`` as ``cls`` instances, cls being a 13-field tuple
@@ -1146,7 +1156,7 @@ def take_consumer_records(RecordStream stream, list out, Py_ssize_t limit, type 
             ts = h.base_timestamp + r.ts_delta
             ts_type = 0
         if r.header_count:
-            headers = _headers_list(r.headers, r.header_count)
+            headers = headers_list(r.headers, r.header_count)
             hsize = 0
             for hk, hv in headers:
                 hsize += len((<str>hk).encode()) + (0 if hv is None else len(hv))

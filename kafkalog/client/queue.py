@@ -33,7 +33,8 @@ claim leases a range, in-order acks shrink it, so a state update costs per range
 Delivery. ``get()`` hands out messages from a local prefetch buffer. When it is empty, one *claim* takes
 ``state.lock``, folds this worker's journaled acks into the state, leases up to ``prefetch`` offsets to this worker
 (waiting redeliveries first, lowest offset first, then new offsets from NextOffset up to the log end), writes the
-state and releases the lock; the leased ranges are then read with ``Log.read`` (whole batches, CRC-checked).
+state and releases the lock; the leased ranges are then read with ``Log.read`` (whole batches, CRC-checked) into
+Messages built in C from the records' bytes (kafkalog/_engine/delivery.pyx, the queue's compiled half).
 A worker keeps the state it last read or wrote: while both slots' Sequence fields are still the ones it saw
 (two 8-byte reads under the lock), nobody else wrote and it skips reading and decoding the state.
 Leased offsets stay leased while in the buffer, so a dead worker's prefetched messages are redelivered too. A
@@ -42,12 +43,13 @@ millisecond it checks ``Log.has_data_after`` (other processes' appends) and the 
 (nacks, workers closing); at least every 50 ms it claims again.
 
 Acks. ``ack()`` stores one AckRecord into the worker's own journal through a shared memory mapping: no system call,
-no lock, no fsync, and it is in the page cache, so it outlives a kill -9 of the process. The journal is folded into
-the state (then zeroed) at the next claim, ``nack``, ``qsize`` or ``close``, and every 512 acks; also as soon as
-the worker holds nothing (every message it got is acked and its buffer is empty) unless its last state update was
-less than 50 ms before: a worker that loops on ``get`` folds those acks with its next claim, one state write instead of
-two (until then, other workers' ``qsize`` counts them and deletion waits for them). ``nack()`` returns the
-message at once (one state update): the next claim of any worker delivers it again, with ``delivery_count`` + 1.
+no lock, no fsync, and it is in the page cache, so it outlives a kill -9 of the process. Acks never reach the state
+one by one: the journal is folded into the state (then zeroed) at the next claim (in the claim's one state write),
+``nack``, ``qsize`` or ``close``, and every 512 acks; also as soon as the worker holds nothing (every message it got
+is acked and its buffer is empty) unless its last state update was less than 50 ms before: a worker that loops on
+``get`` folds those acks with its next claim, one state write instead of two (until then, other workers' ``qsize``
+counts them and deletion waits for them). ``nack()`` returns the message at once (one state update): the next claim
+of any worker delivers it again, with ``delivery_count`` + 1.
 
 Dead workers. A worker whose journal can be flocked by someone else is dead (flocks die with the process, so
 ``kill -9`` is detected). Under ``state.lock``, opening, ``qsize``, a claim that would come back empty and any claim
@@ -89,7 +91,9 @@ After a power loss, open the queue before anything else appends to its topic: op
 of the recovered log (records of ``durable=False`` puts that were lost) so that new records are not skipped.
 
 Thread safety: one DurableQueue may be shared by any number of threads (a lock orders them; a blocked ``get``
-holds no lock; ``put`` takes only the Log's locks). Process safety: any number of processes (or DurableQueue
+holds no lock; ``put`` takes only the Log's locks). The common ``get`` (a buffered message) and ``ack`` (a journal
+store) take no lock: they are compiled and atomic under the GIL, and leave everything to the lock while another
+thread holds it (the contract opens delivery.pyx). Process safety: any number of processes (or DurableQueue
 objects) may open the same queue, each one worker. A worker's flock is shared by processes it forks, so a forked
 child keeps its parent looking alive: open the queue after forking.
 """
@@ -108,11 +112,10 @@ import secrets
 import struct
 import threading
 import time
-from collections import deque
-from itertools import repeat
 from operator import itemgetter
 
 from .._engine.batch import crc32c, iter_records, next_offset_after
+from .._engine.delivery import Message, QueueCore, journal_offsets
 from ..errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -165,48 +168,7 @@ _BODY_HEAD = struct.Struct(">qqq")  # sequence, prefix, next
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _RANGE = struct.Struct(">qqi")  # start, end, deliveries
-_ACK = struct.Struct(">qq")  # offset, ~offset: one pack per ack; zero fill and torn stores never match
-_ACK_SIZE = _ACK.size
-_ACK_PACK_INTO = _ACK.pack_into
-_FAILPOINTS = failpoints._active  # the dict of enabled failpoints: the ack path skips the call while it is empty
-
-
-class Message:
-    """One delivery of a queued record: ``value``, ``key`` (bytes or None), ``offset``, ``timestamp`` (ms),
-    ``headers`` (list of (str, bytes)), ``delivery_count`` (1 on the first delivery), ``redelivered``."""
-
-    # the decoded record (built in C) is kept as it is: copying its fields into slots cost about as much as the
-    # rest of a get + ack
-    __slots__ = ("_record", "offset", "delivery_count")
-
-    def __init__(self, record, delivery_count: int):
-        self._record = record
-        self.offset = record.offset
-        self.delivery_count = delivery_count
-
-    @property
-    def value(self):
-        return self._record.value
-
-    @property
-    def key(self):
-        return self._record.key
-
-    @property
-    def timestamp(self) -> int:
-        return self._record.timestamp
-
-    @property
-    def headers(self):
-        return self._record.headers
-
-    @property
-    def redelivered(self) -> bool:
-        return self.delivery_count > 1
-
-    def __repr__(self):
-        return (f"Message(offset={self.offset}, key={self.key!r}, value={self.value!r}, "
-                f"timestamp={self.timestamp}, delivery_count={self.delivery_count})")
+_ACK_SIZE = 16  # AckRecord: offset, ~offset (zero fill and torn stores never match); stored by QueueCore
 
 
 # ---------------------------------------------------------------------------------------------------- state
@@ -432,16 +394,6 @@ def _runs(offsets: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _journal_offsets(data: bytes) -> list[int]:
-    """Offsets of a journal's AckRecords, up to the first torn or damaged one."""
-    out = []
-    for off, check in _ACK.iter_unpack(data[:len(data) - len(data) % _ACK.size]):
-        if check != ~off or off < 0:
-            break
-        out.append(off)
-    return out
-
-
 class _StateFiles:
     """The two QueueState slots of a group, kept open: read both, decode the newest that is valid, write the
     other one."""
@@ -523,7 +475,26 @@ class _StateFiles:
 
 # ---------------------------------------------------------------------------------------------------- the queue
 
-class DurableQueue:
+class _Guard:
+    """``with queue._guard``: the queue's lock, with QueueCore's ``_busy`` raised while it is held, so that the
+    lock-free fast paths of get() and ack() leave everything to the holder (delivery.pyx)."""
+
+    __slots__ = ("_q", "_lock")
+
+    def __init__(self, q: DurableQueue):
+        self._q = q
+        self._lock = q._lock
+
+    def __enter__(self):
+        self._lock.acquire()
+        self._q._busy += 1
+
+    def __exit__(self, *exc):
+        self._q._busy -= 1
+        self._lock.release()
+
+
+class DurableQueue(QueueCore):
     """A persistent work queue: ``DurableQueue(path, name="queue", group="workers", *, durable=True,
     prefetch=100, topic_config=None)``.
 
@@ -557,14 +528,15 @@ class DurableQueue:
         self.durable = bool(durable)
         self._prefetch = prefetch
         self._lock = threading.RLock()
+        self._guard = _Guard(self)  # the lock, with the fast paths kept out (see QueueCore)
         self._event = threading.Event()
         self._closed = False
-        self._buffer: deque[Message] = deque()
-        self._held: dict[int, Message] = {}
-        self._pending: list[int] = []  # journaled acks not folded into the state yet
+        # QueueCore holds the buffer (claimed, not handed out), the held set (handed out, not acked or nacked) and
+        # the journal's position: acks stored since the last fold
+        self._fold_bytes = _FOLD_ACKS * _ACK_SIZE
+        self._failpoints = failpoints._active
         self._jfd = -1
         self._jmap = None
-        self._jpos = 0
         self._stamp = ()
         self._cached: _State | None = None  # the state as this worker last read or wrote it (valid while _stamp is)
         self._files = None
@@ -623,9 +595,9 @@ class DurableQueue:
             raise LogClosedError(f"queue {self.name!r} (group {self.group!r}) in {self._store.path} is closed")
 
     def _held_message(self, message) -> int:
+        if type(message) is Message and message in self._held:
+            return message.offset
         offset = getattr(message, "offset", None)
-        if self._held.get(offset) is message:
-            return offset
         if not isinstance(message, Message):
             raise TypeError(f"ack/nack take a Message from get(), not {type(message).__name__}")
         raise InvalidRecordStateError(
@@ -674,32 +646,21 @@ class DurableQueue:
 
     # ------------------------------------------------------------------------------------------------ get
 
-    def get(self, timeout: float | None = None) -> Message:
-        """The next message (redeliveries first): waits up to ``timeout`` seconds (None: for ever; 0: not at all),
-        then raises ``queue.Empty``."""
-        if timeout is not None and not timeout >= 0:
-            raise ValueError("'timeout' must be a non-negative number or None")
-        lock = self._lock  # the fast path: a prefetched message, all in memory (acquire/release: cheaper than with)
-        lock.acquire()
-        try:
-            if self._buffer and not self._closed:
-                m = self._buffer.popleft()
-                self._held[m.offset] = m
-                return m
-        finally:
-            lock.release()
+    # get(timeout=None) and ack(message) are QueueCore's: a buffered message, a journal store, no lock; anything
+    # else comes here
+
+    def _get_slow(self, timeout: float | None) -> Message:
         return self._get(None if timeout is None else time.monotonic() + timeout)
 
     def _get(self, deadline: float | None) -> Message:
         while True:
-            with self._lock:
+            with self._guard:
                 if self._closed:
                     self._check_open()
-                if not self._buffer:
+                if not self._buffer_len():
                     self._claim()
-                if self._buffer:
-                    m = self._buffer.popleft()
-                    self._held[m.offset] = m
+                m = self._pop()
+                if m is not None:
                     return m
                 self._event.clear()  # appends from now on set it; earlier ones are below seen_leo
                 seen_leo, stamp = self._seen_leo, self._stamp
@@ -725,91 +686,81 @@ class DurableQueue:
     def _claim(self) -> None:
         taken = self._session(claim=self._prefetch)
         if taken:
-            self._buffer.extend(self._read(taken))
+            self._read(taken)
 
-    def _read(self, taken: list[tuple[int, int, int]]) -> list[Message]:
-        """Messages of claimed (start, end, deliveries) ranges, in offset order. Offsets the log no longer has
-        (deleted by someone else) are acked so that they leave the state."""
-        out: list[Message] = []
+    def _read(self, taken: list[tuple[int, int, int]]) -> None:
+        """Buffer the messages of claimed (start, end, deliveries) ranges, in offset order (built from the records'
+        bytes by QueueCore._take). Offsets the log no longer has (deleted by someone else) are acked so that they
+        leave the state."""
         log = self._log
         for lo, hi, deliveries in taken:
-            first = len(out)
+            first = self._buffer_len()
+            got = 0
             pos = lo
             try:
                 while pos < hi:
                     view = log.read(pos)
                     if not len(view):
                         break
-                    out += map(Message, iter_records(view, min_offset=pos, max_offset=hi), repeat(deliveries))
+                    got += self._take(iter_records(view, min_offset=pos, max_offset=hi), deliveries, hi - lo)
                     nxt = next_offset_after(view, pos)
                     if nxt <= pos:
                         break
                     pos = nxt
             except OffsetOutOfRangeError:
                 pass
-            if len(out) - first != hi - lo:
-                got = {m.offset for m in out[first:]}
+            if got != hi - lo:
+                have = {m.offset for m in self._buffered()[first:]}
                 for o in range(lo, hi):
-                    if o not in got:
+                    if o not in have:
                         self._journal(o)
-        return out
 
     # ------------------------------------------------------------------------------------------------ ack
 
-    def ack(self, message: Message) -> None:
-        """The message is done: it is never delivered again (journaled before this returns)."""
-        lock = self._lock
-        lock.acquire()
-        try:
-            held = self._held
-            try:
-                offset = message.offset
-            except AttributeError:
-                offset = None
-            if held.get(offset) is not message or self._closed:
-                self._check_open()
-                self._held_message(message)  # raises
-            del held[offset]
-            # _journal, inlined: with the lock, this store is the whole cost of an ack
-            pos = self._jpos
-            if pos + _ACK_SIZE > JOURNAL_BYTES:
-                self._session()  # folds and empties the journal
-                pos = self._jpos
-            _ACK_PACK_INTO(self._jmap, pos, offset, ~offset)
-            self._jpos = pos + _ACK_SIZE
-            pending = self._pending
-            pending.append(offset)
-            if _FAILPOINTS:
+    def _ack_slow(self, message) -> None:
+        """ack() when QueueCore's fast path left it here (another thread holds the lock, the journal is full,
+        failpoints are on, or the message is not held: then it raises)."""
+        with self._guard:
+            self._check_open()
+            offset = self._held_message(message)  # raises
+            self._held.discard(message)
+            self._journal(offset)
+            if self._failpoints:
                 failpoints.hit("queue:ack:after-journal")
-            if len(pending) >= _FOLD_ACKS or (not held and not self._buffer
+            self._fold_if_due()
+
+    def _after_ack(self) -> None:
+        # QueueCore.ack stored an ack that may make a fold due
+        with self._guard:
+            if not self._closed:
+                self._fold_if_due()
+
+    def _fold_if_due(self) -> None:
+        """Fold the journal every _FOLD_ACKS acks, and once the worker holds nothing (unless it folded in the last
+        _RECLAIM_S: a worker that loops on get folds with its next claim, one state write instead of two)."""
+        if self._jpos >= self._fold_bytes or (not self._held and not self._buffer_len()
                                               and time.monotonic() >= self._next_idle_fold):
-                self._session()
-        finally:
-            lock.release()
+            self._session()
 
     def nack(self, message: Message) -> None:
         """Give the message back: the next claim of any worker of the group (this one included) delivers it again."""
-        with self._lock:
+        with self._guard:
             self._check_open()
             offset = self._held_message(message)
-            del self._held[offset]
+            self._held.discard(message)
             self._session(nacks={offset: message.delivery_count})
         self._event.set()  # this object's waiting threads may take it
 
     def _journal(self, offset: int) -> None:
         # a store into the journal's shared mapping: page cache, so it outlives a kill -9 of this process
-        pos = self._jpos
-        if pos + _ACK.size > JOURNAL_BYTES:
+        if not self._journal_store(offset):
             self._session()  # folds and empties the journal
-            pos = self._jpos
-        _ACK_PACK_INTO(self._jmap, pos, offset, ~offset)
-        self._jpos = pos + _ACK_SIZE
-        self._pending.append(offset)
+            self._journal_store(offset)
 
     def qsize(self) -> int:
         """Messages put and not acked yet (delivered or not). Approximate, as ``queue.Queue.qsize``: other workers'
         acks are counted once folded into the state (see the module docstring). Also deletes acked segments now."""
-        with self._lock:
+        with self._guard:
             self._check_open()
             self._session(measure=True, reap=True, force_delete=True)
             return self._size
@@ -855,9 +806,9 @@ class DurableQueue:
                 # (which _read copes with): only a new or rebuilt state needs it
                 lso = self._log.log_start_offset if opening or changed else 0
                 changed = st.clamp(lso, self._seen_leo) or changed
-            folded = bool(self._pending)
+            folded = self._jpos > 0
             if folded:
-                changed = st.ack_runs(_runs(self._pending), me) or changed
+                changed = st.ack_runs(self._journal_runs(), me) or changed
             reap = reap or opening or (claim and time.monotonic() >= self._next_reap)
             if reap:
                 changed = self._reap(st, dead) or changed
@@ -865,10 +816,10 @@ class DurableQueue:
                 for o, d in nacks.items():
                     changed = st.give_back(me, o, d) or changed
             if closing and me in st.leases:
-                for m in self._buffer:  # never handed out: that claim does not count as a delivery
+                for m in self._buffered():  # never handed out: that claim does not count as a delivery
                     st.give_back(me, m.offset, m.delivery_count - 1)
-                for o, m in self._held.items():
-                    st.give_back(me, o, m.delivery_count)
+                for m in self._held:
+                    st.give_back(me, m.offset, m.delivery_count)
                 for start, end, deliveries in st.leases.pop(me).r:  # claimed, but a failed read lost track of it
                     st.redeliver.add(start, end, deliveries)
                 changed = True
@@ -893,9 +844,7 @@ class DurableQueue:
             self._cached = st
             if folded:
                 failpoints.hit("queue:fold:before-zero")
-                self._pending.clear()
-                self._jmap[:self._jpos] = bytes(self._jpos)  # a zero record ends a journal (its Check fails)
-                self._jpos = 0
+                self._journal_clear()  # a zero record ends a journal (its Check fails)
             if dead:
                 failpoints.hit("queue:reap:before-unlink")
                 for w, _fd in dead:
@@ -931,6 +880,7 @@ class DurableQueue:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.ftruncate(fd, JOURNAL_BYTES)
             self._jmap = mmap.mmap(fd, JOURNAL_BYTES)
+            self._journal_attach(self._jmap)
         except OSError as e:
             os.close(fd)
             raise storage_error(e, "create", path) from None
@@ -967,7 +917,7 @@ class DurableQueue:
                     data = os.pread(fd, JOURNAL_BYTES, 0)
                 except OSError as e:
                     raise storage_error(e, "read", path) from None
-                acked = _journal_offsets(data)
+                acked = journal_offsets(data)
                 if acked:
                     changed = st.ack_runs(_runs(acked), w) or changed
             leases = st.leases.pop(w, None)
@@ -1031,13 +981,13 @@ class DurableQueue:
     def close(self) -> None:
         """Give back every message held (got and not acked, or prefetched) for redelivery, fold the acks, remove
         this worker's journal, delete acked segments, close the store if the queue opened it. Idempotent."""
-        with self._lock:
+        with self._guard:
             if self._closed:
                 return
             self._closed = True
             try:
                 self._session(closing=True, force_delete=True)
-                self._buffer.clear()
+                self._clear_buffer()
                 self._held.clear()
                 failpoints.hit("queue:close:before-unlink")
                 try:
@@ -1056,6 +1006,7 @@ class DurableQueue:
 
     def _release_files(self) -> None:
         if self._jmap is not None:
+            self._journal_detach()
             self._jmap.close()
             self._jmap = None
         if self._jfd >= 0:
@@ -1089,5 +1040,5 @@ class DurableQueue:
         return self._worker
 
     def __repr__(self):
-        state = "closed" if self._closed else f"holding {len(self._held) + len(self._buffer)}"
+        state = "closed" if self._closed else f"holding {len(self._held) + self._buffer_len()}"
         return f"DurableQueue({str(self._store.path)!r}, name={self.name!r}, group={self.group!r}, {state})"

@@ -338,6 +338,84 @@ def test_threads_share_one_queue(data_dir):
         assert q.qsize() == 0
 
 
+def test_the_lock_free_get_waits_while_another_thread_holds_the_lock(data_dir):
+    """While one thread is inside a state update (here: a nack's, stopped at a failpoint with the lock held),
+    another thread's get() of a buffered message must not take it from under it: it waits for the lock."""
+    from kafkalog.storage import failpoints
+    with kafkalog.DurableQueue(data_dir, prefetch=10) as q:
+        q.put_many(values(10))
+        first = q.get(timeout=0)
+        got = []
+        other = threading.Thread(target=lambda: got.append(q.get(timeout=0)))
+
+        def inside_the_lock():
+            failpoints.disable("queue:session:after-write")
+            other.start()
+            other.join(0.5)  # a guard: the get must still be waiting when this returns
+            got.append("lock released")
+
+        failpoints.enable("queue:session:after-write", inside_the_lock)
+        try:
+            q.nack(first)
+        finally:
+            failpoints.disable()
+        other.join(HANG_GUARD)
+        assert got[0] == "lock released" and got[1].value == values(10)[1]
+        q.ack(got[1])
+
+
+def test_threads_mix_the_lock_free_get_and_ack_with_claims_nacks_and_folds(data_dir):
+    """get() and ack() take no lock for a buffered message and a journal store (delivery.pyx), while other threads
+    claim, nack, fold and measure under the lock: with thread switches as often as CPython allows, every message is
+    acked exactly once, nacked ones come back once, and a fresh queue object finds nothing left to deliver."""
+    n = 3000
+    acked, nacked, errors = [], [], []
+    done = threading.Event()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        with kafkalog.DurableQueue(data_dir, prefetch=5) as q:
+
+            def consume(k):
+                try:
+                    while True:
+                        try:
+                            m = q.get(timeout=0.05)
+                        except queue.Empty:
+                            if done.is_set():
+                                return
+                            continue
+                        if m.delivery_count == 1 and int(m.value[1:]) % 11 == k:
+                            nacked.append(m.value)
+                            q.nack(m)
+                        else:
+                            acked.append((m.value, m.delivery_count))
+                            q.ack(m)
+                        if len(acked) % 97 == 0:
+                            q.qsize()  # a fold of this worker's journal under the lock
+                except Exception as e:
+                    errors.append(e)
+
+            threads = [threading.Thread(target=consume, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for chunk in range(0, n, 100):
+                q.put_many(values(n)[chunk:chunk + 100])
+            done.set()
+            for t in threads:
+                t.join()
+            assert not errors
+            assert sorted(v for v, _ in acked) == values(n)  # each exactly once
+            assert sorted(v for v, c in acked if c == 2) == sorted(nacked) and nacked
+            assert q.qsize() == 0
+    finally:
+        sys.setswitchinterval(old)
+    with kafkalog.DurableQueue(data_dir) as q:
+        assert q.qsize() == 0
+        with pytest.raises(queue.Empty):
+            q.get(timeout=0)
+
+
 # ---------------------------------------------------------------------------------------------------- processes
 
 def test_worker_processes_consume_every_message_exactly_once(data_dir, worker):
