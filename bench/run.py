@@ -35,6 +35,7 @@ Goals (the issue's, all ratios unless marked absolute)
   g8  DurableQueue cycles (put_many(100), fsynced, then 100 x get + ack) against
       the same cycle, fsynced once per 100 puts, on
         persist-queue SQLiteQueue (get + task_done)                                 >= 20x
+        persist-queue SQLiteAckQueue (get + ack: the same semantics)                >= 20x
         diskcache.Deque (popleft)                                                   >= 20x
         litequeue (pop + done, prune per cycle)                                     >= 20x
 
@@ -113,6 +114,7 @@ MEASUREMENTS = {
     "kafkalog.DurableQueue": queues.m_queue_ours,
     "kafkalog.DurableQueue[messages]": queues.m_queue_ours,
     "persistqueue.SQLiteQueue[cycle]": queues.m_queue_pq,
+    "persistqueue.SQLiteAckQueue[cycle]": queues.m_queue_pq_ack,
     "diskcache.Deque[cycle]": queues.m_queue_diskcache,
     "litequeue.LiteQueue[cycle]": queues.m_queue_litequeue,
     "kafkalog.KafkaConsumer.poll": consumer.m_consumer_poll,
@@ -162,6 +164,8 @@ GOALS = [
          "kafkalog.KafkaProducer.send", "kafkalog.append_batch[paired]", "rec_s", ">=", 0.8),
     Goal("g8.queue.persistqueue", "DurableQueue cycles vs persist-queue SQLiteQueue",
          "kafkalog.DurableQueue", "persistqueue.SQLiteQueue[cycle]", "cyc_s", ">=", 20),
+    Goal("g8.queue.persistqueue_ack", "DurableQueue cycles vs persist-queue SQLiteAckQueue",
+         "kafkalog.DurableQueue", "persistqueue.SQLiteAckQueue[cycle]", "cyc_s", ">=", 20),
     Goal("g8.queue.diskcache", "DurableQueue cycles vs diskcache.Deque",
          "kafkalog.DurableQueue", "diskcache.Deque[cycle]", "cyc_s", ">=", 20),
     Goal("g8.queue.litequeue", "DurableQueue cycles vs litequeue",

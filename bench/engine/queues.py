@@ -1,5 +1,5 @@
-"""bench/run.py's durable queue: g8 (DurableQueue cycles against persist-queue, diskcache and litequeue, each
-fsynced once per 100 puts)."""
+"""bench/run.py's durable queue: g8 (DurableQueue cycles against persist-queue's SQLiteQueue and SQLiteAckQueue,
+diskcache and litequeue, each fsynced once per 100 puts)."""
 
 from __future__ import annotations
 
@@ -106,6 +106,40 @@ def m_queue_pq(ctx):
                        "100 x put (fsync with the 100th) + 100 x get + task_done() per cycle", make, cycle, finish,
                        f"persist-queue {metadata.version('persist-queue')}: WAL; auto_commit=False, "
                        "multithreading=False; pickled values")
+
+
+def m_queue_pq_ack(ctx):
+    """persist-queue's SQLiteAckQueue: the peer with DurableQueue's semantics (a message got and not acked is
+    delivered again), where SQLiteQueue's task_done() acks everything got so far at once."""
+    persistqueue = need_module("persistqueue", "persist-queue")
+
+    def make(d):
+        return persistqueue.SQLiteAckQueue(os.path.join(d, "q"), multithreading=False)
+
+    def cycle(q, vals):
+        # every put, get and ack is its own commit (auto_commit): the 100th put's with synchronous=FULL fsyncs the
+        # WAL, covering the 99 before it; gets and acks commit with NORMAL, no fsync, as kafkalog's acks
+        conn = q._putter
+        put = q.put
+        _sqlite_sync(conn, "NORMAL")
+        for v in vals[:-1]:
+            put(v)
+        _sqlite_sync(conn, "FULL")
+        put(vals[-1])
+        _sqlite_sync(conn, "NORMAL")
+        get, ack = q.get, q.ack
+        for _ in range(len(vals)):
+            ack(get(timeout=10))
+        q.clear_acked_data(keep_latest=0)  # the acked rows stay until cleared: keep the table at a realistic depth
+
+    def finish(q):
+        assert q.qsize() == 0
+        q.close()
+
+    return _queue_rows(ctx, "persistqueue.SQLiteAckQueue[cycle]", "peer",
+                       "100 x put (fsync with the 100th) + 100 x (get + ack) + clear_acked_data() per cycle", make,
+                       cycle, finish, f"persist-queue {metadata.version('persist-queue')}: WAL; auto_commit, "
+                       "multithreading=False; pickled values; at-least-once like DurableQueue")
 
 
 def m_queue_diskcache(ctx):
