@@ -693,7 +693,11 @@ class KafkaConsumer:
                 continue
             recs, nxt, used = self._read(p, pos, left, min(self._part_bytes, budget))
             if recs:
-                out.setdefault(tp, []).extend(recs)
+                have = out.get(tp)
+                if have is None:
+                    out[tp] = recs  # _read's own list: no copy
+                else:
+                    have.extend(recs)
                 left -= len(recs)
                 budget -= used
             if update_offsets and (recs or nxt > pos):
