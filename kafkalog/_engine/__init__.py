@@ -5,6 +5,7 @@ There is no pure-Python fallback: importing kafkalog without the built extension
 """
 
 from ..errors import EngineNotBuiltError
+from ..structs import ConsumerRecord
 
 try:
     from . import accumulator, batch, codecs, columns, compaction, delivery, framing, index, segment  # noqa: F401
@@ -14,3 +15,8 @@ except ImportError as e:  # pragma: no cover - exercised by the packaging test i
         "`python setup.py build_ext --inplace`); kafkalog has no slow pure-Python fallback.") from e
 
 DEBUG_BUILD = bool(framing.debug_build())
+
+# An app reads record.value, record.key... of every record it consumes: member descriptors make each of those reads
+# one load (the class stays kafka-python's NamedTuple in every other way). Here, so that it holds from the first
+# import of kafkalog on, whoever makes the records.
+batch.fields_as_members(ConsumerRecord)

@@ -15,8 +15,9 @@ from .codecs import Compression
 
 __all__ = [
     "BatchBuilder", "Record", "RecordBatch", "RecordPool", "RecordStream", "build_batch", "chain_records",
-    "count_records", "crc32c", "iter_batches", "iter_records", "next_offset_after", "set_base_offset",
-    "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch", "take_consumer_records",
+    "count_records", "crc32c", "fields_as_members", "iter_batches", "iter_records", "next_offset_after",
+    "set_base_offset", "set_log_append_time", "set_max_timestamp", "set_partition_leader_epoch",
+    "take_consumer_records",
 ]
 
 Header: TypeAlias = tuple[str, bytes | None]
@@ -212,6 +213,10 @@ def set_log_append_time(buf: Buffer, pos: int, timestamp: int) -> None:
 
 def set_max_timestamp(buf: Buffer, pos: int, timestamp: int) -> None:
     """Set MaxTimestamp of the complete batch at buf[pos], recomputing its CRC (nothing written when equal)."""
+
+def fields_as_members(cls: type) -> None:
+    """Give a NamedTuple class a member descriptor per field (CPython 3.11 specializes reads of those: about 3x
+    faster than its _tuplegetter). Idempotent."""
 
 class RecordPool:
     """Records take_consumer_records returned in its last two calls: those only the pool still references are refilled

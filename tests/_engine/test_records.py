@@ -904,3 +904,30 @@ def test_a_record_pool_does_not_keep_large_records():
     recs = _consumer_tuples(stream, 10, pool)
     assert [r.value for r in recs] == [big, b"small", big]
     assert len(pool) == 1  # only the small record
+
+
+def test_consumer_record_fields_read_the_tuple_items_in_place():
+    """kafkalog's ConsumerRecord reads its fields through member descriptors (fields_as_members, applied when
+    kafkalog is imported): the same values as the items, and the NamedTuple's own API unchanged."""
+    import copy
+    import pickle
+
+    from kafkalog.structs import ConsumerRecord
+    assert all(type(ConsumerRecord.__dict__[f]).__name__ == "member_descriptor" for f in ConsumerRecord._fields)
+    built = _consumer_tuples(R.iter_records(_pool_log(20)), 20)
+    made = ConsumerRecord(*_expected_consumer_record(3))
+    for r in [*built, made]:
+        assert tuple(getattr(r, f) for f in ConsumerRecord._fields) == tuple(r)
+    assert made._replace(key=b"x").key == b"x" and made._asdict()["value"] == made[7]
+    assert pickle.loads(pickle.dumps(made)) == made and copy.copy(made) == made and copy.deepcopy(made) == made
+    with pytest.raises(TypeError):
+        ConsumerRecord(*range(12))  # a ConsumerRecord has its 13 items, always
+    with pytest.raises(TypeError):
+        ConsumerRecord._make(range(14))
+    with pytest.raises(AttributeError):
+        made.key = b"y"
+    R.fields_as_members(ConsumerRecord)  # idempotent
+    assert made.value == made[7]
+    for bad in (int, tuple, type("T", (tuple,), {"_fields": ("a",)})):
+        with pytest.raises(TypeError):
+            R.fields_as_members(bad)
