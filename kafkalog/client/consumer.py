@@ -629,13 +629,18 @@ class KafkaConsumer:
             self._coordinate()
             if self._auto_commit and self._last_poll >= self._next_auto_commit:
                 self._auto_commit_now()
-            self._event.clear()
             out = self._fetch(max_records, update_offsets)
             if out:
                 return out
             now = time.monotonic()
             if now >= deadline or self._closed:
                 return {}
+            # appends from here on set the event; one that came after the fetch above, the fetch below finds (a
+            # poll that finds records never touches the event)
+            self._event.clear()
+            out = self._fetch(max_records, update_offsets)
+            if out:
+                return out
             self._wait(deadline - now)
 
     def _wait(self, remaining: float) -> None:
@@ -706,8 +711,7 @@ class KafkaConsumer:
                 p.position = nxt
         if n:
             self._next = (self._next + 1) % n
-        total = sum(len(v) for v in out.values())
-        self._metrics["records-consumed-total"] += total
+        self._metrics["records-consumed-total"] += max_records - left
         return out
 
     def _read(self, p: _Part, pos: int, limit: int, max_bytes: int, end: int | None = None):
