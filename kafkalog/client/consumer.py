@@ -4,13 +4,18 @@ Data path::
 
     poll() -> [group: notice a new generation -> revoke (commit) -> sync -> take the stable assignment]
            -> per assigned, unpaused partition (round robin from where the last poll stopped):
-                  Log.read(position) -> whole batches, zero copy -> records from position on -> ConsumerRecord
+                  the rest of the partition's current chunk, then Log.read(position) -> whole batches, zero copy
+                  (the next chunk) -> records from position on -> ConsumerRecord, built in C
            -> nothing yet: sleep on an Event that every append through this process's Log objects sets, checking
               Log.has_data_after() (one fstat) every WAKE_POLL_S for appends by other processes
 
 Positions start at the group's committed offset, else at ``auto_offset_reset`` ('earliest', 'latest', 'none'
 raises ``NoOffsetForPartitionError``). A position below the log start offset (a delete-before or retention ran
 past it) or above the log end also follows ``auto_offset_reset``, as a Kafka consumer does on OFFSET_OUT_OF_RANGE.
+A chunk (one read of up to max_partition_fetch_bytes) is this consumer's fetched data, as a Kafka consumer's
+completed fetch: later polls go on from it with no look at the log, so records another process deleted after the
+chunk was read may still come out of it (a Kafka consumer returns what it fetched, too); a delete-before through
+this process's Log is seen at once, and the next chunk's read sees every process's.
 
 Groups (``group_id`` with ``subscribe``): see ``group.py``; commits go to ``__consumer_offsets`` through the store's
 OffsetStore and are fenced: a member that left, was evicted or lost the partition gets ``CommitFailedError``.
@@ -720,7 +725,8 @@ class KafkaConsumer:
         completed fetches into one poll."""
         stop = end if end is not None else 0x7FFFFFFFFFFFFFFF
         recs: list = []
-        if p.stream is not None and p.stream_next == pos and p.stream_stop == stop and pos >= p.log.log_start_offset:
+        if (p.stream is not None and p.stream_next == pos and p.stream_stop == stop
+                and pos >= p.log.last_known_log_start_offset):  # no I/O: see the module's docstring
             last = take_consumer_records(p.stream, recs, limit, ConsumerRecord, p.tp.topic, p.tp.partition, -1,
                                          NO_HEADERS, p.pool)
             if last >= 0:
