@@ -17,6 +17,6 @@ except ImportError as e:  # pragma: no cover - exercised by the packaging test i
 DEBUG_BUILD = bool(framing.debug_build())
 
 # An app reads record.value, record.key... of every record it consumes: member descriptors make each of those reads
-# one load (the class stays kafka-python's NamedTuple in every other way). Here, so that it holds from the first
-# import of kafkalog on, whoever makes the records.
+# one load (the class stays kafka-python's NamedTuple in every other way). Here, so that it holds for every record
+# kafkalog makes, whoever makes it (they all come from the engine).
 batch.fields_as_members(ConsumerRecord)
