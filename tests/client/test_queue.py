@@ -351,7 +351,7 @@ def test_the_lock_free_get_waits_while_another_thread_holds_the_lock(data_dir):
         def inside_the_lock():
             failpoints.disable("queue:session:after-write")
             other.start()
-            other.join(0.5)  # a guard: the get must still be waiting when this returns
+            other.join(0.2)  # long enough for a get that wrongly went ahead to finish: it must still wait
             got.append("lock released")
 
         failpoints.enable("queue:session:after-write", inside_the_lock)
