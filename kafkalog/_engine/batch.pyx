@@ -817,6 +817,22 @@ cdef class RecordBatch:
                 f"size_in_bytes={self.size_in_bytes}, position={self._pos})")
 
 
+cdef Record _record_from_view(const BatchHeader *h, bint log_append_time, RecordView *r):
+    """A Record of the decoded record r of the batch whose header is h."""
+    cdef Record rec = Record.__new__(Record)
+    rec.offset = h.base_offset + r.offset_delta
+    if log_append_time:
+        rec.timestamp = h.max_timestamp
+        rec.timestamp_type = KL_TIMESTAMP_LOG_APPEND_TIME
+    else:
+        rec.timestamp = h.base_timestamp + r.ts_delta
+    rec.key = _bytes_or_none(r.key, r.key_len)
+    rec.value = _bytes_or_none(r.value, r.value_len)
+    if r.header_count:
+        rec._headers = headers_list(r.headers, r.header_count)
+    return rec
+
+
 @cython.final
 cdef class _RecordIterator:
     cdef RecordBatch batch
@@ -871,22 +887,10 @@ cdef class _RecordIterator:
     cdef Record _next(self):
         """The next record, or None after the last one (no StopIteration: RecordStream calls this directly)."""
         cdef RecordView r
-        cdef Record rec
         cdef const BatchHeader *h = &self.batch._h
         if not self._step(&r):
             return None
-        rec = Record.__new__(Record)
-        rec.offset = h.base_offset + r.offset_delta
-        if self.log_append_time:
-            rec.timestamp = h.max_timestamp
-            rec.timestamp_type = KL_TIMESTAMP_LOG_APPEND_TIME
-        else:
-            rec.timestamp = h.base_timestamp + r.ts_delta
-        rec.key = _bytes_or_none(r.key, r.key_len)
-        rec.value = _bytes_or_none(r.value, r.value_len)
-        if r.header_count:
-            rec._headers = headers_list(r.headers, r.header_count)
-        return rec
+        return _record_from_view(h, self.log_append_time, &r)
 
 
 @cython.final
@@ -953,23 +957,11 @@ cdef class RecordStream:
     cdef Record _take(self):
         """The next record, or None at the end of the stream."""
         cdef RecordView r
-        cdef Record rec
         cdef const BatchHeader *h
         if not self._take_raw(&r):
             return None
         h = &self.current.batch._h
-        rec = Record.__new__(Record)
-        rec.offset = h.base_offset + r.offset_delta
-        if self.current.log_append_time:
-            rec.timestamp = h.max_timestamp
-            rec.timestamp_type = KL_TIMESTAMP_LOG_APPEND_TIME
-        else:
-            rec.timestamp = h.base_timestamp + r.ts_delta
-        rec.key = _bytes_or_none(r.key, r.key_len)
-        rec.value = _bytes_or_none(r.value, r.value_len)
-        if r.header_count:
-            rec._headers = headers_list(r.headers, r.header_count)
-        return rec
+        return _record_from_view(h, self.current.log_append_time, &r)
 
     cdef int _take_raw(self, RecordView *r) except -1:
         """The next record as a view into its batch (self.current holds the batch and its header): 1, or 0 at the
