@@ -11,4 +11,11 @@ static inline void kl_atomic_store_u64(uint64_t *p, uint64_t v) { __atomic_store
 static inline uint64_t kl_atomic_fetch_add_u64(uint64_t *p, uint64_t v) {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
+/* raises *p to v when it is below (compare-and-swap loop); returns the value before */
+static inline uint64_t kl_atomic_max_u64(uint64_t *p, uint64_t v) {
+    uint64_t cur = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE)) {
+    }
+    return cur;
+}
 #endif

@@ -82,3 +82,4 @@ cdef extern from "kafkalog/kl_atomic.h" nogil:
     uint64_t kl_atomic_load_u64(const uint64_t *p)
     void kl_atomic_store_u64(uint64_t *p, uint64_t v)
     uint64_t kl_atomic_fetch_add_u64(uint64_t *p, uint64_t v)  # returns the value before
+    uint64_t kl_atomic_max_u64(uint64_t *p, uint64_t v)  # raises *p to v; returns the value before

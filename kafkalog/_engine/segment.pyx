@@ -31,13 +31,18 @@ search, offset index lookup, the scan inside the found batch), no Python object 
 MAP_SHARED mapping (native byte order; never fsynced, never trusted across a restart)::
 
     <partition dir>/.kafkalog-changes   64 bytes
-      Magic => 4 bytes "KLCC" | Version => UInt32 (1) | Changes => UInt64 | Retired => UInt64 | 40 bytes zero
+      Magic => 4 bytes "KLCC" | Version => UInt32 (1) | Changes => UInt64 | Retired => UInt64 | End => UInt64
+      | Session => UInt64 | 24 bytes zero
 
 ``Changes`` is incremented (atomic add) by every writer after each change of the partition's files is visible:
 appends, rolls, torn tails cut, opens (recovery), log start moves, removed segments, cleaner swaps. A view compares
 it with the value it loaded before it last took the files in: equal means nothing changed, with one memory load and
-no system call. ``Retired`` is set when the directory is about to be deleted: views stop trusting the file. A later
-version may only add words after these: every version's writers count in ``Changes``.
+no system call. ``Retired`` is set when the directory is about to be deleted: views stop trusting the file.
+``End`` is the highest log end a writer of the store's open session ``Session`` (a random id the store's first
+opener draws, see LogStore) made visible: the log end of a running store never goes back, so a shared writer whose
+fresh view ends below it has listed the directory wrong and must look again before it hands out an offset (a value
+of an earlier session, from before a crash and its recovery, is never compared). A later version may only add words
+after these: every version's writers count in ``Changes``.
 """
 
 import os
@@ -56,6 +61,7 @@ from posix.unistd cimport fdatasync, ftruncate, pread, pwrite
 
 from .clib cimport (KL_CHECK, KL_CODEC_NONE, KL_COMPRESSION_CODEC_MASK, KL_HEADER_SIZE_UP_TO_MAGIC, KL_INT32_MAX,
                     KL_LOG_OVERHEAD, KL_RECORD_BATCH_OVERHEAD, KL_TIMESTAMP_TYPE_MASK, kl_atomic_fetch_add_u64,
+                    kl_atomic_max_u64,
                     kl_atomic_load_u64, kl_atomic_store_u64, kl_next_uvarint, kl_unzigzag)
 from .index cimport OffsetIndex, TimeIndex
 from .framing cimport KL_BATCH_INCOMPLETE, BatchHeader, batch_error_message, check_batch, parse_batch_header
@@ -992,11 +998,32 @@ cdef class ChangeCounter:
         kl_atomic_store_u64(self._word(2), 1)
         kl_atomic_fetch_add_u64(self._word(1), 1)
 
+    def publish_end(self, int64_t end, uint64_t session):
+        """A writer of the store's open ``session`` made offsets below ``end`` visible. Callers are serialised per
+        partition (shared writers hold the partition lock, an exclusive store is alone)."""
+        if self._addr == NULL or not self.writable:
+            raise ValueError("change counter closed or read-only")
+        if session == 0 or end < 0:
+            return
+        if kl_atomic_load_u64(self._word(4)) != session:
+            kl_atomic_store_u64(self._word(3), <uint64_t>end)  # the first of this session: earlier ends say nothing
+            kl_atomic_store_u64(self._word(4), session)
+        else:
+            kl_atomic_max_u64(self._word(3), <uint64_t>end)
+
+    def published_end(self, uint64_t session):
+        """The highest log end published in ``session``; -1 when none was (``session`` 0, or retired)."""
+        if self._addr == NULL or session == 0 or kl_atomic_load_u64(self._word(4)) != session \
+                or kl_atomic_load_u64(self._word(2)) != 0:
+            return -1  # none in this session, or retired: the directory is going, its end says nothing
+        return <int64_t>kl_atomic_load_u64(self._word(3))
+
     def revive(self):
         """A writer opens a partition whose deletion was cut off after ``retire()``: trusted again by new views."""
         if self._addr == NULL or not self.writable:
             raise ValueError("change counter closed or read-only")
         if kl_atomic_load_u64(self._word(2)) != 0:
+            kl_atomic_store_u64(self._word(4), 0)  # the partition starts again: no end published yet
             kl_atomic_store_u64(self._word(2), 0)
             kl_atomic_fetch_add_u64(self._word(1), 1)
 

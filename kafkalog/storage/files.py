@@ -25,6 +25,7 @@ from ..errors import KafkaStorageError, LockTimeoutError, storage_error
 from . import failpoints
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+SESSION_FILE = ".kafkalog-session"  # the id of the store's open session (LogStore._open_session; never fsynced)
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"

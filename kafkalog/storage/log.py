@@ -119,8 +119,12 @@ class Log:
     """One partition of a topic. See the module docstring for modes, thread safety and durability."""
 
     def __init__(self, dir: Path, topic: str, partition: int, config: Config, *, mode: str = EXCLUSIVE,
-                 checkpoints: Checkpoints, had_clean_shutdown: bool = True, recover: bool = False):
+                 checkpoints: Checkpoints, had_clean_shutdown: bool = True, recover: bool = False,
+                 session: int = 0):
         self.dir = Path(dir)
+        # the store's open session (LogStore draws it; 0: none): writers publish their log end under it in the change
+        # counter, and a shared writer never hands out an offset from a view that ends below the published end
+        self._session = session
         self._dir_str = str(self.dir)
         self.topic = topic
         self.partition = partition
@@ -260,6 +264,8 @@ class Log:
             self._changes.seen = before
             if self.mode != READ:
                 self._changes.revive()
+                if (recover or self.mode == EXCLUSIVE) and self._session:
+                    self._changes.publish_end(self._leo, self._session)  # alone: its view is the partition
                 self._changed(current=True)  # a shared opener holds the partition lock: its view is current
 
     def _map_changes(self) -> None:
@@ -311,11 +317,21 @@ class Log:
         else:
             bases = self._list_bases()
         segments: list[LogSegment] = []
+        looks = 0
         while True:
             try:
                 for i, base in enumerate(bases):
                     last = i == len(bases) - 1
                     segments.append(self._open_loaded(base, writer and last, recover))
+                if self.mode == SHARED and not recover:
+                    # under the partition lock the log end cannot have gone back since a writer of this session
+                    # published it: a view ending below it listed the directory wrong (never start a segment there)
+                    view_end = segments[-1].next_offset if segments else ckpt_lso
+                    published = self._published_end()
+                    if view_end < published:
+                        looks += 1
+                        self._listed_behind(view_end, published, looks, bases)
+                        raise FileNotFoundError(errno.ENOENT, "listing behind the published log end")
                 break
             except OSError as e:
                 # without the init lock (shared, read) another process may delete a segment between the listing
@@ -325,6 +341,9 @@ class Log:
                 segments = []
                 if recover or e.errno != errno.ENOENT:
                     raise
+                if looks:
+                    ckpt_lso = self._checkpoints.log_start(self.topic, self.partition)
+                    rp = self._checkpoints.recovery_point(self.topic, self.partition)
                 bases = self._list_bases()
         segments = self._skip_below_start(segments, ckpt_lso, remove=writer)
         if recover:
@@ -361,6 +380,37 @@ class Log:
             self._staged.base_offset = self._leo
             self._size_staged()
             self._refresh_time_bounds()
+
+    _LOOKS = 20  # how often a shared writer lists its directory again while its view ends below the published end
+
+    def _published_end(self) -> int:
+        c = self._changes
+        return c.published_end(self._session) if (c is not None and self._session) else -1
+
+    def _listed_behind(self, view_end: int, published: int, looks: int, bases: list[int]) -> None:
+        """A shared writer's view ends at ``view_end`` below the end ``published`` by a writer of this session: the
+        directory listing (or a checkpoint read) missed what is there. Named loudly; after ``_LOOKS`` looks the
+        writer refuses (KafkaStorageError) rather than hand out offsets another writer already did."""
+        _log.error("%s-%d: this writer's view of the partition ends at offset %d, but a writer published the log end "
+                   "%d (segments listed: %s); listing the directory again (look %d of %d)", self.topic,
+                   self.partition, view_end, published, bases[-4:], looks, self._LOOKS)
+        if looks >= self._LOOKS:
+            raise KafkaStorageError(errno.EIO, f"{self.topic}-{self.partition}: the partition directory {self.dir} "
+                                               f"lists segments ending at offset {view_end}, below the log end "
+                                               f"{published} another writer made visible; not appending")
+        time.sleep(0.001 * looks)
+
+    def _check_published_end(self) -> None:
+        """Before a shared writer hands out offsets (partition lock held, view refreshed): its view must reach the
+        published end; else the directory is listed again (see _listed_behind)."""
+        looks = 0
+        while True:
+            published = self._published_end()
+            if self._segments and self._leo >= published:
+                return
+            looks += 1
+            self._listed_behind(self._leo if self._segments else -1, published, looks, self._bases)
+            self._reload_segments()
 
     def _skip_below_start(self, segments: list[LogSegment], lso: int, remove: bool) -> list[LogSegment]:
         """Segments wholly below the log start offset are garbage: a delete-before or retention was killed after
@@ -1000,6 +1050,8 @@ class Log:
         seg.append(data, self._leo)
         failpoints.hit("append:after-write")
         self._leo = last_offset + 1
+        if self._session and self._changes is not None:
+            self._changes.publish_end(self._leo, self._session)
         self._changed(current=True)
         self._unflushed += count
         if self._unflushed >= self._flush_messages:
@@ -1870,6 +1922,8 @@ class _PartitionLock:
         log._plock.acquire(timeout=timeout, what=f"append to {log.topic}-{log.partition}")
         try:
             log._refresh()
+            if log._session:
+                log._check_published_end()  # before anything is cut: bytes past a view behind it are batches
             active = log._segments[-1]
             if active.torn_bytes_now() > 0:
                 active.truncate_torn_tail()  # a writer died mid-append: cut its partial batch before ours

@@ -51,6 +51,7 @@ from . import failpoints
 from .checkpoints import Checkpoints
 from .files import (
     CLEAN_SHUTDOWN_FILE,
+    SESSION_FILE,
     FileLock,
     atomic_write,
     broker_holding,
@@ -150,6 +151,7 @@ class LogStore:
         self._stop = threading.Event()
         self._thread = None
         self._dir_lock = None
+        self._session = 0  # the open session's id (_open_session); 0 for a read-only store
         self.had_clean_shutdown = True
         if self.mode == READ:
             if not self.path.is_dir():
@@ -200,6 +202,7 @@ class LogStore:
                     marker.unlink()
                     fsync_dir(self.path)
                 self._write_meta()
+            self._session = self._open_session(first)
             self._reload_topics()
             if first and not self.had_clean_shutdown:
                 points = {}
@@ -217,6 +220,29 @@ class LogStore:
         finally:
             init.release()
             init.close()
+
+    def _open_session(self, first: bool) -> int:
+        """The id of the store's open session (init lock held): the first opener draws a new one, later openers read
+        it. Writers publish log ends under it in the partitions' change counters (see ChangeCounter), so an end from
+        before the last crash is never compared. Never fsynced: a lost or unreadable file only turns the check off
+        (0) until the next first opener."""
+        path = self.path / SESSION_FILE
+        if first:
+            session = int.from_bytes(os.urandom(8), "little") | 1
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, session.to_bytes(8, "little"))
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                raise storage_error(e, "write", path) from None
+            return session
+        try:
+            data = read_replaced(path)
+        except OSError:
+            return 0
+        return int.from_bytes(data, "little") if len(data) == 8 else 0
 
     def _write_meta(self) -> None:
         meta = self.path / "meta.properties"
@@ -560,7 +586,7 @@ class LogStore:
         config = self.config.with_overrides(self._topics.get(topic, {}).get("config", {}))
         # only a process that owns the store (exclusive, or the first writer under the init lock) may repair files
         return Log(d, topic, partition, config, mode=self.mode, checkpoints=self._checkpoints,
-                   had_clean_shutdown=self.had_clean_shutdown, recover=recover)
+                   had_clean_shutdown=self.had_clean_shutdown, recover=recover, session=self._session)
 
     def log(self, topic: str, partition: int = 0) -> Log:
         """The Log of one partition (opened on first use and cached)."""

@@ -1,6 +1,8 @@
 """Log and LogStore behaviour, ported from Kafka's LogSegmentTest, LogLoaderTest, UnifiedLogTest, LocalLogTest and
 DeleteRecordsRequestTest (reference/kafka-storage.md section 10), run on real files."""
 
+import errno
+import logging
 import os
 import threading
 import time
@@ -15,6 +17,7 @@ from kafkalog.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     InvalidTopicError,
+    KafkaStorageError,
     LogClosedError,
     OffsetOutOfRangeError,
     PolicyViolationError,
@@ -1283,3 +1286,112 @@ def test_a_view_of_an_unclean_store_sees_what_the_recovering_writer_cut(open_sto
     writer.append_batch([b"next"], timestamps=[T0 + 20])
     writer.flush()
     assert [r.value for r in reader.records()] == values(5) + [b"next"]
+
+
+def _lying(monkeypatch, times: int, start_too: bool):
+    """The next ``times`` directory listings of a Log say it holds no segment (and, with ``start_too``, its
+    checkpointed log start reads as 0): the view a writer took in two kept power-loss soak failures of the shared
+    writers (worker 0's first append after its open got offset 0 in a log of thousands)."""
+    from kafkalog.storage.checkpoints import Checkpoints
+    from kafkalog.storage.log import Log
+    left = {"n": times}
+    real_list, real_start = Log._list_bases, Checkpoints.log_start
+
+    def list_bases(self):
+        if left["n"] > 0:
+            left["n"] -= 1
+            real_list(self)  # keeps _swapped as a real listing sets it
+            return []
+        return real_list(self)
+
+    def log_start(self, topic, partition):
+        return 0 if (start_too and left["n"] > 0) else real_start(self, topic, partition)
+
+    monkeypatch.setattr(Log, "_list_bases", list_bases)
+    monkeypatch.setattr(Checkpoints, "log_start", log_start)
+    return left
+
+
+@pytest.mark.parametrize("lies", [1, 5])
+def test_a_shared_writer_whose_listing_misses_the_segments_looks_again_before_it_appends(open_store, data_dir,
+                                                                                         monkeypatch, caplog, lies):
+    """The log end of a running store never goes back, and every writer publishes it (the change counter's End, under
+    the store's session): a shared writer whose listing shows none of the segments (and whose log start read as 0)
+    must not start a fresh segment 0 and hand out offsets another writer already did; it names the problem and
+    lists again until its view reaches the published end."""
+    a = open_store(exclusive=False)
+    a.create_topic("t", 1, {"segment.bytes": 2000, "file.delete.delay.ms": 0})
+    log = a.log("t", 0)
+    for _ in range(30):
+        log.append_batch(values(3))
+    log.flush()
+    assert log.delete_records_before(60) == 60 and not (data_dir / "t-0" / ("%020d.log" % 0)).exists()
+    b = open_store(exclusive=False)
+    left = _lying(monkeypatch, lies, start_too=True)
+    with caplog.at_level(logging.ERROR, logger="kafkalog"):
+        late = b.log("t", 0)
+    assert left["n"] == 0
+    assert "published the log end 90" in caplog.text
+    assert late.log_start_offset == 60 and late.log_end_offset == 90
+    assert late.append_batch([b"next"]) == 90
+    assert not (data_dir / "t-0" / ("%020d.log" % 0)).exists()
+    assert [r.offset for r in log.records()][-2:] == [89, 90]
+
+
+def test_a_shared_writer_refuses_to_append_when_its_listing_keeps_missing_the_segments(open_store, data_dir,
+                                                                                       monkeypatch):
+    a = open_store(exclusive=False)
+    a.create_topic("t", 1, {"segment.bytes": 2000, "file.delete.delay.ms": 0})
+    log = a.log("t", 0)
+    for _ in range(30):
+        log.append_batch(values(3))
+    log.delete_records_before(60)
+    b = open_store(exclusive=False)
+    _lying(monkeypatch, 1000, start_too=True)
+    monkeypatch.setattr("kafkalog.storage.log.Log._LOOKS", 3)
+    with pytest.raises(KafkaStorageError, match="below the log end 90 another writer made visible") as e:
+        b.log("t", 0)
+    assert e.value.errno == errno.EIO
+    monkeypatch.undo()
+    assert not (data_dir / "t-0" / ("%020d.log" % 0)).exists()  # nothing started at 0
+    assert log.append_batch([b"next"]) == 90 and [r.offset for r in log.records()][0] == 60
+
+
+def test_a_shared_writer_whose_view_went_stale_reloads_before_it_cuts_or_appends(open_store, data_dir,
+                                                                                 monkeypatch):
+    """At append time the same check runs before a torn tail is cut: bytes past a view that ends below the published
+    end are another writer's batches, never a torn tail."""
+    from kafkalog.storage.log import Log
+    a = open_store(exclusive=False)
+    a.create_topic("t", 1)
+    wa = a.log("t", 0)
+    wb = open_store(exclusive=False).log("t", 0)
+    wa.append_batch(values(4))
+    assert wb.log_end_offset == 4
+    wa.append_batch(values(5))  # b's view must take these in before its append
+    monkeypatch.setattr(Log, "_refresh", lambda self: None)  # a refresh that missed them
+    assert wb.append_batch([b"b"]) == 9
+    monkeypatch.undo()
+    assert [r.offset for r in wa.records()] == list(range(10))
+    assert [r.value for r in wa.records()][4:] == values(5) + [b"b"]
+
+
+def test_the_published_end_of_an_earlier_session_is_never_compared(open_store, data_dir):
+    """A crash can lose offsets a writer published (never fsynced): the next first opener draws a new session, so
+    the ends published before never make a writer refuse."""
+    a = open_store(exclusive=False)
+    a.create_topic("t", 1)
+    a.log("t", 0).append_batch(values(4))
+    counter = a.log("t", 0)._changes
+    session = a._session
+    assert counter.published_end(session) == 4
+    counter.publish_end(1000, session)  # as if offsets up to 1000 had been appended and then lost with a crash
+    a.close()
+    b = open_store(exclusive=False)
+    assert b._session not in (0, session)
+    log = b.log("t", 0)
+    assert log._changes.published_end(b._session) == -1  # nothing published in this session yet
+    assert log.append_batch([b"x"]) == 4
+    assert log._changes.published_end(b._session) == 5 and log._changes.published_end(session) == -1
+    c = open_store(exclusive=False)  # a later opener of the same session reads it
+    assert c._session == b._session and c.log("t", 0).append_batch([b"y"]) == 5
