@@ -34,7 +34,34 @@ from pathlib import Path
 MODES = ("thread", "process")
 # Kafka's server.properties keys tests want: topics made on first use, one partition, and a lone consumer joins its
 # group at once (Kafka's default waits 3 s for more members)
-DEFAULT_CONFIG = {"auto.create.topics.enable": "true", "num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
+# group at once (Kafka's default waits 3 s for more members); index files of 1 MiB, not 10 (each segment preallocates
+# two: on a tmpfs scratch folder that is memory, and a test's topic never fills them)
+DEFAULT_CONFIG = {"auto.create.topics.enable": "true", "num.partitions": "1", "group.initial.rebalance.delay.ms": "0",
+                  "log.index.size.max.bytes": "1048576"}
+# Where the data dirs go (TMP): "auto" picks a memory file system (/dev/shm) when it has TMPFS_MIN_FREE bytes free,
+# else the temp folder; "disk" the temp folder; anything else is a folder. A test broker's data are thrown away at
+# the end of the run: in memory, its fsyncs (which make a topic's creation and deletion durable) cost nothing
+TMP_ENV = "KAFKALOG_TEST_TMP"
+TMPFS = "/dev/shm"
+TMPFS_MIN_FREE = 2 << 30
+
+
+def scratch_base(choice: str | None = None) -> str:
+    """The folder the run's data dirs go under, for ``choice`` (default: $KAFKALOG_TEST_TMP, else "auto")."""
+    choice = choice or os.environ.get(TMP_ENV) or "auto"
+    if choice == "disk":
+        return tempfile.gettempdir()
+    if choice != "auto":
+        if not os.path.isdir(choice):
+            raise ValueError(f"{TMP_ENV}/--kafkalog-tmp {choice!r}: not a folder (auto, disk or a folder)")
+        return choice
+    try:
+        st = os.statvfs(TMPFS)
+        if os.path.isdir(TMPFS) and os.access(TMPFS, os.W_OK | os.X_OK) and st.f_bavail * st.f_frsize >= TMPFS_MIN_FREE:
+            return TMPFS
+    except OSError:
+        pass
+    return tempfile.gettempdir()
 SASL_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 _READY = "kafkalog broker listening on "
 
@@ -47,6 +74,7 @@ class _Root:
         self._lock = threading.Lock()
         self.path: Path | None = None
         self.keep = False
+        self.tmp: str | None = None  # scratch_base's choice (the plugin's --kafkalog-tmp), read at the first broker
         self._reaper: subprocess.Popen | None = None
         self._pid = 0
 
@@ -54,7 +82,7 @@ class _Root:
         if self.path is not None and self._pid == os.getpid():
             return
         self._pid = os.getpid()
-        self.path = Path(tempfile.mkdtemp(prefix=f"kafkalog-test-{os.getpid()}-"))
+        self.path = Path(tempfile.mkdtemp(prefix=f"kafkalog-test-{os.getpid()}-", dir=scratch_base(self.tmp)))
         self._reaper = None
         if not self.keep:
             script = Path(__file__).with_name("_reaper.py")

@@ -39,6 +39,9 @@ def pytest_addoption(parser):
                 help="a Kafka server key for the test brokers (repeatable), e.g. num.partitions=3")
     g.addoption("--kafkalog-keep-data", action="store_true", default=False,
                 help="keep the brokers' data dirs after the run (their paths are printed)")
+    g.addoption("--kafkalog-tmp", default=None, metavar="auto|disk|FOLDER",
+                help="where the brokers' data dirs go: auto (default, $KAFKALOG_TEST_TMP wins: /dev/shm when it has "
+                     "2 GiB free, else the temp folder), disk (the temp folder) or a folder")
     parser.addini("kafkalog_mode", "thread or process: how kafka_broker runs (--kafkalog-mode wins)", default="thread")
     parser.addini("kafkalog_config", "Kafka server keys for the test brokers, one KEY=VALUE a line", type="linelist",
                   default=[])
@@ -65,6 +68,7 @@ def _start(config, overrides: dict, name: str, **kw):
     from .broker import ROOT, LocalBroker
     mode, server, keep = _settings(config)
     ROOT.keep = ROOT.keep or keep
+    ROOT.tmp = ROOT.tmp or config.getoption("--kafkalog-tmp")
     broker = LocalBroker(mode, {**server, **overrides}, name=name, keep_data=keep, **kw)
     broker.start()
     if keep:

@@ -3,6 +3,7 @@ kafkalog's import and a broker that starts in ~20 ms in a thread, ~0.3 s as a pr
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,56 @@ def test_readme_examples_run(inner):
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     r = inner(code, "-k", "not spark")
     r.assert_outcomes(passed=3, deselected=1)
+
+
+WHERE = r'''
+import os
+
+def test_where(kafka_broker):
+    kafka_broker.produce("t", [b"x"])
+    d = kafka_broker.data_dir
+    index = d / "t-0" / ("%020d.index" % 0)
+    print("DATA", d, index.stat().st_size)
+'''
+
+
+@pytest.mark.parametrize("choice", ["auto", "disk", "folder", "env"])
+def test_data_dirs_go_where_kafkalog_tmp_says(inner, pytester, monkeypatch, tmp_path, choice):
+    """A test broker's data are thrown away: by default they go to a memory file system (/dev/shm, when it has room),
+    where the fsyncs that make a topic's creation durable cost nothing; --kafkalog-tmp (or $KAFKALOG_TEST_TMP) says
+    disk (the temp folder) or a folder. Index files are 1 MiB, not Kafka's 10 (each segment preallocates two)."""
+    import tempfile
+
+    from kafkalog.testing.broker import TMPFS, scratch_base
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    args = {"auto": [], "disk": ["--kafkalog-tmp=disk"], "folder": [f"--kafkalog-tmp={folder}"], "env": []}[choice]
+    if choice == "env":
+        monkeypatch.setenv("KAFKALOG_TEST_TMP", str(folder))
+    r = inner(WHERE, "-s", *args)
+    r.assert_outcomes(passed=1)
+    line = next(x for x in r.outlines if "DATA " in x)
+    data_dir, index_size = line.split("DATA ", 1)[1].split()
+    want = {"auto": scratch_base("auto"), "disk": tempfile.gettempdir(), "folder": str(folder),
+            "env": str(folder)}[choice]
+    assert os.path.dirname(os.path.dirname(os.path.dirname(data_dir))) == want
+    if choice == "auto" and os.path.isdir(TMPFS) and os.statvfs(TMPFS).f_bavail * os.statvfs(TMPFS).f_frsize >= 2 << 30:
+        assert want == TMPFS
+    assert int(index_size) == 1 << 20
+    assert not os.path.exists(data_dir)  # removed at the end of the run, wherever it was
+
+
+def test_scratch_base_falls_back_to_the_temp_folder(monkeypatch, tmp_path):
+    import tempfile
+
+    from kafkalog.testing import broker
+    monkeypatch.delenv("KAFKALOG_TEST_TMP", raising=False)
+    monkeypatch.setattr(broker, "TMPFS", str(tmp_path / "no-such-tmpfs"))
+    assert broker.scratch_base() == tempfile.gettempdir()
+    monkeypatch.setattr(broker, "TMPFS", str(tmp_path))
+    monkeypatch.setattr(broker, "TMPFS_MIN_FREE", 1 << 62)  # too little room
+    assert broker.scratch_base() == tempfile.gettempdir()
+    monkeypatch.setattr(broker, "TMPFS_MIN_FREE", 1)
+    assert broker.scratch_base() == str(tmp_path)
+    with pytest.raises(ValueError, match="not a folder"):
+        broker.scratch_base(str(tmp_path / "missing"))
