@@ -205,7 +205,33 @@ def lock_holder_alive(path, session_timeout_s: float | None = None, now: float =
         os.close(fd)
 
 
+# This process's members (group dir -> {member id: wall time of its last heartbeat}): their liveness is read here,
+# not from their files. A broker holds every wire member of a group, and each member's check probing every member's
+# file was members² file opens a check period (1,000 members: a million a tenth of a second).
+_LOCAL: dict[str, dict[str, float]] = {}
+# group dir -> (monotonic time, suspect) of this process's last look at the members: one look a period per group
+_SCANS: dict[str, tuple[float, bool]] = {}
+# group dir -> (state.json's stat, monotonic read time, its parsed state): one parse a change per process, not one a
+# member; and -> (a state, its longest-standing member)
+_STATES: dict[str, tuple[tuple, float, dict]] = {}
+_OLDEST: dict[str, tuple[dict, str]] = {}
+
+
+def _oldest_member(path: Path, state: dict) -> str | None:
+    memo = _OLDEST.get(str(path))
+    if memo is not None and memo[0] is state:
+        return memo[1]
+    members = state["members"]
+    oldest = min(members, key=lambda m: (members[m].get("joined", 0), m)) if members else None
+    _OLDEST[str(path)] = (state, oldest)
+    return oldest
+
+
 def _member_alive(path: Path, member_id: str, session_timeout_s: float, now: float) -> bool:
+    local = _LOCAL.get(str(path))
+    beat = local.get(member_id) if local is not None else None
+    if beat is not None:
+        return now - beat <= session_timeout_s  # its file's lock is held by this process: only its heartbeat counts
     return lock_holder_alive(_member_lock(path, member_id), session_timeout_s, now)
 
 
@@ -308,26 +334,38 @@ class GroupMember:
     def _locked(self, shared: bool = False):
         return _Held(self._glock(), shared)
 
-    def refresh(self) -> bool:
+    def refresh(self, fresh: bool = False) -> bool:
         """Re-read state.json when its stat changed, and at least every REREAD_S (a rename can give the new file
         the inode number of the one it replaced; within one tick of the file system clock and at the same size, the
-        stat looks unchanged); True when it re-read."""
+        stat looks unchanged); True when it re-read. The members of one group in this process share what one of them
+        read (``_STATES``; never changed in place: a member changes a ``fresh`` copy under the group lock)."""
         now = time.monotonic()
         try:
             st = os.stat(self.path / "state.json")
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             key = None
-        if key == self._stat and now - self._read_at < REREAD_S:
+        if not fresh and key == self._stat and now - self._read_at < REREAD_S:
             return False
+        path = str(self.path)
+        shared = None if fresh else _STATES.get(path)
+        if shared is not None and key is not None and shared[0] == key and now - shared[1] < REREAD_S:
+            self._stat, self._read_at = key, shared[1]
+            if self.state is shared[2]:
+                return False
+            self.state = shared[2]
+            return True
         self._stat = key
         self._read_at = now
         self.state = read_state(self.path)
+        if fresh:
+            self._stat = None  # a copy to change: the next refresh takes the shared one again
+        elif key is not None:
+            _STATES[path] = (key, now, self.state)
         return True
 
     def _load_locked(self) -> dict:
-        self._stat = None
-        self.refresh()
+        self.refresh(fresh=True)
         return self.state
 
     def _save_locked(self, state: dict) -> None:
@@ -382,6 +420,7 @@ class GroupMember:
                     held = False
                 if held:
                     os.utime(self._member_fd)
+                    self._beat()
                     return
                 os.close(self._member_fd)
                 self._member_fd = -1
@@ -392,10 +431,23 @@ class GroupMember:
                 os.close(fd)
                 raise
             self._member_fd = fd
+            self._beat()
         except OSError as e:
             raise KafkaError(f"group {self.group}: cannot create member files in {self.path}: {e}") from None
 
+    def _beat(self) -> None:
+        _LOCAL.setdefault(str(self.path), {})[self.member_id] = time.time()
+
+    def _forget_local(self) -> None:
+        local = _LOCAL.get(str(self.path))
+        if local is not None:
+            local.pop(self.member_id, None)
+            if not local:
+                for cache in (_LOCAL, _SCANS, _STATES, _OLDEST):
+                    cache.pop(str(self.path), None)
+
     def _release_member_file(self) -> None:
+        self._forget_local()
         if self._member_fd >= 0:
             try:
                 os.unlink(_member_lock(self.path, self.member_id))
@@ -431,6 +483,7 @@ class GroupMember:
                 os.utime(self._member_fd)
             except OSError:
                 pass
+            self._beat()
 
     def _evict_dead_locked(self, state: dict) -> bool:
         now = time.time()
@@ -454,11 +507,18 @@ class GroupMember:
         self._last_check = now
         state = self.state
         t = time.time()
-        suspect = any(m != self.member_id and not _member_alive(self.path, m, info.get("session_timeout_s", 45.0), t)
-                      for m, info in state["members"].items())
+        key = str(self.path)
+        seen = _SCANS.get(key)
+        if seen is not None and now - seen[0] < LIVENESS_CHECK_S and not seen[1]:
+            suspect = False  # another member of this process looked at them all within the period
+        else:
+            suspect = any(m != self.member_id and not _member_alive(self.path, m,
+                                                                    info.get("session_timeout_s", 45.0), t)
+                          for m, info in state["members"].items())
+            _SCANS[key] = (now, suspect)
         changed_parts = False
         if not suspect and state["members"].get(self.member_id) is not None \
-                and min(state["members"], key=lambda m: (state["members"][m].get("joined", 0), m)) == self.member_id:
+                and _oldest_member(self.path, state) == self.member_id:
             # the longest-standing member watches partition counts (a subscribed topic created or grown)
             changed_parts = self.topic_partitions(self._all_topics(state)) != state["partitions"]
         if not suspect and not changed_parts:
@@ -493,6 +553,7 @@ class GroupMember:
         return self.member_id in self.state["members"]
 
     def close(self) -> None:
+        self._forget_local()
         if self._member_fd >= 0:
             os.close(self._member_fd)
             self._member_fd = -1

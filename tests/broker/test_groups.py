@@ -196,3 +196,48 @@ def test_read_only_tools_beside_the_running_broker(broker, child_env, wait_for):
         assert got == [b"ro-0-%d" % i for i in range(4)]
     finally:
         emb.close()
+
+
+def _bench_heartbeats():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "bench" / "heartbeats.py"
+    bench_dir = str(path.parent)
+    if bench_dir not in sys.path:
+        sys.path.insert(0, bench_dir)
+    spec = importlib.util.spec_from_file_location("bench_heartbeats", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("members", [40, 120])
+def test_a_wire_groups_liveness_costs_no_file_probe_for_the_brokers_own_members(broker, monkeypatch, members):
+    """The broker holds every wire member of a classic consumer group as a member of the store's group (the one the
+    embedded consumers join): each member's periodic check probed every member's lock file, members² opens and
+    flocks a tenth of a second (1,000 members: 1,166 us of broker CPU a heartbeat). The broker's own members are
+    judged by their heartbeats in memory and one look a period serves every member: a group formed and heartbeating
+    (bench/heartbeats.py's raw clients) costs no probe at all, and state.json is parsed once a change, not once a
+    member."""
+    import asyncio
+    import time
+
+    from kafkalog.broker import protocol
+    from kafkalog.client import group as groupmod
+    hb = _bench_heartbeats()
+    probes, parses = [], []
+    real_probe, real_read = groupmod.lock_holder_alive, groupmod.read_state
+    monkeypatch.setattr(groupmod, "lock_holder_alive", lambda *a, **k: probes.append(a[0]) or real_probe(*a, **k))
+    monkeypatch.setattr(groupmod, "read_state", lambda *a: parses.append(1) or real_read(*a))
+    rounds = 6
+
+    async def run():
+        await hb.create_topic(broker.port, protocol, "live", 8)
+        return await hb.classic(broker.port, protocol, "live", 8, members, rounds, time.process_time)
+
+    res = asyncio.run(run())
+    assert res["assigned"] == 8
+    assert probes == []  # the old code: each member's check opened every member's lock file
+    # each join and sync reads the state fresh under the group lock (a few a member); the members' own refreshes
+    # share one parse a change (the old code: each member parsed every change, members² for the group to form)
+    assert len(parses) <= 6 * members, (len(parses), res["join_rounds"])
