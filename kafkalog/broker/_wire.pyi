@@ -5,12 +5,12 @@ ProduceRequest v3-11 => transactional_id NULLABLE_STRING | acks INT16 | timeout_
 ProduceResponse v3-11 => [name STRING | [index INT32 | error_code INT16 | base_offset INT64 | log_append_time_ms INT64 |
     log_start_offset INT64 (v5+) | [batch_index INT32 | batch_index_error_message NULLABLE_STRING] (v8+) |
     error_message NULLABLE_STRING (v8+)]] | throttle_time_ms INT32
-FetchRequest v4-17 => replica_id INT32 (v4-14) | max_wait_ms INT32 | min_bytes INT32 | max_bytes INT32 |
+FetchRequest v4-18 => replica_id INT32 (v4-14) | max_wait_ms INT32 | min_bytes INT32 | max_bytes INT32 |
     isolation_level INT8 | session_id INT32 (v7+) | session_epoch INT32 (v7+) | [topic STRING (v4-12) |
     topic_id UUID (v13+) | [partition INT32 | current_leader_epoch INT32 (v9+) | fetch_offset INT64 |
     last_fetched_epoch INT32 (v12+) | log_start_offset INT64 (v5+) | partition_max_bytes INT32]] |
     [topic STRING (v7-12) | topic_id UUID (v13+) | [partition INT32]] (v7+) | rack_id STRING (v11+)
-FetchResponse v4-17 => throttle_time_ms INT32 | error_code INT16 (v7+) | session_id INT32 (v7+) |
+FetchResponse v4-18 => throttle_time_ms INT32 | error_code INT16 (v7+) | session_id INT32 (v7+) |
     [topic STRING (v4-12) | topic_id UUID (v13+) | [partition_index INT32 | error_code INT16 | high_watermark INT64 |
     last_stable_offset INT64 | log_start_offset INT64 (v5+) | aborted_transactions [producer_id INT64 |
     first_offset INT64] | preferred_read_replica INT32 (v11+) | records NULLABLE_RECORDS]]

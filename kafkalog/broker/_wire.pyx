@@ -1,4 +1,4 @@
-# Kafka wire protocol hot path (Produce v3-11 request/response, Fetch v4-17 request/response), in Kafka notation:
+# Kafka wire protocol hot path (Produce v3-11 request/response, Fetch v4-18 request/response), in Kafka notation:
 #
 #   ProduceRequest v3-11 => transactional_id(NULLABLE_STRING) acks(INT16) timeout_ms(INT32)
 #     [topic_data => name(STRING) [partition_data => index(INT32) records(NULLABLE RECORDS)]]
@@ -6,24 +6,24 @@
 #     base_offset(INT64) log_append_time_ms(INT64) log_start_offset(INT64, v5+)
 #     [record_errors => batch_index(INT32) batch_index_error_message(NULLABLE_STRING)] (v8+)
 #     error_message(NULLABLE_STRING, v8+)]] throttle_time_ms(INT32)
-#   FetchRequest v4-17 => replica_id(INT32, v4-14) max_wait_ms(INT32) min_bytes(INT32) max_bytes(INT32)
+#   FetchRequest v4-18 => replica_id(INT32, v4-14) max_wait_ms(INT32) min_bytes(INT32) max_bytes(INT32)
 #     isolation_level(INT8) session_id(INT32, v7+) session_epoch(INT32, v7+)
 #     [topics => topic(STRING, v4-12) topic_id(UUID, v13+) [partitions => partition(INT32)
 #       current_leader_epoch(INT32, v9+) fetch_offset(INT64) last_fetched_epoch(INT32, v12+)
 #       log_start_offset(INT64, v5+) partition_max_bytes(INT32)]]
 #     [forgotten_topics_data => topic(STRING, v7-12) topic_id(UUID, v13+) [partitions(INT32)]] (v7+)
 #     rack_id(STRING, v11+)
-#   FetchResponse v4-17 => throttle_time_ms(INT32) error_code(INT16, v7+) session_id(INT32, v7+)
+#   FetchResponse v4-18 => throttle_time_ms(INT32) error_code(INT16, v7+) session_id(INT32, v7+)
 #     [responses => topic(STRING, v4-12) topic_id(UUID, v13+) [partitions => partition_index(INT32) error_code(INT16)
 #       high_watermark(INT64) last_stable_offset(INT64) log_start_offset(INT64, v5+) [aborted_transactions =>
 #       producer_id(INT64) first_offset(INT64)] preferred_read_replica(INT32, v11+) records(NULLABLE RECORDS)]]
 #
 # Flexible versions (KIP-482: Produce 9+, Fetch 12+) write STRING / ARRAY / RECORDS lengths as UNSIGNED_VARINT
 # length + 1 (0 = null), end every struct with a TAG_BUFFER and use response header v1 (correlation id + TAG_BUFFER).
-# Tagged fields are skipped when read (Fetch's cluster_id, replica_state, replica_directory_id) and none is written:
-# the ones Kafka defines for these responses (current_leader, node_endpoints, diverging_epoch, snapshot_id) are set
-# by Kafka only after a leader change or for followers, which one node without replicas never has, and Kafka writes
-# a tagged field only when it is set. The bytes must be the table codec's (protocol.py) bytes; on any malformed input
+# Tagged fields are skipped when read (Fetch's cluster_id, replica_state, replica_directory_id, high_watermark) and
+# none is written: the ones Kafka defines for these responses (current_leader, node_endpoints, diverging_epoch,
+# snapshot_id) are set by Kafka only after a leader change or for followers, which one node without replicas never
+# has, and Kafka writes a tagged field only when it is set. The bytes must be the table codec's (protocol.py) bytes; on any malformed input
 # the table codec is asked to decode the same frame, so both raise the same InvalidRequestError naming API, version
 # and field.
 """Cython hot path of the broker codec: Produce request parse and response build, Fetch response build and request
@@ -493,15 +493,15 @@ def encode_produce_response(int version, int32_t correlation_id, topics, int32_t
 
 def encode_fetch_response(int version, int32_t correlation_id, int32_t throttle_time_ms, int16_t error_code,
                           int32_t session_id, topics):
-    """FetchResponse v4-17 → [bytes, record buffer, ..., bytes] for writelines: size prefix and header first (v1, with
+    """FetchResponse v4-18 → [bytes, record buffer, ..., bytes] for writelines: size prefix and header first (v1, with
     its tag buffer, from v12), each partition's record buffers handed over uncopied; topics = [(topic, [(partition,
     error_code, high_watermark, last_stable_offset, log_start_offset, records[, aborted]), ...]), ...]: topic is the
     name (str) before v13 and the topic id (uuid.UUID) from v13; records = None, a buffer or a list of buffers;
     aborted (read_committed) = [(producer id, first offset), ...], or None / absent: an empty array (kafkalog
     answered an empty array to read_uncommitted fetches before it served transactions, and clients take both).
     preferred_read_replica is -1; no tagged field is written."""
-    if version < 4 or version > 17:
-        raise UnsupportedVersionError(f"Fetch v{version} is not supported (supported 4-17)")
+    if version < 4 or version > 18:
+        raise UnsupportedVersionError(f"Fetch v{version} is not supported (supported 4-18)")
     cdef bint fx = version >= 12
     cdef bint ids = version >= 13
     cdef Py_ssize_t part_size = 4 + 2 + 8 + 8 + (8 if version >= 5 else 0) + (5 if fx else 4) \
@@ -625,12 +625,12 @@ def encode_fetch_response(int version, int32_t correlation_id, int32_t throttle_
 
 
 def parse_fetch(frame, Py_ssize_t offset, int version):
-    """FetchRequest v4-17 body at ``offset`` → the dict protocol.decode_request(1, version, ...) returns, with the
+    """FetchRequest v4-18 body at ``offset`` → the dict protocol.decode_request(1, version, ...) returns, with the
     fields this version carries (tagged ones skipped) and only those, but for the ones the broker reads of every
     version, with their defaults when the version lacks them: session_id / session_epoch (0 / -1 before v7),
     forgotten_topics_data ([]), rack_id (""), current_leader_epoch and log_start_offset (-1)."""
-    if version < 4 or version > 17:
-        raise UnsupportedVersionError(f"Fetch v{version} is not supported (supported 4-17)")
+    if version < 4 or version > 18:
+        raise UnsupportedVersionError(f"Fetch v{version} is not supported (supported 4-18)")
     return _parse(1, frame, offset, version)
 
 

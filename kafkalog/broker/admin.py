@@ -285,7 +285,7 @@ def _delete_group_files(s, gid: str) -> int:
 def delete_groups(s, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     out = []
-    for gid in req["groups_names"]:
+    for gid in dict.fromkeys(req["groups_names"]):  # a name asked twice is answered once, as Kafka does
         if not_allowed(s, ctx, "DELETE", "GROUP", gid):
             out.append({"group_id": gid, "error_code": GROUP_DENIED})
             continue
@@ -933,8 +933,8 @@ HANDLERS = {
 
 # versions served (and advertised): the ranges Kafka 4's clients and tools use, flexible versions included
 VERSIONS = {
-    15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 4), 37: (0, 3),
-    42: (0, 2), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 1), 75: (0, 0),
+    15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 5), 37: (0, 3),
+    42: (0, 3), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 2), 75: (0, 0),
 }
 
 __all__ = ["HANDLERS", "VERSIONS"]

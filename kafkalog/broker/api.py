@@ -74,7 +74,8 @@ log = logging.getLogger("kafkalog.broker")
 
 ADVERTISED: dict[int, tuple[int, int]] = {
     0: (0, 11),   # Produce (3-11 accepted; 8: record errors, 9: flexible; 12 is transactions v2, KIP-890 part 2)
-    1: (4, 17),   # Fetch (12: flexible, 13: topic ids, 15: replica state, 16: KIP-951 fields, 17: directory id)
+    1: (4, 18),   # Fetch (12: flexible, 13: topic ids, 15: replica state, 16: KIP-951 fields, 17: directory id,
+                  #  18: a follower's high watermark, KIP-1166: a tagged field consumers leave out)
     2: (1, 11),   # ListOffsets (7: max timestamp, KIP-734; 8-11: tiered-storage timestamps, answered untiered)
     3: (0, 13),   # Metadata (10+: topic ids; 13: top-level error)
     8: (2, 9),    # OffsetCommit (7: group instance id, KIP-345; 8+ flexible)
@@ -88,7 +89,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     18: (0, 4),   # ApiVersions
     19: (2, 7),   # CreateTopics (5+: what was made; 7: topic id)
     20: (1, 6),   # DeleteTopics (6: by topic id)
-    21: (0, 1),   # DeleteRecords
+    21: (0, 2),   # DeleteRecords (2: flexible)
     22: (0, 5),   # InitProducerId (transactional ids; 3+: KIP-360 epoch bump)
     24: (0, 3),   # AddPartitionsToTxn (the client forms; 4+ is broker to broker)
     25: (0, 4),   # AddOffsetsToTxn
@@ -100,9 +101,9 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     66: (0, 2),   # ListTransactions
     68: (0, 1),   # ConsumerGroupHeartbeat (KIP-848; 1: SubscribedTopicRegex, member ids named by the client)
     69: (0, 1),   # ConsumerGroupDescribe (1: MemberType)
-    36: (0, 1),   # SaslAuthenticate
-    48: (0, 0),   # DescribeClientQuotas
-    49: (0, 0),   # AlterClientQuotas
+    36: (0, 2),   # SaslAuthenticate (2: flexible)
+    48: (0, 1),   # DescribeClientQuotas (1: flexible)
+    49: (0, 1),   # AlterClientQuotas (1: flexible)
 }
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -1723,7 +1724,7 @@ def describe_client_quotas(s: Services, ctx, header, frame, offset):
         if not (match_all or want_any or (cid is None and want_default) or (cid is not None and cid == want_name)):
             continue
         entries.setdefault(cid, []).append({"key": kind, "value": float(rate)})
-    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": "",
                           "entries": [{"entity": [{"entity_type": "client-id", "entity_name": cid}], "values": vals}
                                       for cid, vals in entries.items()]})
 

@@ -60,7 +60,7 @@ PRODUCE = {
 }
 
 FETCH = {
-    "key": 1, "name": "Fetch", "versions": (4, 17), "flexible": 12,
+    "key": 1, "name": "Fetch", "versions": (4, 18), "flexible": 12,
     "request": (
         ("cluster_id", "string", "12+", {"tag": 0, "tagged": "12+", "nullable": "12+", "default": None}),
         ("replica_id", "int32", "0-14", {"default": -1}),
@@ -86,6 +86,8 @@ FETCH = {
                 ("log_start_offset", "int64", "5+", {"default": -1}),
                 ("partition_max_bytes", "int32", "0+", {}),
                 ("replica_directory_id", "uuid", "17+", {"tag": 0, "tagged": "17+"}),
+                # KIP-1166: the high watermark a follower knows (a consumer leaves it out; one node has no follower)
+                ("high_watermark", "int64", "18+", {"tag": 1, "tagged": "18+", "default": 9223372036854775807}),
             )),
         )),
         ("forgotten_topics_data", "[]ForgottenTopic", "7+", {}, (
@@ -512,7 +514,7 @@ DELETE_TOPICS = {
 }
 
 DELETE_RECORDS = {
-    "key": 21, "name": "DeleteRecords", "versions": (0, 1), "flexible": 2,
+    "key": 21, "name": "DeleteRecords", "versions": (0, 2), "flexible": 2,
     "request": (
         ("topics", "[]DeleteRecordsTopic", "0+", {}, (
             ("name", "string", "0+", {}),
@@ -739,7 +741,7 @@ WRITE_TXN_MARKERS = {
 }
 
 SASL_AUTHENTICATE = {
-    "key": 36, "name": "SaslAuthenticate", "versions": (0, 1), "flexible": 2,
+    "key": 36, "name": "SaslAuthenticate", "versions": (0, 2), "flexible": 2,
     "request": (
         ("auth_bytes", "bytes", "0+", {}),
     ),
@@ -752,7 +754,7 @@ SASL_AUTHENTICATE = {
 }
 
 DESCRIBE_CLIENT_QUOTAS = {
-    "key": 48, "name": "DescribeClientQuotas", "versions": (0, 0), "flexible": 1,
+    "key": 48, "name": "DescribeClientQuotas", "versions": (0, 1), "flexible": 1,
     "request": (
         ("components", "[]ComponentData", "0+", {}, (
             ("entity_type", "string", "0+", {}),
@@ -779,7 +781,7 @@ DESCRIBE_CLIENT_QUOTAS = {
 }
 
 ALTER_CLIENT_QUOTAS = {
-    "key": 49, "name": "AlterClientQuotas", "versions": (0, 0), "flexible": 1,
+    "key": 49, "name": "AlterClientQuotas", "versions": (0, 1), "flexible": 1,
     "request": (
         ("entries", "[]EntryData", "0+", {}, (
             ("entity", "[]EntityData", "0+", {}, (
@@ -933,7 +935,7 @@ DESCRIBE_GROUPS = {
 }
 
 DELETE_GROUPS = {
-    "key": 42, "name": "DeleteGroups", "versions": (0, 2), "flexible": 2,
+    "key": 42, "name": "DeleteGroups", "versions": (0, 3), "flexible": 2,
     "request": (
         ("groups_names", "[]string", "0+", {}),
     ),
@@ -942,6 +944,7 @@ DELETE_GROUPS = {
         ("results", "[]DeletableGroupResult", "0+", {}, (
             ("group_id", "string", "0+", {}),
             ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "3+", {"nullable": "3+", "default": None}),
         )),
     ),
 }
@@ -1080,10 +1083,11 @@ CREATE_PARTITIONS = {
 }
 
 DESCRIBE_CLUSTER = {
-    "key": 60, "name": "DescribeCluster", "versions": (0, 1), "flexible": 0,
+    "key": 60, "name": "DescribeCluster", "versions": (0, 2), "flexible": 0,
     "request": (
         ("include_cluster_authorized_operations", "bool", "0+", {}),
         ("endpoint_type", "int8", "1+", {'default': 1}),
+        ("include_fenced_brokers", "bool", "2+", {}),
     ),
     "response": (
         ("throttle_time_ms", "int32", "0+", {}),
@@ -1097,6 +1101,7 @@ DESCRIBE_CLUSTER = {
             ("host", "string", "0+", {}),
             ("port", "int32", "0+", {}),
             ("rack", "string", "0+", {'nullable': '0+', 'default': None}),
+            ("is_fenced", "bool", "2+", {}),
         )),
         ("cluster_authorized_operations", "int32", "0+", {'default': -2147483648}),
     ),
@@ -1187,7 +1192,7 @@ DELETE_ACLS = {
 }
 
 DESCRIBE_LOG_DIRS = {
-    "key": 35, "name": "DescribeLogDirs", "versions": (1, 4), "flexible": 2,
+    "key": 35, "name": "DescribeLogDirs", "versions": (1, 5), "flexible": 2,
     "request": (
         ("topics", "[]DescribableLogDirTopic", "0+", {'nullable': '0+'}, (
             ("topic", "string", "0+", {}),
@@ -1211,6 +1216,7 @@ DESCRIBE_LOG_DIRS = {
             )),
             ("total_bytes", "int64", "4+", {'default': -1}),
             ("usable_bytes", "int64", "4+", {'default': -1}),
+            ("is_cordoned", "bool", "5+", {}),
         )),
     ),
 }

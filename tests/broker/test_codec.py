@@ -24,6 +24,11 @@ from kafkalog.errors import InvalidRequestError, UnsupportedVersionError
 
 CASES = [(key, v) for key, (lo, hi) in protocol.SUPPORTED.items() for v in range(lo, hi + 1)]
 CASE_IDS = [f"{protocol.API_NAMES[k]}-v{v}" for k, v in CASES]
+# versions newer than kio 0.6.5's schemas (DeleteGroups v3, Kafka 4.4: a per-group ErrorMessage): their bytes are
+# checked against Apache Kafka 4.4 itself (tests/compat/test_wire_versions.py); kio must not know them (else drop here)
+KIO_MISSING = {(42, 3)}
+KIO_CASES = [c for c in CASES if c not in KIO_MISSING]
+KIO_IDS = [f"{protocol.API_NAMES[k]}-v{v}" for k, v in KIO_CASES]
 
 # versions beyond SUPPORTED whose fields are those of the table's top version, only flexible: proves that extending a
 # table is all a later flexible version needs (compact types, tag buffers, response header v1)
@@ -274,13 +279,13 @@ def check_response(key, version, nulls):
 
 
 @pytest.mark.parametrize("nulls", [False, True], ids=["values", "nulls"])
-@pytest.mark.parametrize(("key", "version"), CASES, ids=CASE_IDS)
+@pytest.mark.parametrize(("key", "version"), KIO_CASES, ids=KIO_IDS)
 def test_request_equals_kio(key, version, nulls):
     check_request(key, version, nulls)
 
 
 @pytest.mark.parametrize("nulls", [False, True], ids=["values", "nulls"])
-@pytest.mark.parametrize(("key", "version"), CASES, ids=CASE_IDS)
+@pytest.mark.parametrize(("key", "version"), KIO_CASES, ids=KIO_IDS)
 def test_response_equals_kio(key, version, nulls):
     check_response(key, version, nulls)
 
@@ -294,18 +299,21 @@ def test_flexible_extension_equals_kio(flex_extra, key, version, response, nulls
 
 
 def test_every_supported_version_is_tested_and_kio_knows_it():
-    for key, version in CASES:
+    for key, version in KIO_CASES:
         assert load_request_schema(key, version).__api_key__ == key
         assert load_response_schema(key, version).__api_key__ == key
+    for key, version in KIO_MISSING:
+        with pytest.raises(Exception, match="entity path"):
+            load_response_schema(key, version)
     assert protocol.SUPPORTED == {
-        0: (3, 11), 1: (4, 17), 2: (1, 11), 3: (0, 13), 8: (2, 9), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4),
-        13: (0, 5), 14: (0, 5), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 1), 22: (0, 5), 36: (0, 1),
-        48: (0, 0), 49: (0, 0),
+        0: (3, 11), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 9), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4),
+        13: (0, 5), 14: (0, 5), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 5), 36: (0, 2),
+        48: (0, 1), 49: (0, 1),
         # transactions (the client forms of KIP-98/447, and KIP-664's tooling APIs)
         24: (0, 3), 25: (0, 4), 26: (0, 4), 27: (1, 2), 28: (0, 4), 61: (0, 0), 65: (0, 0), 66: (0, 2),
         # the admin APIs (flexible versions included)
-        15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 4), 37: (0, 3),
-        42: (0, 2), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 1), 75: (0, 0),
+        15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 5), 37: (0, 3),
+        42: (0, 3), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 2), 75: (0, 0),
         # KIP-848 consumer groups
         68: (0, 1), 69: (0, 1)}
     assert protocol.API_NAMES[0] == "Produce" and protocol.API_NAMES[49] == "AlterClientQuotas"

@@ -231,7 +231,7 @@ def table_fetch_response(version, correlation_id, throttle, error_code, session_
 
 
 @SETTINGS
-@given(version=st.integers(4, 17), correlation_id=I32, throttle=I32, error_code=I16, session_id=I32,
+@given(version=st.integers(4, 18), correlation_id=I32, throttle=I32, error_code=I16, session_id=I32,
        topics=FETCH_TOPICS)
 def test_encode_fetch_response_equals_table_codec(version, correlation_id, throttle, error_code, session_id, topics):
     keyed = [(topic_key(version, n), parts) for n, parts in topics]
@@ -257,7 +257,7 @@ def test_encode_fetch_response_chunks_and_sizes():
     one = _wire.encode_fetch_response(4, 9, 0, 0, 0, [("t", [(0, 0, 1, 1, 0, small)])])
     assert one[1] is small
     with pytest.raises(UnsupportedVersionError):
-        _wire.encode_fetch_response(18, 1, 0, 0, 0, [])
+        _wire.encode_fetch_response(19, 1, 0, 0, 0, [])
     with pytest.raises(ValueError, match="uuid"):
         _wire.encode_fetch_response(13, 1, 0, 0, 0, [("t", [])])
     with pytest.raises(ValueError, match="str"):
@@ -295,7 +295,7 @@ def _with_tags(frame: bytes, version: int) -> bytes:
 
 
 @SETTINGS
-@given(version=st.integers(4, 17), body=FETCH_REQUEST)
+@given(version=st.integers(4, 18), body=FETCH_REQUEST)
 def test_parse_fetch_equals_table_codec(version, body):
     frame = protocol.encode_request(1, version, 3, "consumer", body)[4:]
     _, offset = protocol.read_request_header(frame)

@@ -1,11 +1,11 @@
-"""Fetch v4-17 and Produce v3-11 on the wire, kafkalog against Apache Kafka 4.4 (issue 24, part 3).
+"""Fetch v4-18 and Produce v3-11 on the wire, kafkalog against Apache Kafka 4.4 (issue 24, part 3).
 
 The same request frames go to both brokers (raw sockets, kafkalog's table codec, itself checked byte for byte against
 kio in tests/broker/test_codec.py) and the answers are compared field by field:
 
 - Produce at every version 3-11 (8+: record_errors / error_message; 9+: flexible), and Kafka's INVALID_RECORD answer
   to keyless records on a compacted topic, which lists each such record (KIP-467) from v8;
-- Fetch at every version 4-17 (12+: flexible; 13+: topics by id), records byte for byte;
+- Fetch at every version 4-18 (12+: flexible; 13+: topics by id), records byte for byte;
 - topic ids: an id no topic has (UNKNOWN_TOPIC_ID per partition, listed after the partitions read, as Kafka lists
   the partitions it refuses before reading), a topic named by id in a forgotten list;
 - fetch sessions (KIP-227) across v13: a session made before v13 continued at v13 and the other way round
@@ -223,7 +223,7 @@ def test_produce_keyless_records_to_a_compacted_topic(sides, version):
 
 # -- Fetch ----------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("version", range(4, 18))
+@pytest.mark.parametrize("version", range(4, 19))
 def test_fetch_at_every_version(sides, version):
     # a-0 listed twice: read once, with its last values (Kafka's fetch data is a map)
     parts = [("a", 0, 0), ("b", 0, 0), ("a", 1, 0), ("a", 0, 1)]
@@ -234,7 +234,7 @@ def test_fetch_at_every_version(sides, version):
     check_ids(sides, (k, kl), ["a", "b", "a"])
 
 
-@pytest.mark.parametrize("version", [13, 16, 17])
+@pytest.mark.parametrize("version", [13, 16, 17, 18])
 def test_fetch_an_unknown_topic_id(sides, version):
     nobody = uuid.UUID("6b0d3c5e-7f6a-4d0e-9a55-000000000024")
     parts = [("a", 0, 0), (nobody, 0, 0), (nobody, 3, 0), ("b", 0, 0)]

@@ -402,3 +402,91 @@ def test_delete_topics_v6_by_name_and_by_id(sides, topic_name):
         body = {"timeout_ms": 30000, "topic_names": [names["v4"]],
                 "topics": [{"name": names["v4"], "topic_id": ZERO}]}
         same(sides, 20, v, body, f"deleted already v{v}")
+
+
+# ---------------------------------------------------------------------------------------- the newest admin versions
+
+def _sort_groups(answer):
+    answer["results"].sort(key=lambda g: (g["group_id"], g["error_code"]))
+
+
+def _sort_partitions(answer):  # Kafka answers the partitions it refuses first (unknown, unauthorized), then the others
+    answer["topics"].sort(key=lambda t: t["name"])
+    for t in answer["topics"]:
+        t["partitions"].sort(key=lambda p: p["partition_index"])
+
+
+def test_delete_groups_v0_to_v3(sides, topic_name):
+    """v3 (Kafka 4.4) adds a per-group ErrorMessage: what Kafka says for a group that does not exist, one with
+    members' offsets only (deleted), and a name asked twice."""
+    topic = topic_name("t")
+    for v in range(0, 4):
+        empty, gone = topic_name(f"e{v}"), topic_name(f"gone{v}")
+        for side in sides.values():
+            side.create(topic + f"-{v}")
+            side.coordinator_ready(0, empty)
+            side.commit(empty, {(topic + f"-{v}", 0): (3, "")})
+        r = same(sides, 42, v, {"groups_names": [empty, gone, gone]}, f"v{v}",
+                 sort=_sort_groups)
+        assert sorted(g["error_code"] for g in r["results"]) == [0, 69], r  # the name asked twice: one answer
+
+
+def test_describe_cluster_v0_to_v2(sides):
+    for v in range(0, 3):
+        body = {"include_cluster_authorized_operations": True, "endpoint_type": 1, "include_fenced_brokers": True}
+        r = same(sides, 60, v, body, f"v{v}", ignore=("brokers.*.host", "brokers.*.rack"))
+        if v >= 2:
+            assert [b["is_fenced"] for b in r["brokers"]] == [False]
+        same(sides, 60, v, dict(body, include_fenced_brokers=False), f"v{v} without fenced",
+             ignore=("brokers.*.host", "brokers.*.rack"))
+
+
+def test_delete_records_v2(sides, topic_name):
+    topic = topic_name("t")
+    for side in sides.values():
+        side.create(topic, 2)
+        side.produce(topic, 0, [b"a", b"b", b"c", b"d"], base_ts=1_700_000_000_000)
+    for v in (1, 2):
+        nope = topic_name("nope")
+        r = same(sides, 21, v, {"timeout_ms": 30000, "topics": [
+            {"name": topic, "partitions": [{"partition_index": 0, "offset": v}, {"partition_index": 1, "offset": 0},
+                                           {"partition_index": 7, "offset": 0}]},
+            {"name": nope, "partitions": [{"partition_index": 0, "offset": 0}]}]}, f"v{v}", sort=_sort_partitions)
+        mine = next(t for t in r["topics"] if t["name"] == topic)["partitions"]
+        assert [(p["partition_index"], p["error_code"], p["low_watermark"]) for p in mine] == \
+            [(0, 0, v), (1, 0, 0), (7, 3, -1)]
+
+
+def test_client_quotas_v0_v1(sides, topic_name):
+    """By client id (kafkalog's quotas are per client id: a user entity is refused, README's compatibility table)."""
+    user = topic_name("c")
+    for v in (0, 1):
+        entity = [{"entity_type": "client-id", "entity_name": f"{user}-{v}"}]
+        same(sides, 49, v, {"entries": [{"entity": entity, "ops": [
+            {"key": "producer_byte_rate", "value": 1024.0 * (v + 1), "remove": False}]}], "validate_only": False},
+             f"alter v{v}")
+        for _ in range(50):  # Kafka applies a quota through its metadata log: until both describe it
+            r = sides["kafka"].call(48, v, {"components": [{"entity_type": "client-id", "match_type": 0,
+                                                            "match": f"{user}-{v}"}], "strict": True})
+            if r["entries"]:
+                break
+            time.sleep(0.1)
+        same(sides, 48, v, {"components": [{"entity_type": "client-id", "match_type": 0, "match": f"{user}-{v}"}],
+                            "strict": True}, f"describe v{v}")
+
+
+def test_describe_log_dirs_v4_v5(sides, topic_name):
+    """v5 adds IsCordoned (KIP-1066): a log dir nobody cordoned says False. Sizes, paths and free bytes are each
+    machine's own: only the shape and the flags are compared."""
+    topic = topic_name("t")
+    for side in sides.values():
+        side.create(topic)
+    for v in (4, 5):
+        answers = {}
+        for name, side in sides.items():
+            r = side.call(35, v, {"topics": [{"topic": topic, "partitions": [0]}]})
+            answers[name] = [{"error_code": d["error_code"], "topics": [t["name"] for t in d["topics"]],
+                              "cordoned": d.get("is_cordoned")} for d in r["results"]]
+        assert answers["kafka"] == answers["kafkalog"], answers
+        if v == 5:
+            assert answers["kafkalog"][0]["cordoned"] is False
