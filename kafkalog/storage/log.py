@@ -679,6 +679,12 @@ class Log:
                 c.trusted = False  # the directory is being deleted: refresh on every call from now on
         before = (self._leo, self._lso, len(self._segments))
         self._refresh_files()
+        if self._session and self._segments and self._leo < self._published_end():
+            # this view did not follow every roll another writer made (a lookup of the next segment missed it, as
+            # seen under the power-loss soak): the log end a writer published is the truth; take the directory in
+            _log.warning("%s-%d: the view ended at offset %d below the published log end %d; listing the segments "
+                         "again", self.topic, self.partition, self._leo, self._published_end())
+            self._reload_segments()
         if c is not None and c.trusted:
             c.seen = now
         elif c is None and (self._leo, self._lso, len(self._segments)) != before:

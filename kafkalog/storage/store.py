@@ -151,7 +151,7 @@ class LogStore:
         self._stop = threading.Event()
         self._thread = None
         self._dir_lock = None
-        self._session = 0  # the open session's id (_open_session); 0 for a read-only store
+        self._session = 0  # the open session's id (_open_session; a read-only store reads the writers')
         self.had_clean_shutdown = True
         if self.mode == READ:
             if not self.path.is_dir():
@@ -159,6 +159,7 @@ class LogStore:
             self._checkpoints = Checkpoints(self.path, read_only=True)
             # without the marker a writer is running or crashed: readers CRC-check what follows recovery points
             self.had_clean_shutdown = (self.path / CLEAN_SHUTDOWN_FILE).exists()
+            self._session = self._open_session(False)  # the writers' session: their published log ends
             self._reload_topics()
             return
         make_durable_dir(self.path)
