@@ -112,7 +112,7 @@ def measure(broker, args) -> dict:
     topic = f"rebalance-{uuid.uuid4().hex[:6]}"
     create_topic(broker.bootstrap, topic, args.partitions)
     res = {}
-    for proto in PROTOCOLS:
+    for proto in args.protocols:
         runs = []
         for r in range(args.reps):
             progress(f"{broker.name}: {proto} run {r + 1}/{args.reps}")
@@ -127,7 +127,13 @@ def main(argv=None) -> int:
     ap.add_argument("--members", type=int, default=32)
     ap.add_argument("--partitions", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--protocols", default=",".join(PROTOCOLS), help="a comma-separated subset of " +
+                    ", ".join(PROTOCOLS))
     args = ap.parse_args(argv)
+    args.protocols = [p for p in args.protocols.split(",") if p]
+    unknown = sorted(set(args.protocols) - set(PROTOCOLS))
+    if unknown:
+        ap.error(f"unknown protocols {unknown}")
     results, notes = {}, []
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-rebalance-") as scratch:
         snapshot = snapshot_kafkalog(str(Path(scratch) / "snapshot"))
@@ -146,7 +152,7 @@ def main(argv=None) -> int:
     print(f"\n{args.members} members, {args.partitions} partitions, median of {args.reps} (seconds; ratio = "
           f"kafkalog / Kafka, goal <= 1)")
     print(f"{'protocol':<12} {'step':<8} {'kafka':>8} {'kafkalog':>9} {'ratio':>7}")
-    for proto in PROTOCOLS:
+    for proto in args.protocols:
         for step in ("form", "join", "restart"):
             k = results.get("kafka", {}).get(proto, {}).get(step)
             m = results.get("kafkalog", {}).get(proto, {}).get(step)
