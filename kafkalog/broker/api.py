@@ -26,7 +26,6 @@ import uuid
 from .._engine.batch import RecordBatch, iter_batches
 from ..errors import (
     ClusterAuthorizationFailedError,
-    CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     InconsistentTopicIdError,
     InvalidGroupIdError,
@@ -38,6 +37,7 @@ from ..errors import (
     KafkaError,
     KafkaStorageError,
     LogClosedError,
+    NotCoordinatorError,
     OperationNotAttemptedError,
     ProducerFencedError,
     TopicAlreadyExistsError,
@@ -1548,8 +1548,10 @@ def offset_commit(s: Services, ctx, header, frame, offset):
             # appended and fsynced by a worker thread: the loop serves others meanwhile
             yield s.loop.run_in_executor(None, functools.partial(s.store.offsets.commit, group, offsets,
                                                                  any_offset=True))
-        except KafkaError as e:
-            code = error_code(e)
+        except (KafkaError, OSError) as e:
+            # nothing of a failed commit is in the group's offsets; a storage error is Kafka's NOT_COORDINATOR
+            # (its coordinator maps KAFKA_STORAGE_ERROR so), so the client finds the coordinator and commits again
+            code = NotCoordinatorError.code if isinstance(e, OSError) else error_code(e)
             for t in topics:
                 for p in t["partitions"]:
                     if TopicPartition(t["name"], p["partition_index"]) in offsets:
@@ -1662,14 +1664,13 @@ def consumer_group_heartbeat(s: Services, ctx, header, frame, offset):
                                 "error_message": "The member is not authorized to access topics: "
                                                  f"[{', '.join(sorted(denied))}].", "member_id": None,
                                 "member_epoch": 0, "heartbeat_interval_ms": 0, "assignment": None})
-    body = s.groups.consumer.heartbeat(ctx, header, req)
-    written = s.groups.consumer.persist_group(req["group_id"])
+    body, written = s.groups.consumer.heartbeat(ctx, header, req)
     if written is not None:  # answered once the group's records are durable, as Kafka answers once committed
         try:
             yield written
-        except Exception as e:  # noqa: BLE001  (a failed write: the client retries, as with Kafka's)
+        except Exception as e:  # noqa: BLE001  (a failed write: the group is back as before; the client retries)
             log.error("ConsumerGroupHeartbeat of group %s: %s", req["group_id"], e)
-            body.update(error_code=CoordinatorNotAvailableError.code, error_message=str(e), assignment=None)
+            body = s.groups.consumer.write_failed(body, e)
     return respond(header, body)
 
 

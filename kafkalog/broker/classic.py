@@ -44,7 +44,6 @@ import time
 
 from ..client.group import ASSIGNORS, GroupMember, _make_group_dir, _write_state
 from ..errors import (
-    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -52,6 +51,7 @@ from ..errors import (
     UnknownMemberIdError,
 )
 from . import protocol
+from .consumer_groups import write_error_code
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -93,6 +93,7 @@ class ClassicGroup:
         self.phase_started = 0.0
         self.initial = False
         self.synced = asyncio.Event()
+        self.sync_failed: tuple[int, int] | None = None  # (generation, error) when storing that generation failed
 
     # -- the group model's view -----------------------------------------------------------------------------------
 
@@ -350,9 +351,14 @@ class ClassicGroups:
         """KIP-345: a static member that restarted (its instance id known, its member id new) takes its old
         incarnation's place: a new member id, the old one fenced (FENCED_INSTANCE_ID), the assignment kept. In a
         Stable group whose selected protocol it still offers, without a rebalance: the answer is the current
-        generation (with the members for a leader, and SkipAssignment from v9: the assignment stands)."""
+        generation (with the members for a leader, and SkipAssignment from v9: the assignment stands), once the
+        group with the new member id is durable; if that write fails the old member id is back (as Kafka reverts
+        it) and the member is answered the error."""
         instance_id = req["group_instance_id"]
         old_id = g.instances[instance_id]
+        order = list(g.members)
+        old_leader = g.leader
+        old_host = self.c.hosts.get(old_id)
         old = g.members.pop(old_id)
         if old.join_fut is not None and not old.join_fut.done():
             old.join_fut.set_result(FencedInstanceIdError.code)
@@ -373,19 +379,49 @@ class ClassicGroups:
             answer = g.join_answer(m, skip_assignment=m.member_id == g.leader and header.api_version >= 9)
             if header.api_version < 9:
                 answer["members"] = []  # as Kafka: before SkipAssignment, a leader told nothing to assign
-            return self._answer_when_stored(g, header, answer)
+
+            def revert():
+                """The write failed: the old incarnation is back in its place (a new GroupMember for it: the old
+                one released its member file), the new member id gone."""
+                if g.members.get(new_id) is not m or g.instances.get(instance_id) != new_id:
+                    return  # the group moved on meanwhile (another incarnation, a rebalance)
+                del g.members[new_id]
+                g._forget(m)
+                gm = GroupMember(self.c.s.store, g.group_id, client_id=old.client_id,
+                                 strategies=[n for n, _ in old.protocols], session_timeout_ms=old.session_timeout_ms,
+                                 topic_partitions=self.c._topic_partitions)
+                gm.member_id = old_id
+                old.gm = gm
+                old.join_fut = None
+                members = dict(g.members)
+                members[old_id] = old
+                g.members = {mid: members[mid] for mid in order if mid in members}
+                g.members.update({mid: x for mid, x in members.items() if mid not in g.members})
+                g.instances[instance_id] = old_id
+                g.leader = old_leader
+                if old_host is not None:
+                    self.c.hosts[old_id] = old_host
+                g.publish()
+                log.warning("group %s: storing static member %s (instance id %s) failed: reverting to the old "
+                            "member id %s", g.group_id, new_id, instance_id, old_id)
+            return self._answer_when_stored(g, header, answer, revert)
         m.join_fut = self.c.s.loop.create_future()
         g.prepare_rebalance()
         return self.c.await_join(m.join_fut, m.rebalance_timeout_ms, m.member_id, header)
 
-    async def _answer_when_stored(self, g: ClassicGroup, header, answer: dict):
+    async def _answer_when_stored(self, g: ClassicGroup, header, answer: dict, revert):
         """The replacing static member's JoinGroup, answered once the group with its new member id is durable (as
-        Kafka persists the group before it answers)."""
+        Kafka persists the group before it answers); a failed write reverts and answers as Kafka's
+        (appendGroupMetadataErrorToResponseError: a storage error is NOT_COORDINATOR; member id "", the group's
+        generation, protocol and leader)."""
         try:
             await self.c.state.write_classic(g)
         except Exception as e:  # noqa: BLE001  (a failed write: the member retries)
-            log.error("group %s: storing the group failed: %s", g.group_id, e)
-            return self.c._join_error(header, CoordinatorNotAvailableError.code, answer["member_id"])
+            revert()
+            return protocol.encode_response(11, header.api_version, header.correlation_id, {
+                "throttle_time_ms": 0, "error_code": write_error_code(e), "generation_id": g.generation,
+                "protocol_type": g.protocol_type, "protocol_name": g.protocol, "leader": g.leader or "",
+                "skip_assignment": False, "member_id": "", "members": []})
         return protocol.encode_response(11, header.api_version, header.correlation_id, answer)
 
     async def sync(self, header, req, g: ClassicGroup):
@@ -414,11 +450,15 @@ class ClassicGroups:
                 await self.c.state.write_classic(g)
             except Exception as e:  # noqa: BLE001  (a failed write: as Kafka, the members rebalance again)
                 log.error("group %s: storing generation %d failed: %s", g.group_id, gen, e)
+                code = write_error_code(e)
                 if g.generation == gen and g.state == "CompletingRebalance":
+                    # Kafka's resetAndPropagateAssignmentWithError: no member keeps an assignment of the generation,
+                    # every SyncGroup waiting for it gets the error, and the group rebalances
                     for mm in g.members.values():
                         mm.assignment = b""
+                    g.sync_failed = (gen, code)
                     g.prepare_rebalance()
-                return self.c._sync_answer(header, CoordinatorNotAvailableError.code, b"")
+                return self.c._sync_answer(header, code, b"")
             if g.generation == gen and g.state == "CompletingRebalance":
                 g.state = "Stable"
                 g.synced.set()
@@ -435,6 +475,8 @@ class ClassicGroups:
         if g.members.get(m.member_id) is not m:  # removed meanwhile, or replaced by a new static incarnation
             code = g.validate_member(m.member_id, m.instance_id) or UnknownMemberIdError.code
             return self.c._sync_answer(header, code, b"")
+        if g.sync_failed is not None and g.sync_failed[0] == gen and g.generation == gen:
+            return self.c._sync_answer(header, g.sync_failed[1], b"")  # the store of this generation failed
         if g.generation != gen or g.state != "Stable":
             return self.c._sync_answer(header, RebalanceInProgressError.code, b"")
         return self.c._sync_answer(header, 0, m.assignment, g.protocol_type, g.protocol)

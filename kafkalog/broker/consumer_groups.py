@@ -49,12 +49,14 @@ import time
 import uuid
 
 from ..errors import (
+    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     InvalidRegularExpressionError,
     InvalidRequestError,
+    NotCoordinatorError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
@@ -78,6 +80,16 @@ class HeartbeatError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def write_error_code(e: BaseException) -> int:
+    """The error a member gets when its group's records could not be written: Kafka's mapping of a failed append
+    (appendGroupMetadataErrorToResponseError, handleOperationException: KAFKA_STORAGE_ERROR -> NOT_COORDINATOR; a
+    timeout or a missing partition -> COORDINATOR_NOT_AVAILABLE). A write refused because an earlier one of its
+    group failed is NOT_COORDINATOR too."""
+    if isinstance(e, (OSError, NotCoordinatorError)):
+        return NotCoordinatorError.code
+    return CoordinatorNotAvailableError.code
 
 
 def topic_uuid(topic_id: str) -> uuid.UUID:
@@ -149,6 +161,10 @@ class ConsumerGroup:
         # members whose records to tombstone
         self.dirty: set[str] = set()
         self.removed: set[str] = set()
+        # the writes of the group's records not yet known durable (groupstate.py's ordered worker): the latest one,
+        # and the chain they belong to (the first that fails breaks it: the ones after it write nothing)
+        self.pending = None
+        self.chain = WriteChain()
 
     def state(self) -> str:
         if not self.members:
@@ -169,6 +185,77 @@ class ConsumerGroup:
         for tid, ps in list(assigned.items()) + list(pending.items()):
             for p in ps:
                 self.owners[(tid, p)] = m.member_id
+
+
+class WriteChain:
+    """The group's writes since its last failed one: ``failed`` is set by the worker thread when one of them fails,
+    and every later write of the chain is then refused without writing (they were computed from a state that is
+    being taken back), as Kafka's coordinator fails the writes after a failed append and reverts to what is
+    committed."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self):
+        self.failed = False
+
+
+_MEMBER_SLOTS = tuple(s for s in ConsumerMember.__slots__)
+
+
+def _member_state(m: ConsumerMember) -> tuple:
+    out = []
+    for slot in _MEMBER_SLOTS:
+        v = getattr(m, slot)
+        if slot in ("assigned", "pending_revocation"):
+            v = {t: set(ps) for t, ps in v.items()}
+        elif isinstance(v, (dict, list)):
+            v = v.copy()
+        out.append(v)
+    return tuple(out)
+
+
+class Undo:
+    """A consumer group as it was before one operation (a heartbeat, a leave, an expiry): what a failed write of
+    the operation's records puts back, so the group in memory is again what ``__consumer_offsets`` holds. The
+    group's own fields and containers are copied (shallow: the assignors and reconciliation replace what they
+    change), each member the operation changes is copied when it is first touched (``touch``)."""
+
+    __slots__ = ("g", "created", "chain", "scalars", "members", "instances", "target", "owners", "dirty",
+                 "removed", "saved", "hosts")
+
+    def __init__(self, g: ConsumerGroup, created: bool, hosts: dict):
+        self.g = g
+        self.created = created  # the operation made the group: taking it back removes it
+        self.chain = g.chain
+        self.scalars = (g.group_epoch, g.assignment_epoch, g.metadata, g.metadata_checked, g.regex_topics,
+                        g.assignor, g.assigned_ms)
+        self.members = dict(g.members)
+        self.instances = dict(g.instances)
+        self.target = dict(g.target)
+        self.owners = dict(g.owners)
+        self.dirty, self.removed = set(g.dirty), set(g.removed)
+        self.saved: dict[int, tuple] = {}
+        self.hosts = hosts
+
+    def touch(self, m: ConsumerMember) -> None:
+        if id(m) not in self.saved:
+            self.saved[id(m)] = (m, _member_state(m), self.hosts.get(m.member_id))
+
+    def restore(self, groups: dict) -> None:
+        g = self.g
+        (g.group_epoch, g.assignment_epoch, g.metadata, g.metadata_checked, g.regex_topics, g.assignor,
+         g.assigned_ms) = self.scalars
+        g.members, g.instances, g.target, g.owners = self.members, self.instances, self.target, self.owners
+        g.dirty, g.removed = self.dirty, self.removed
+        for m, state, host in self.saved.values():
+            for slot, v in zip(_MEMBER_SLOTS, state):
+                setattr(m, slot, v)
+            if host is not None and m.member_id in g.members:
+                self.hosts[m.member_id] = host
+        g.pending = None
+        g.chain = WriteChain()
+        if self.created and groups.get(g.group_id) is g:
+            del groups[g.group_id]
 
 
 # -- assignors ------------------------------------------------------------------------------------------------------
@@ -288,6 +375,7 @@ class ConsumerGroups:
         self.c = coordinator
         cfg = coordinator.s.config
         self.groups: dict[str, ConsumerGroup] = {}
+        self._undo: Undo | None = None  # the operation at hand's (loop thread)
         self.session_timeout_ms = cfg["group.consumer.session.timeout.ms"]
         self.heartbeat_interval_ms = cfg["group.consumer.heartbeat.interval.ms"]
         self.max_size = cfg["group.consumer.max.size"]
@@ -382,24 +470,50 @@ class ConsumerGroups:
                 raise HeartbeatError(InvalidRegularExpressionError.code,
                                      f"SubscribedTopicRegex `{rx}` is not a valid regular expression: {e}.") from None
 
-    def persist(self, g: ConsumerGroup):
-        """Write what changed in ``g`` since the last call (a future: durable when done), or None."""
-        if not g.dirty and not g.removed:
+    def _begin(self, g: ConsumerGroup, created: bool = False) -> Undo:
+        """The operation at hand changes ``g`` (loop thread: one operation at a time)."""
+        self._undo = Undo(g, created, self.c.hosts)
+        return self._undo
+
+    def _touch(self, m: ConsumerMember) -> None:
+        """``m`` is about to change: its state goes into the operation's undo record."""
+        if self._undo is not None:
+            self._undo.touch(m)
+
+    def _commit(self, undo: Undo | None):
+        """End of an operation: write what it changed (a future, done once durable) and take it back if that write
+        fails; an operation that changed nothing durable is answered once the group's pending writes are (a future,
+        or None when there is none): no answer rests on a state a failed write takes back."""
+        self._undo = None
+        if undo is None:
             return None
+        g = undo.g
+        if not g.dirty and not g.removed:
+            return g.pending
         dirty, removed = g.dirty, g.removed
         g.dirty, g.removed = set(), set()
-        fut = self.c.state.write_consumer(g, sorted(dirty), sorted(removed))
+        fut = self.c.state.write_consumer(g, sorted(dirty), sorted(removed), chain=g.chain)
+        g.pending = fut
 
-        def failed(f):
-            if not f.cancelled() and f.exception() is not None:  # written again by the next sweep
-                g.dirty |= {m for m in dirty if m in g.members}
-                g.removed |= removed
-        fut.add_done_callback(failed)
+        def written(f):
+            if not f.cancelled() and f.exception() is None:
+                if g.pending is f:
+                    g.pending = None
+                return
+            if undo.chain is g.chain:  # the first failed write of its chain: the group goes back to before it
+                log.error("group %s: its records could not be written (%s): the group goes back to its state "
+                          "before the operation", g.group_id, "cancelled" if f.cancelled() else f.exception())
+                undo.restore(self.groups)
+        fut.add_done_callback(written)
         return fut
 
-    def heartbeat(self, ctx, header, req) -> dict:
+    def heartbeat(self, ctx, header, req) -> tuple:
+        """ConsumerGroupHeartbeat: (the answer, a future the answer waits for or None). When the future fails (the
+        group's records could not be written) the group is back as it was before the request and the answer is
+        ``write_failed(error)``."""
         base = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
                 "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0, "assignment": None}
+        self._undo = None
         try:
             self.validate(req, header.api_version)
             if req["member_epoch"] in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -408,16 +522,26 @@ class ConsumerGroups:
                 base.update(self._heartbeat(ctx, req))
         except HeartbeatError as e:
             base.update(error_code=e.code, error_message=e.message)
-        return base
+            undo, self._undo = self._undo, None
+            if undo is not None:  # refused before it changed anything durable
+                if undo.created:
+                    undo.restore(self.groups)
+                return base, undo.g.pending
+            return base, None
+        return base, self._commit(self._undo)
 
-    def persist_group(self, gid: str):
-        """``persist`` by group id (after a heartbeat): a future, or None when nothing changed."""
-        g = self.groups.get(gid)
-        return self.persist(g) if g is not None else None
+    @staticmethod
+    def write_failed(base: dict, e: BaseException) -> dict:
+        """The heartbeat's answer when the write it waited for failed: Kafka's (a storage error is NOT_COORDINATOR,
+        as its coordinator maps KAFKA_STORAGE_ERROR; anything else COORDINATOR_NOT_AVAILABLE), no member fields."""
+        code = write_error_code(e)
+        return dict(base, error_code=code, error_message=None, member_id=None, member_epoch=0,
+                    heartbeat_interval_ms=0, assignment=None)
 
     def _group(self, gid: str, create: bool) -> ConsumerGroup:
         g = self.groups.get(gid)
         if g is not None:
+            self._begin(g)
             return g
         if self.c.classic_has_members(gid):
             raise HeartbeatError(GroupIdNotFoundError.code, f"Group {gid} is not a consumer group.")
@@ -425,6 +549,7 @@ class ConsumerGroups:
             raise HeartbeatError(GroupIdNotFoundError.code, f"Consumer group {gid} not found.")
         self.c.forget_empty_classic(gid)
         g = self.groups[gid] = ConsumerGroup(gid)
+        self._begin(g, created=True)
         return g
 
     @staticmethod
@@ -461,16 +586,19 @@ class ConsumerGroups:
                 log.info("group %s: member %s joins the consumer group", gid, member_id)
             else:
                 self._check_epoch(m, epoch, owned)
+                self._touch(m)
         else:
             existing = g.members.get(g.instances.get(instance_id, ""))
             if epoch == 0:
                 if existing is None:
                     m = g.members.get(member_id) or ConsumerMember(member_id)
+                    self._touch(m)
                 else:
                     if existing.epoch != STATIC_LEAVE_EPOCH:
                         raise HeartbeatError(UnreleasedInstanceIdError.code, f"Static member {member_id} with "
                                              f"instance id {instance_id} cannot join the group because the instance "
                                              f"id is owned by {existing.member_id} member.")
+                    self._touch(existing)
                     m = self._replacement(existing, member_id)
                     replaced = existing
             else:
@@ -481,6 +609,7 @@ class ConsumerGroups:
                                          f"{instance_id} was fenced by member {existing.member_id}.")
                 self._check_epoch(existing, epoch, owned)
                 m = existing
+                self._touch(m)
         new = member_id not in g.members
         before = None if new else _fingerprint(m)
         old_sub = None if new else m.subscription()
@@ -634,6 +763,7 @@ class ConsumerGroups:
             if self.c.classic_has_members(gid):
                 raise HeartbeatError(GroupIdNotFoundError.code, f"Group {gid} is not a consumer group.")
             raise HeartbeatError(GroupIdNotFoundError.code, f"Group {gid} not found.")
+        self._begin(g)
         if instance_id is None:
             if member_id not in g.members:
                 raise HeartbeatError(UnknownMemberIdError.code, f"Member {member_id} is not a member of group {gid}.")
@@ -647,6 +777,7 @@ class ConsumerGroups:
                                  f"{instance_id} was fenced by member {m.member_id}.")
         if epoch == STATIC_LEAVE_EPOCH:
             log.info("group %s: static member %s (instance id %s) temporarily left", gid, member_id, instance_id)
+            self._touch(m)
             g.dirty.add(member_id)
             m.epoch = STATIC_LEAVE_EPOCH
             g.set_current(m, m.assigned, {})
@@ -657,9 +788,11 @@ class ConsumerGroups:
 
     def remove(self, g: ConsumerGroup, member_id: str, why: str) -> None:
         """A member leaves or is fenced: its partitions are free and the group epoch goes up."""
-        m = g.members.pop(member_id, None)
+        m = g.members.get(member_id)
         if m is None:
             return
+        self._touch(m)
+        del g.members[member_id]
         g.removed.add(member_id)
         g.dirty.discard(member_id)
         g.set_current(m, {}, {})
@@ -675,15 +808,23 @@ class ConsumerGroups:
         log.info("group %s: member %s removed (%s), group epoch %d", g.group_id, member_id, why, g.group_epoch)
 
     def sweep(self) -> None:
+        """Members silent for the session timeout, or revoking past their rebalance timeout, are removed (one
+        operation per group: taken back if its write fails; the next sweep tries again)."""
         now = time.monotonic()
         for g in list(self.groups.values()):
-            for mid, m in list(g.members.items()):
+            expired = []
+            for mid, m in g.members.items():
                 if now - m.last_seen > self.session_timeout_ms / 1000.0:
-                    self.remove(g, mid, f"no heartbeat for {self.session_timeout_ms} ms (session timeout)")
+                    expired.append((mid, f"no heartbeat for {self.session_timeout_ms} ms (session timeout)"))
                 elif m.revoke_deadline is not None and now > m.revoke_deadline and m.state == UNREVOKED:
-                    self.remove(g, mid, f"failed to transition from epoch {m.epoch} within "
-                                        f"{m.rebalance_timeout_ms}ms")
-            self.persist(g)
+                    expired.append((mid, f"failed to transition from epoch {m.epoch} within "
+                                         f"{m.rebalance_timeout_ms}ms"))
+            if not expired:
+                continue
+            undo = self._begin(g)
+            for mid, why in expired:
+                self.remove(g, mid, why)
+            self._commit(undo)
 
     # -- describe, commits ----------------------------------------------------------------------------------------
 

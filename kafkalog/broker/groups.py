@@ -48,7 +48,6 @@ from ..client.group import (
     read_state,
 )
 from ..errors import (
-    CoordinatorNotAvailableError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
@@ -61,7 +60,7 @@ from ..errors import (
 )
 from . import protocol
 from .classic import ClassicGroup, ClassicGroups
-from .consumer_groups import ConsumerGroups
+from .consumer_groups import ConsumerGroups, write_error_code
 from .groupstate import GroupStateStore
 
 log = logging.getLogger("kafkalog.broker")
@@ -506,7 +505,7 @@ class GroupCoordinator:
                     await self.state.write_model(gm.group, state, self.groups.get(gm.group))
                 except Exception as e:  # noqa: BLE001  (a failed write: the member retries)
                     log.error("group %s: storing generation %d failed: %s", gm.group, generation, e)
-                    return self._sync_answer(header, CoordinatorNotAvailableError.code, b"")
+                    return self._sync_answer(header, write_error_code(e), b"")
                 return self._sync_answer(header, 0, m.assignment, "consumer", state.get("protocol"))
             if time.monotonic() > deadline:
                 return self._sync_answer(header, RebalanceInProgressError.code, b"")

@@ -52,7 +52,7 @@ import time
 
 from ..client.group import ASSIGNORS as MODEL_ASSIGNORS
 from ..client.group import GroupMember
-from ..errors import KafkaError
+from ..errors import KafkaError, NotCoordinatorError
 from ..storage import failpoints
 from ..storage import groupformat as gf
 from . import protocol
@@ -92,9 +92,22 @@ def _of_the_group_model(rec: gf.ClassicGroupRecord) -> bool:
             and all(m.instance_id is None for m in rec.members))
 
 
-def _write_job(offsets, group: str, records: list, delete_types=None) -> None:
+def _write_job(offsets, group: str, records: list, delete_types=None, chain=None) -> None:
     """Worker thread: append the records of ``records`` whose value differs from the store's (and, with
-    ``delete_types``, tombstones for every record of those types the group has), fsynced."""
+    ``delete_types``, tombstones for every record of those types the group has), fsynced. ``chain`` (a consumer
+    group's WriteChain): refused without writing once an earlier write of the chain failed, and marked failed when
+    this one fails."""
+    if chain is not None and chain.failed:
+        raise NotCoordinatorError(f"group {group}: an earlier write of its records failed")
+    try:
+        _write(offsets, group, records, delete_types)
+    except BaseException:
+        if chain is not None:
+            chain.failed = True
+        raise
+
+
+def _write(offsets, group: str, records: list, delete_types=None) -> None:
     current = offsets.group_records(group)
     out = []
     if delete_types is not None:
@@ -140,8 +153,8 @@ class GroupStateStore:
         pending write could land before it)."""
         return asyncio.wrap_future(self._worker.submit(lambda: None), loop=self.c.s.loop)
 
-    def _submit(self, group: str, records: list, delete_types=None) -> asyncio.Future:
-        fut = asyncio.wrap_future(self._worker.submit(_write_job, self.offsets, group, records, delete_types),
+    def _submit(self, group: str, records: list, delete_types=None, chain=None) -> asyncio.Future:
+        fut = asyncio.wrap_future(self._worker.submit(_write_job, self.offsets, group, records, delete_types, chain),
                                   loop=self.c.s.loop)
         fut.add_done_callback(lambda f, g=group: self._done(f, g))
         return fut
@@ -264,8 +277,8 @@ class GroupStateStore:
                                                      assigned_at=m.assigned_at)))
         return out
 
-    def write_consumer(self, g: ConsumerGroup, members=(), removed=()) -> asyncio.Future:
-        return self._submit(g.group_id, self.consumer_records(g, members, removed))
+    def write_consumer(self, g: ConsumerGroup, members=(), removed=(), chain=None) -> asyncio.Future:
+        return self._submit(g.group_id, self.consumer_records(g, members, removed), chain=chain)
 
     def drop_consumer(self, group: str) -> asyncio.Future:
         """A consumer group that goes (converted to a classic one): every record of it tombstoned."""

@@ -837,6 +837,7 @@ class OffsetStore:
     def _append(self, p: _Partition, keys: list, values: list, now: int, sync: bool, commit=None) -> None:
         """Append one batch; then bring the state up to it. ``commit``: (group, {tp: (om, ts)}) of a commit, which
         is applied as it is instead of decoding the records just encoded from it."""
+        failpoints.hit("offsets:before-append")
         base = p.log.append_batch(values, keys, [now] * len(keys))
         if sync:
             p.log.flush()

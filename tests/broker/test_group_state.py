@@ -644,8 +644,8 @@ def test_librdkafka_member_reads_on_across_a_broker_kill9_without_a_rebalance(br
 
 def test_a_failed_store_of_a_generation_is_answered_and_the_group_rebalances(tmp_path):
     """The record of a generation cannot be written (failpoint: EIO): nobody gets an assignment of it (the leader's
-    SyncGroup is answered COORDINATOR_NOT_AVAILABLE, as Kafka answers a failed append), the group prepares another
-    rebalance, and the next generation is stored and served once the disk is back."""
+    SyncGroup is answered NOT_COORDINATOR, as Kafka answers an append that failed with a storage error), the group
+    prepares another rebalance, and the next generation is stored and served once the disk is back."""
     from kafkalog.broker import Broker
     from kafkalog.storage import failpoints
     b = Broker(tmp_path / "data", listen="127.0.0.1:0", config={"group.initial.rebalance.delay.ms": 0})
@@ -660,7 +660,7 @@ def test_a_failed_store_of_a_generation_is_answered_and_the_group_rebalances(tmp
                     "assignments": [{"member_id": j["member_id"], "assignment": _assignment([0, 1])}]}
             failpoints.enable("groups:before-store", "raise")
             try:
-                assert w.call(SYNC, 5, body)["error_code"] == 15
+                assert w.call(SYNC, 5, body)["error_code"] == 16
             finally:
                 failpoints.disable("groups:before-store")
             assert heartbeat(w, "ff", j["member_id"], j["generation_id"], "i1") == 27  # re-join
