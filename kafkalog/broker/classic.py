@@ -27,7 +27,10 @@ v3+ removes members by member id or by instance id. States as Kafka's::
 - The group is stored in ``__consumer_offsets`` (GroupMetadata, groupstate.py) when a generation completes (the
   members are answered once it is durable), when a static member's restart replaces its member id in a Stable group,
   and when it becomes Empty; the broker loads it when it starts (Stable at that generation, each member's session
-  timer started at the load).
+  timer started at the load). A failed store is handled as Kafka handles it: a generation's (SyncGroup) leaves no
+  member with an assignment of it, every waiting SyncGroup is answered the error and the group rebalances; a static
+  replacement's reverts to the old member id; an Empty group's is only logged (no member holds anything of it).
+  A storage error is answered NOT_COORDINATOR.
 - The group is published in the group model's ``state.json`` (members, protocol, generation) with a member lock
   file held by the broker per member, so ``kafkalog groups`` shows it and an embedded consumer that tries to join
   finds no assignor in common and is refused, instead of taking partitions beside it.

@@ -32,10 +32,16 @@ group at most once a second (Kafka: when its metadata image changes).
 Group state is written to ``__consumer_offsets`` as Kafka writes it (ConsumerGroupMetadata, MemberMetadata,
 TargetAssignment, CurrentMemberAssignment records: groupstate.py): each change marks its members ``dirty`` (or
 ``removed``) and a heartbeat is answered once their records are durable; the broker loads the groups when it
-starts. Online migration between classic and consumer groups is
-not served: a JoinGroup to a non-empty consumer group is answered INCONSISTENT_GROUP_PROTOCOL, a heartbeat to a
-non-empty classic group GROUP_ID_NOT_FOUND ("Group %s is not a consumer group."); an empty group of the other
-kind is replaced, as Kafka does.
+starts. An operation (a heartbeat, a leave, the expiry of silent members) and the write of its records are one
+unit, as in Kafka's coordinator runtime: if the write fails, the group goes back to what it was before the
+operation (``Undo``: its fields and the members the operation touched), the writes of the group queued behind the
+failed one are refused unwritten (``WriteChain``: they were computed from the state taken back), an answer that
+changed nothing waits for the group's pending write, and the member is answered NOT_COORDINATOR (Kafka's answer
+to an append that failed with a storage error), so nothing answered disagrees with what a restart loads.
+
+Online migration between classic and consumer groups is not served: a JoinGroup to a non-empty consumer group is
+answered INCONSISTENT_GROUP_PROTOCOL, a heartbeat to a non-empty classic group GROUP_ID_NOT_FOUND ("Group %s is not
+a consumer group."); an empty group of the other kind is replaced, as Kafka does.
 
 Loop thread only.
 """

@@ -139,7 +139,7 @@ class GroupStateStore:
         self.c = coordinator
         self.offsets = coordinator.s.store.offsets
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-groups")
-        self.failed = 0  # writes that failed (logged; the state in memory goes on)
+        self.failed = 0  # writes that failed (logged; the coordinators take back what the write was for)
         # classic group -> the generation of its last GroupMetadata written or loaded (no store read on the loop)
         self.generations: dict[str, int] = {}
         # a group of the group model -> (generation, the write of its record): its members' SyncGroups wait for it
