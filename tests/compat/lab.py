@@ -496,10 +496,12 @@ class KafkalogServer:
     def rss(self) -> int:
         return _rss(self.proc.pid)
 
-    def start(self, workdir, timeout: float = 30) -> KafkalogServer:
+    def start(self, workdir, timeout: float = 30, port: int = 0) -> KafkalogServer:
+        """``port`` 0: a free port the broker picks; a restart on the same data dir may ask for its old ``port``
+        again (a client that knows only that address reconnects, as to a restarted Kafka)."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        args = ["serve", "--data-dir", str(self.log_dir), "--listen", "127.0.0.1:0"]
+        args = ["serve", "--data-dir", str(self.log_dir), "--listen", f"127.0.0.1:{port}"]
         for k, v in self.overrides.items():
             args += ["--override", f"{k}={v}"]
         t0 = time.monotonic()
