@@ -155,8 +155,8 @@ def resume_run(server, workdir: Path, tag: str, env: dict | None = None, down_s:
                instance_id: str | None = None, settle_s: float = 1.0, consumers: int = 1) -> dict:
     """One run on a started ``server``: ``consumers`` consumers of one group (2 partitions) read the records
     produced before, the broker is killed (``down_s`` seconds down) and started again, one more record per
-    partition is produced; how the consumers got to read them (the first consumer's heartbeats; every consumer's
-    rebalance callbacks)."""
+    partition is produced; how the consumers got to read them and the first consumer back to a confirmed member
+    (a heartbeat answered at an epoch > 0): its heartbeats and every consumer's rebalance callbacks until both."""
     topic, group = f"resume-{tag}", f"resume-g-{tag}"
     _create_topic(server.bootstrap, topic)
     _produce(server.bootstrap, topic, ["a0", "a1"])
@@ -177,12 +177,17 @@ def resume_run(server, workdir: Path, tag: str, env: dict | None = None, down_s:
         ready_ms = int(time.time() * 1000)
         _produce(server.bootstrap, topic, ["b0", "b1"])
         first_ms = min(_wait_all(cs, {"b0", "b1"}).values())
-        after = heartbeats(c.log_lines(), killed_ms, first_ms)
+        # and until the first consumer's membership is confirmed after the restart (a heartbeat answered without an
+        # error at an epoch > 0: a consumer may read on before the coordinator told it anything)
+        settled_ms = _wait_confirmed(c, ready_ms)
+        end_ms = max(first_ms, settled_ms)
+        after = heartbeats(c.log_lines(), killed_ms, end_ms)
         fetches_before = sum(1 for line in c.log_lines() if (m := _FETCH.match(line))
                              and killed_ms <= int(m.group(1)) <= first_ms)
         return {
             "broker": server.name,
             "resume_s": (first_ms - ready_ms) / 1000.0,
+            "confirmed_s": (settled_ms - ready_ms) / 1000.0,
             "restart_s": round(ready - killed - down_s, 3),
             "epoch_before": last_before[-1]["epoch"] if last_before else None,
             "heartbeats": after,
@@ -191,12 +196,25 @@ def resume_run(server, workdir: Path, tag: str, env: dict | None = None, down_s:
             "errors": [h["error_code"] for h in after if h.get("error_code")],
             "fetches": fetches_before,
             "callbacks": [f"{i}:" + " ".join(w) for i, x in enumerate(cs) for ms, w in list(x.events)
-                          if ms >= killed_ms and w[0] in ("assigned", "revoked", "lost", "error")],
+                          if killed_ms <= ms <= end_ms and w[0] in ("assigned", "revoked", "lost", "error")],
             "first_answer": next((h for h in after if "error_code" in h), None),
         }
     finally:
         for c in cs:
             c.close()
+
+
+def _wait_confirmed(c: Consumer, since_ms: int, guard_s: float = 90) -> int:
+    """When ``c`` first got a heartbeat answer without an error at an epoch > 0 after ``since_ms`` (a guard, not a
+    measure: its heartbeat interval is 5 s)."""
+    deadline = time.monotonic() + guard_s
+    while True:
+        for h in heartbeats(c.log_lines(), since_ms, 1 << 62):
+            if h.get("error_code") == 0 and h["epoch"] > 0:
+                return h["ms"]
+        assert c.proc.poll() is None, f"the consumer exited ({c.proc.returncode}): {c.events[-5:]}"
+        assert time.monotonic() < deadline, f"no heartbeat answered after the restart: {c.events[-10:]}"
+        time.sleep(0.05)
 
 
 def _wait_all(cs: list, values: set, guard_s: float = 90) -> dict:

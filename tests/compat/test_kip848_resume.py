@@ -1,10 +1,11 @@
 """A Java 4.4 consumer with ``group.protocol=consumer`` resumes after a broker kill -9 as it does on Apache Kafka 4.4
 (kip848_resume.py): the broker is killed and started again on the same data dir and port, and what the consumer
-went through before it read the first record produced after the restart is counted from its own log: its
-ConsumerGroupHeartbeat round trips, error answers and re-joins (epoch 0), and its rebalance callbacks (revoked,
-lost, assigned). kafkalog must need no more of each than Kafka, and answer the first heartbeat after the restart as
-Kafka does (no error, the member's epoch from before the kill, the heartbeat interval). Counts, not times: the
-times are measured by ``python -m tests.compat.kip848_resume``.
+went through is counted from its own log, until it read the records produced after the restart and had a
+heartbeat answered at an epoch > 0 (the Java consumer reads on while its coordinator is away: a group lost at the
+restart shows only in the heartbeats): its ConsumerGroupHeartbeat round trips, error answers and re-joins (epoch
+0), and its rebalance callbacks (revoked, lost, assigned). kafkalog must need no more of each than Kafka, and answer
+the first heartbeat after the restart as Kafka does (no error, the member's epoch from before the kill, the
+heartbeat interval). Counts, not times: the times are measured by ``python -m tests.compat.kip848_resume``.
 
 kafkalog stays down 6 s (longer than the 5 s heartbeat interval), as Kafka's restart takes: a heartbeat comes due
 while the coordinator is away on both brokers, so the consumer re-discovers it and sends a full heartbeat on both.
