@@ -223,10 +223,11 @@ def _member_state(m: ConsumerMember) -> tuple:
 class Undo:
     """A consumer group as it was before one operation (a heartbeat, a leave, an expiry): what a failed write of
     the operation's records puts back, so the group in memory is again what ``__consumer_offsets`` holds. The
-    group's own fields and containers are copied (shallow: the assignors and reconciliation replace what they
-    change), each member the operation changes is copied when it is first touched (``touch``)."""
+    group's own fields are kept at once, its containers (members, instances, targets, owners) when the operation
+    first changes one of them (``keep``: shallow copies, the assignors and reconciliation replace what they change;
+    a steady heartbeat changes none), each member the operation changes when it is first touched (``touch``)."""
 
-    __slots__ = ("g", "created", "chain", "scalars", "members", "instances", "target", "owners", "dirty",
+    __slots__ = ("g", "created", "chain", "scalars", "kept", "members", "instances", "target", "owners", "dirty",
                  "removed", "saved", "hosts")
 
     def __init__(self, g: ConsumerGroup, created: bool, hosts: dict):
@@ -235,13 +236,17 @@ class Undo:
         self.chain = g.chain
         self.scalars = (g.group_epoch, g.assignment_epoch, g.metadata, g.metadata_checked, g.regex_topics,
                         g.assignor, g.assigned_ms)
-        self.members = dict(g.members)
-        self.instances = dict(g.instances)
-        self.target = dict(g.target)
-        self.owners = dict(g.owners)
+        self.kept = False
         self.dirty, self.removed = set(g.dirty), set(g.removed)
         self.saved: dict[int, tuple] = {}
         self.hosts = hosts
+
+    def keep(self) -> None:
+        if not self.kept:
+            g = self.g
+            self.members, self.instances, self.target, self.owners = (dict(g.members), dict(g.instances),
+                                                                      dict(g.target), dict(g.owners))
+            self.kept = True
 
     def touch(self, m: ConsumerMember) -> None:
         if id(m) not in self.saved:
@@ -251,7 +256,8 @@ class Undo:
         g = self.g
         (g.group_epoch, g.assignment_epoch, g.metadata, g.metadata_checked, g.regex_topics, g.assignor,
          g.assigned_ms) = self.scalars
-        g.members, g.instances, g.target, g.owners = self.members, self.instances, self.target, self.owners
+        if self.kept:
+            g.members, g.instances, g.target, g.owners = self.members, self.instances, self.target, self.owners
         g.dirty, g.removed = self.dirty, self.removed
         for m, state, host in self.saved.values():
             for slot, v in zip(_MEMBER_SLOTS, state):
@@ -481,6 +487,11 @@ class ConsumerGroups:
         self._undo = Undo(g, created, self.c.hosts)
         return self._undo
 
+    def _mutating(self) -> None:
+        """The operation at hand is about to change the group's containers (members, instances, targets, owners)."""
+        if self._undo is not None:
+            self._undo.keep()
+
     def _touch(self, m: ConsumerMember) -> None:
         """``m`` is about to change: its state goes into the operation's undo record."""
         if self._undo is not None:
@@ -636,6 +647,7 @@ class ConsumerGroups:
         m.client_host = "/" + ctx.connection.peer_host
         m.last_seen = time.monotonic()
         if replaced is not None:
+            self._mutating()
             g.removed.add(replaced.member_id)
             del g.members[replaced.member_id]
             g.target[member_id] = g.target.pop(replaced.member_id, {})
@@ -643,9 +655,12 @@ class ConsumerGroups:
             self.c.hosts.pop(replaced.member_id, None)
             log.info("group %s: static member with instance id %s re-joins the consumer group: member %s replaces %s",
                      gid, instance_id, member_id, replaced.member_id)
-        g.members[member_id] = m
-        if m.instance_id is not None:
-            g.instances[m.instance_id] = member_id
+        if g.members.get(member_id) is not m or (m.instance_id is not None
+                                                  and g.instances.get(m.instance_id) != member_id):
+            self._mutating()
+            g.members[member_id] = m
+            if m.instance_id is not None:
+                g.instances[m.instance_id] = member_id
         if replaced is not None:  # the replacement's assignment is its predecessor's
             g.set_current(m, _copy(replaced.assigned), {})
         # Kafka 4.4 bumps the group epoch once for a new member or subscription, and once more when the subscribed
@@ -689,6 +704,7 @@ class ConsumerGroups:
         return max(votes, key=lambda a: (votes[a], -self.assignors.index(a))) if votes else self.assignors[0]
 
     def _assign(self, g: ConsumerGroup) -> None:
+        self._mutating()
         name = g.assignor = self.assignor_for(g)
         partitions = {tid: n for tid, n in (g.metadata or {}).values()}
         order = {tid: name for name, (tid, _) in (g.metadata or {}).items()}
@@ -739,6 +755,7 @@ class ConsumerGroups:
                 pending[tid] = revoke
             if add:
                 to_assign[tid] = add
+        self._mutating()
         if pending and owns_revoked(pending):
             self._set_epoch(m, epoch)
             m.state = UNREVOKED
@@ -784,6 +801,7 @@ class ConsumerGroups:
         if epoch == STATIC_LEAVE_EPOCH:
             log.info("group %s: static member %s (instance id %s) temporarily left", gid, member_id, instance_id)
             self._touch(m)
+            self._mutating()
             g.dirty.add(member_id)
             m.epoch = STATIC_LEAVE_EPOCH
             g.set_current(m, m.assigned, {})
@@ -798,6 +816,7 @@ class ConsumerGroups:
         if m is None:
             return
         self._touch(m)
+        self._mutating()
         del g.members[member_id]
         g.removed.add(member_id)
         g.dirty.discard(member_id)
