@@ -5,7 +5,8 @@ what the broker answers next (ConsumerGroupDescribe, DescribeGroups, OffsetFetch
 it answered before the failed request and what it answers after a restart on the same data dir (what
 ``__consumer_offsets`` holds).
 
-Each test runs an in-process broker, started twice (about 0.3 s each); wire round trips only.
+Each test runs an in-process broker, started twice (about 0.3 s each); wire round trips only (the expiry under a
+failing disk waits for a session timeout: slow).
 """
 
 from __future__ import annotations
@@ -31,15 +32,18 @@ def broker(tmp_path):
     the same data dir (the attribute ``b`` is the current one)."""
     class Holder:
         b = None
+        config = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500}
 
-        def start(self):
-            self.b = Broker(tmp_path / "data", listen="127.0.0.1:0",
-                            config={"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500})
+        def start(self, **config):
+            """(Re)start; ``config`` adds broker configs for this and later starts."""
+            self.config = dict(self.config, **config)
+            if self.b is not None:
+                self.b.stop()
+            self.b = Broker(tmp_path / "data", listen="127.0.0.1:0", config=self.config)
             self.b.start()
             return self.b
 
         def restart(self):
-            self.b.stop()
             return self.start()
 
     h = Holder()
@@ -229,6 +233,36 @@ def test_writes_after_a_failed_one_in_flight_fail_with_it(broker):
         assert r2["error_code"] == NOT_COORDINATOR and r3["error_code"] == NOT_COORDINATOR, (r2, r3)
         assert describe848(w1) == before
     _after_restart(broker, before)
+
+
+@pytest.mark.slow
+def test_a_kip848_expiry_whose_write_fails_keeps_the_member_until_it_is_written(broker):
+    """A silent member's session times out (2 s here) while the disk refuses the group's records: the sweep's
+    removal is taken back (the member stays, as the store has it and a restart loads it) and tried again at the
+    next sweep, which removes it once the disk is back. Slow: waits for a session timeout (about 4 s)."""
+    import time
+    b = broker.start(**{"group.consumer.session.timeout.ms": 2000})
+    state = b.services.groups.state
+    with Wire(b.port) as w:
+        assert w.create_topic("t", 2)["error_code"] == 0
+        stable(w, _member(1), join(w, _member(1)))
+        before = describe848(w)
+        failed = state.failed
+        with failing(STORE):
+            for _ in range(200):  # bounded: the sweep runs every 0.5 s, the session is 2 s
+                if state.failed >= failed + 2:  # two sweeps' removals refused
+                    break
+                time.sleep(0.05)
+            assert state.failed >= failed + 2, "the member's session never timed out"
+            assert describe848(w) == before
+        for _ in range(200):
+            if not describe848(w)["members"]:
+                break
+            time.sleep(0.05)
+        assert describe848(w)["members"] == []
+    b = broker.restart()
+    with Wire(b.port) as w:
+        assert describe848(w)["members"] == []
 
 
 # -- classic groups --------------------------------------------------------------------------------------------------
