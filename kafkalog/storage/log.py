@@ -678,12 +678,16 @@ class Log:
             if c.retired:
                 c.trusted = False  # the directory is being deleted: refresh on every call from now on
         before = (self._leo, self._lso, len(self._segments))
+        # read before the files: a writer publishes once its append is in them, so a view that took the files in
+        # after this load and still ends below it missed something (a lock-free reader racing with an append never
+        # reads as behind an end published after its look)
+        published = self._published_end() if self._session else -1
         self._refresh_files()
-        if self._session and self._segments and self._leo < self._published_end():
+        if self._segments and self._leo < published:
             # this view did not follow every roll another writer made (a lookup of the next segment missed it, as
             # seen under the power-loss soak): the log end a writer published is the truth; take the directory in
             _log.warning("%s-%d: the view ended at offset %d below the published log end %d; listing the segments "
-                         "again", self.topic, self.partition, self._leo, self._published_end())
+                         "again", self.topic, self.partition, self._leo, published)
             self._reload_segments()
         if c is not None and c.trusted:
             c.seen = now

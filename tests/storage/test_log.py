@@ -1418,3 +1418,31 @@ def test_a_view_that_missed_another_writers_rolls_takes_in_the_published_end(ope
     assert view.log_end_offset == log.log_end_offset == 39
     monkeypatch.undo()
     assert [r.offset for r in view.records()] == list(range(39))
+
+
+def test_a_reader_racing_with_an_append_is_not_taken_for_one_that_missed_a_roll(open_store, monkeypatch, caplog):
+    """The writers publish their end once the append is in the files; a lock-free reader compares its view with
+    the end published before it looked at the files: an append that lands between its look and the comparison is
+    taken in by its next refresh, never answered by listing the segments again."""
+    import kafkalog.storage.log as logmod
+    w = open_store(exclusive=False)
+    w.create_topic("t", 1)
+    log = w.log("t", 0)
+    log.append_batch(values(3))
+    view = open_store(**VIEW_MODES["read_only"]).log("t", 0)
+    assert view.log_end_offset == 3
+    log.append_batch(values(2))
+    real = logmod.Log._refresh_files
+    reloads = []
+    monkeypatch.setattr(logmod.Log, "_reload_segments", lambda self: reloads.append(1))
+
+    def refresh_then_append(self):
+        real(self)
+        if self is view and not reloads and log.log_end_offset == 5:
+            log.append_batch(values(4))  # lands after the view's look at the files
+    monkeypatch.setattr(logmod.Log, "_refresh_files", refresh_then_append)
+    with caplog.at_level(logging.WARNING, logger="kafkalog"):
+        assert view.log_end_offset == 5
+    assert reloads == [] and "listing the segments again" not in caplog.text
+    monkeypatch.undo()
+    assert view.log_end_offset == 9
