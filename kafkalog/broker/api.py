@@ -227,6 +227,9 @@ class Services:
                                                       "allow.everyone.if.no.acl.found"])
         self.txn = store.transactions
         self.txn.max_timeout_ms = config["transaction.max.timeout.ms"]
+        self.txn.transaction_version = config["transaction.version"]
+        self.finalized_features = finalized_features(config)
+        self.features_epoch = int(time.time() * 1000)
         self._txn_expiry_s = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000.0
         self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
         self._sweeper = None
@@ -383,13 +386,42 @@ async def _drive(gen, step):
 
 # ---------------------------------------------------------------------------------------------------- ApiVersions
 
+# KIP-584 features kafkalog serves, as ApiVersions v3+ advertises them (tagged fields 0-2): the supported range of
+# each, and its finalized level (transaction.version: the server key of that name; group.version 1: KIP-848's
+# consumer groups are served). Kafka's others (metadata.version, kraft.version, share.version, streams.version,
+# eligible.leader.replicas.version) name things kafkalog does not serve and are not advertised.
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    "group.version": (0, 1),
+    "transaction.version": (0, 1),  # 2 (KIP-890 part 2) once EndTxn v5 / Produce v12's implicit add are served
+}
+
+
+def finalized_features(config) -> dict[str, int]:
+    """The finalized level of each feature (a level of 0 is not listed, as Kafka lists none)."""
+    levels = {"group.version": 1, "transaction.version": config["transaction.version"]}
+    return {name: level for name, level in levels.items() if level > 0}
+
+
 def api_versions(s: Services, ctx, header, frame, offset):
     # the body (client software name/version in v3+) is parsed to reject garbage all the same
     body = request_body(ctx, header, frame, offset)
     ctx.client_software = body.get("client_software_name") or ctx.client_software
-    return respond(header, {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
-                          "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
-                                       for k, (lo, hi) in sorted(ADVERTISED.items())]})
+    answer = {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
+              "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                           for k, (lo, hi) in sorted(ADVERTISED.items())]}
+    if header.api_version >= 3:
+        # Kafka leaves a feature whose supported minimum is 0 out of a v3 answer (older clients refused a minimum
+        # of 0, KAFKA-17011); v4 lists them all
+        answer["supported_features"] = [
+            {"name": name, "min_version": lo, "max_version": hi} for name, (lo, hi) in SUPPORTED_FEATURES.items()
+            if lo > 0 or header.api_version >= 4]
+        # the epoch of the finalized levels: clients take in a feature set whose epoch is above the one they hold;
+        # the server's start (ms) grows with every restart, which is when the levels can change
+        answer["finalized_features_epoch"] = s.features_epoch
+        answer["finalized_features"] = [
+            {"name": name, "max_version_level": level, "min_version_level": level}
+            for name, level in s.finalized_features.items()]
+    return respond(header, answer)
 
 
 # ---------------------------------------------------------------------------------------------------- Metadata

@@ -427,14 +427,19 @@ def _array_writer(elem_typ, elem_writer, flexible, nullable):
 class _Struct:
     """One struct of one message version: its reader, its writer and the defaults of the fields it lacks."""
 
-    __slots__ = ("name", "flexible", "read", "write", "keys", "absent", "absent_lists")
+    __slots__ = ("name", "flexible", "read", "write", "keys", "absent", "absent_lists", "tags", "read_tags")
 
-    def __init__(self, name, rows, version, flexible):
+    def __init__(self, name, rows, version, flexible, read_tags=False):
         self.name = name
         self.flexible = flexible
         self.keys = frozenset(_row(r)[0] for r in rows)
         self.absent = {}
         self.absent_lists = []
+        # the tagged fields of this version (KIP-482): tag -> (name, default, reader, writer); written only when
+        # their value is not the default, as Kafka's generated code does; in responses (``read_tags``) read into the
+        # dict when present (a request's tagged fields are a follower's, which a single node skips)
+        self.tags = {}
+        self.read_tags = read_tags
         read_steps, write_steps = [], []
         run = []  # consecutive fixed-width fields: one struct.Struct for all of them
 
@@ -454,6 +459,10 @@ class _Struct:
                     self.absent_lists.append(name)
                 else:
                     self.absent[name] = default
+                if tagged and _in(versions, version) and flexible:
+                    nullable = _in(opts.get("nullable"), version)
+                    reader, writer = _field_codec(name, typ, sub, version, flexible, nullable, read_tags)
+                    self.tags[opts["tag"]] = (name, default, reader, writer)
                 continue
             nullable = _in(opts.get("nullable"), version)
             default = _present_default(typ, opts, nullable, sub)
@@ -461,7 +470,7 @@ class _Struct:
                 run.append((name, typ, default))
                 continue
             close_run()
-            reader, writer = _field_codec(name, typ, sub, version, flexible, nullable)
+            reader, writer = _field_codec(name, typ, sub, version, flexible, nullable, read_tags)
             read_steps.append((1, name, reader))
             write_steps.append((1, name, (default, writer)))
         close_run()
@@ -470,6 +479,7 @@ class _Struct:
 
     def _make_reader(self, steps):
         flexible, absent, absent_lists = self.flexible, self.absent, self.absent_lists
+        tags = self.tags if self.read_tags else None
 
         def read_struct(buf, pos):
             out = {}
@@ -489,17 +499,23 @@ class _Struct:
                     raise
                 except (struct.error, UnicodeDecodeError) as exc:
                     raise _bad_from(exc, name) from None
-            if flexible:
+            found = None
+            if tags:
+                found, pos = _read_tags(buf, pos, tags)
+            elif flexible:
                 pos = _skip_tags(buf, pos)
             if absent:
                 out.update(absent)
             for name in absent_lists:
                 out[name] = []
+            if found:
+                out.update(found)
             return out, pos
         return read_struct
 
     def _make_writer(self, steps):
         flexible, keys, struct_name = self.flexible, self.keys, self.name
+        tags = sorted(self.tags.items())
 
         def write_struct(buf, chunks, value):
             if value.__class__ is not dict:
@@ -523,9 +539,62 @@ class _Struct:
                     raise
                 except (struct.error, TypeError, AttributeError, OverflowError) as exc:
                     raise _BadValue(str(exc), name) from None
-            if flexible:
-                buf.append(0)  # empty TAG_BUFFER: we never write tagged fields
+            if tags:
+                _write_tags(buf, tags, get)
+            elif flexible:
+                buf.append(0)  # empty TAG_BUFFER
         return write_struct
+
+
+def _read_tags(buf, pos, tags):
+    """A TAG_BUFFER: the known tags decoded ({name: value}), unknown ones skipped."""
+    count, pos = _read_uvarint(buf, pos)
+    if count > len(buf) - pos:
+        raise _Bad(f"tagged field count {count} past the end", "_tagged_fields")
+    found = {}
+    for _ in range(count):
+        tag, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise _Bad(f"tagged field of {size} bytes past the end", "_tagged_fields")
+        known = tags.get(tag)
+        if known is not None:
+            name, _default, reader, _writer = known
+            try:
+                found[name], got = reader(buf[:end], pos)
+            except _Bad as bad:
+                bad.path.append(name)
+                raise
+            except (struct.error, UnicodeDecodeError) as exc:
+                raise _bad_from(exc, name) from None
+            if got != end:
+                raise _Bad(f"tagged field {tag} is {size} bytes, its value {got - pos}", name)
+        pos = end
+    return found, pos
+
+
+def _write_tags(buf, tags, get):
+    """A TAG_BUFFER with every tagged field whose value is not its default, by ascending tag."""
+    out = []
+    for tag, (name, default, _reader, writer) in tags:
+        value = get(name, default)
+        if value is None or value == default:
+            continue
+        data = bytearray()
+        try:
+            writer(data, [], value)
+        except _Bad as bad:
+            bad.path.append(name)
+            raise
+        except (struct.error, TypeError, AttributeError, OverflowError) as exc:
+            raise _BadValue(str(exc), name) from None
+        out.append((tag, data))
+    buf += _uvarint(len(out))
+    for tag, data in out:
+        buf += _uvarint(tag)
+        buf += _uvarint(len(data))
+        buf += data
 
 
 def _cut_field(names, st, left):
@@ -591,17 +660,17 @@ def _nullable_struct(s: _Struct):
     return read, write
 
 
-def _field_codec(name, typ, sub, version, flexible, nullable):
+def _field_codec(name, typ, sub, version, flexible, nullable, read_tags=False):
     if typ.startswith("[]"):
         elem = typ[2:]
         if sub is not None:
-            s = _Struct(elem, sub, version, flexible)
+            s = _Struct(elem, sub, version, flexible, read_tags)
             return (_array_reader(elem, s.read, flexible, nullable),
                     _array_writer(elem, s.write, flexible, nullable))
         return (_array_reader(elem, _scalar_reader(elem, flexible, False), flexible, nullable),
                 _array_writer(elem, _scalar_writer(elem, flexible, False), flexible, nullable))
     if sub is not None:  # a nested struct (not an array)
-        s = _Struct(typ, sub, version, flexible)
+        s = _Struct(typ, sub, version, flexible, read_tags)
         if nullable:
             return _nullable_struct(s)
         return s.read, s.write
@@ -611,7 +680,8 @@ def _field_codec(name, typ, sub, version, flexible, nullable):
 def _compile(key: int, version: int, response: bool) -> _Struct:
     api = schemas.APIS[key]
     kind = "Response" if response else "Request"
-    return _Struct(api["name"] + kind, api["response" if response else "request"], version, is_flexible(key, version))
+    return _Struct(api["name"] + kind, api["response" if response else "request"], version, is_flexible(key, version),
+                   read_tags=response)
 
 
 # (key, version, response) -> its codec, compiled on first use (compiling every table costs ~50 ms at start-up)

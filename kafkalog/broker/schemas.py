@@ -8,7 +8,8 @@ bundles), cut down to the versions kafkalog speaks. Each message is a tuple of f
 
 ``name`` is the JSON name in snake_case, ``versions`` / ``opts["nullable"]`` / ``opts["tagged"]`` use the JSON's
 version notation ("3+", "0-12", "5"), ``opts["default"]`` is the JSON default (else 0 / "" / False / [] / None when
-nullable), ``opts["tag"]`` marks a tagged field (decoded by skipping, never encoded: kafkalog writes no tagged field).
+nullable), ``opts["tag"]`` marks a tagged field (decoded in responses when present, written only when not at its
+default, as Kafka).
 An API table: ``{"key", "name", "versions": (min, max) this codec speaks, "flexible": first flexible version or None,
 "request", "response"}``. Extend a table (and its ``versions``) to speak more; the codec is generic.
 """

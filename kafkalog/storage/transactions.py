@@ -170,6 +170,11 @@ class TransactionCoordinator:
             self.id_expiration_ms = int(store.config.get("transactional.id.expiration.ms", 604_800_000))
         except (KeyError, TypeError, ValueError):
             self.id_expiration_ms = 604_800_000
+        try:
+            # the transaction.version feature's finalized level: 1 (and 2) write TransactionLogValue v1, as Kafka
+            self.transaction_version = int(store.config.get("transaction.version", 1))
+        except (KeyError, TypeError, ValueError):
+            self.transaction_version = 1
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TxnMeta] = {}
         self._log = None
@@ -279,7 +284,8 @@ class TransactionCoordinator:
     def _write(self, meta: TxnMeta, sync: bool = True) -> None:
         """Append ``meta``'s state to __transaction_state (and fsync it before anyone acts on it)."""
         lg = self._txn_log()
-        offset = lg.append_batch([encode_txn_log_value(meta.value())], [encode_txn_log_key(meta.txn_id)],
+        value = encode_txn_log_value(meta.value(), 1 if self.transaction_version >= 1 else 0)
+        offset = lg.append_batch([value], [encode_txn_log_key(meta.txn_id)],
                                  [meta.last_update_ms])
         if sync:
             self._need_sync = True  # fsynced as the locks are released (_locked), before the call returns

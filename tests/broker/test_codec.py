@@ -122,7 +122,16 @@ def to_kio(cls, d):
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.metadata.get("tag") is not None:
-            continue  # a tagged field (kafkalog never writes one): kio's default, which it does not write either
+            # a tagged field: kio's default, unless the test set ours (only our schemas' tagged fields can be)
+            if d.get(_our_name(f)) is None or d[_our_name(f)] == []:
+                continue
+            fc = classify_field(f)
+            value = d[_our_name(f)]
+            if isinstance(fc, EntityTupleField):
+                kwargs[f.name] = tuple(to_kio(fc.type_, x) for x in value)
+            else:
+                kwargs[f.name] = _prim_to_kio(f.metadata.get("kafka_type"), value)
+            continue
         value = d[_our_name(f)]
         fc = classify_field(f)
         kt = f.metadata.get("kafka_type")
@@ -153,7 +162,7 @@ def from_kio(obj):
     out = {}
     for f in dataclasses.fields(obj):
         if f.metadata.get("tag") is not None:
-            continue  # a tagged field: skipped by our decoder (its default), never written
+            continue  # a tagged field: compared by the tests that set one
         value = getattr(obj, f.name)
         fc = classify_field(f)
         kt = f.metadata.get("kafka_type")
@@ -339,7 +348,7 @@ def test_response_header_v1_for_flexible_versions_other_than_api_versions(flex_e
     assert protocol.decode_response(12, 4, out[4:]) == (5, {"throttle_time_ms": 0, "error_code": 27})
 
 
-def test_tagged_fields_are_skipped_on_decode():
+def test_tagged_fields_are_read_and_written_as_kafka():
     # header v2 with one tagged field (tag 7, 3 bytes), body with two tagged fields
     frame = (b"\x00\x12\x00\x04\x00\x00\x00\x09\x00\x01c" + b"\x01\x07\x03abc"
              + b"\x03kl\x021" + b"\x02\x00\x01z\x05\x02hi")
@@ -356,9 +365,25 @@ def test_tagged_fields_are_skipped_on_decode():
     theirs = kio_response_bytes(cls, to_kio(cls, d), 1)
     _, decoded = protocol.decode_response(18, 3, theirs[4:])
     assert decoded["api_keys"] == body["api_keys"]
-    assert decoded["supported_features"] == [] and decoded["finalized_features_epoch"] == -1
-    # and we never write them
-    assert b"metadata.version" not in b"".join(protocol.encode_response(18, 3, 1, d))
+    # known tags are read; the ones at their default (FinalizedFeatures, ZkMigrationReady) are absent in the bytes
+    assert decoded["supported_features"] == d["supported_features"] and decoded["finalized_features_epoch"] == 42
+    assert decoded["finalized_features"] == [] and decoded["zk_migration_ready"] is False
+    # and written byte for byte as kio (Kafka's generated code) writes them: non-default tags only, in tag order
+    d["finalized_features"] = [{"name": "transaction.version", "max_version_level": 2, "min_version_level": 2}]
+    d["zk_migration_ready"] = True
+    assert b"".join(protocol.encode_response(18, 3, 1, d)) == kio_response_bytes(cls, to_kio(cls, d), 1)
+    d["finalized_features_epoch"] = -1
+    ours = b"".join(protocol.encode_response(18, 3, 1, d))
+    assert ours == kio_response_bytes(cls, to_kio(cls, d), 1)
+    assert protocol.decode_response(18, 3, ours[4:])[1]["finalized_features"] == d["finalized_features"]
+    # a known tag whose size disagrees with its value is refused
+    d["finalized_features_epoch"] = 42
+    ours = b"".join(protocol.encode_response(18, 3, 1, d))
+    epoch = b"\x01\x08" + struct.pack(">q", 42)
+    assert ours.count(epoch) == 1
+    bad = ours.replace(epoch, b"\x01\x09" + struct.pack(">q", 42) + b"\x00")
+    with pytest.raises(InvalidRequestError, match="tagged field 1 is 9 bytes"):
+        protocol.decode_response(18, 3, bad[4:])
 
 
 def test_unknown_key_or_version_header_is_v1():

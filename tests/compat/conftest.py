@@ -125,7 +125,9 @@ class TxnServers:
             return server
         workdir = self.tmp.mktemp(f"txn-{name}")
         self.workdirs.append(workdir)
-        server = KafkaBroker(TXN_SERVER_KEYS) if name == "kafka" else KafkalogServer(TXN_SERVER_KEYS)
+        # both at transaction.version=0: Kafka downgraded below, kafkalog by its server key of that name
+        server = KafkaBroker(TXN_SERVER_KEYS) if name == "kafka" else \
+            KafkalogServer({**TXN_SERVER_KEYS, "transaction.version": 0})
         try:
             server.start(workdir)
             if name == "kafka":

@@ -55,6 +55,7 @@ KAFKA_TOOLS = {
     "kafka-producer-perf-test": "org.apache.kafka.tools.ProducerPerformance",
     "kafka-consumer-perf-test": "org.apache.kafka.tools.ConsumerPerformance",
     "kafka-transactions": "org.apache.kafka.tools.TransactionsCommand",
+    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-storage": "kafka.tools.StorageTool",
     "kafka-server-start": "kafka.Kafka",
 }

@@ -1,0 +1,85 @@
+"""KIP-584 features, differential: ApiVersions v3/v4's tagged feature fields in raw frames and ``kafka-features
+describe``, against Apache Kafka 4.4 (the session's Kafka, at its default transaction.version=2) and kafkalog.
+
+kafkalog advertises only what it serves: ``group.version`` (KIP-848 groups) and ``transaction.version``; Kafka's
+metadata.version, kraft.version, share.version, streams.version and eligible.leader.replicas.version name things
+kafkalog does not serve and are left out. The features both list must agree field by field, except where kafkalog
+stops below Kafka on purpose: transaction.version (kafkalog: SUPPORTED_TV / its finalized level; Kafka: 2).
+
+Cost: the lab's session pair, milliseconds per raw request; ``kafka-features describe`` is one tool JVM per broker
+(about 2-3 s each).
+"""
+
+from __future__ import annotations
+
+import re
+
+from kafkalog.broker.api import SUPPORTED_FEATURES
+from tests.broker.wire import Wire
+
+from .lab import assert_same
+
+LAB_TEST_DEADLINE_S = 120
+OURS = set(SUPPORTED_FEATURES)
+SUPPORTED_TV = SUPPORTED_FEATURES["transaction.version"][1]  # 2 once transactions v2 is served
+
+
+def _api_versions(target, version: int) -> dict:
+    with Wire(int(target.bootstrap.rsplit(":", 1)[1]), timeout=30) as w:
+        r = w.call(18, version, {"client_software_name": "kafkalog-tests", "client_software_version": "1"})
+    return r
+
+
+def _features(r: dict) -> dict:
+    return {"supported": {f["name"]: {"min": f["min_version"], "max": f["max_version"]}
+                          for f in r["supported_features"]},
+            "finalized": {f["name"]: {"min": f["min_version_level"], "max": f["max_version_level"]}
+                          for f in r["finalized_features"]},
+            "zk_migration_ready": r["zk_migration_ready"],
+            "error_code": r["error_code"]}
+
+
+def _ours_only(answer: dict, tv_max: int, tv_level: int) -> dict:
+    """Kafka's answer cut to the features kafkalog serves, transaction.version capped where kafkalog is."""
+    out = {"supported": {k: dict(v) for k, v in answer["supported"].items() if k in OURS},
+           "finalized": {k: dict(v) for k, v in answer["finalized"].items() if k in OURS},
+           "zk_migration_ready": answer["zk_migration_ready"], "error_code": answer["error_code"]}
+    if "transaction.version" in out["supported"]:
+        out["supported"]["transaction.version"]["max"] = tv_max
+    if "transaction.version" in out["finalized"]:
+        out["finalized"]["transaction.version"] = {"min": tv_level, "max": tv_level}
+    return out
+
+
+def test_api_versions_feature_fields(targets):
+    for version in (3, 4):
+        kafka = _api_versions(targets["kafka"], version)
+        ours = _api_versions(targets["kafkalog"], version)
+        k, o = _features(kafka), _features(ours)
+        # nothing kafkalog advertises is unknown to Kafka
+        assert set(o["supported"]) <= set(k["supported"]) | {n for n in OURS if version == 3}
+        assert set(o["finalized"]) <= set(k["finalized"])
+        # Kafka's own finalized transaction.version in the session is 2 (nobody downgraded it)
+        assert k["finalized"]["transaction.version"] == {"min": 2, "max": 2}
+        assert_same(_ours_only(k, SUPPORTED_TV, SUPPORTED_TV), o, what=f"ApiVersions v{version} features")
+        # both carry an epoch of their finalized levels (clients take in levels with a higher epoch than theirs)
+        assert kafka["finalized_features_epoch"] >= 0 and ours["finalized_features_epoch"] >= 0
+
+
+_DESCRIBE = re.compile(r"Feature: (\S+)\s+SupportedMinVersion: (\S+)\s+SupportedMaxVersion: (\S+)\s+"
+                       r"FinalizedVersionLevel: (\S+)\s+Epoch: (\S+)")
+
+
+def _describe(target) -> dict:
+    r = target.tool("kafka-features", "--bootstrap-server", target.bootstrap, "describe")
+    rows = {m[0]: {"min": m[1], "max": m[2], "level": m[3]} for m in _DESCRIBE.findall(r.stdout)}
+    assert rows, r.stdout
+    return rows
+
+
+def test_kafka_features_describe(targets):
+    kafka, ours = _describe(targets["kafka"]), _describe(targets["kafkalog"])
+    assert set(ours) == OURS, ours
+    want = {name: dict(kafka[name]) for name in OURS}
+    want["transaction.version"] = {"min": "0", "max": str(SUPPORTED_TV), "level": str(SUPPORTED_TV)}
+    assert_same(want, ours, what="kafka-features describe")
