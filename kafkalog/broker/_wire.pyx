@@ -1,4 +1,5 @@
-# Kafka wire protocol hot path (Produce v3-11 request/response, Fetch v4-18 request/response), in Kafka notation:
+# Kafka wire protocol hot path (Produce v3-12 request/response, v12 being v11's bytes (KIP-890 part 2), Fetch v4-18
+# request/response), in Kafka notation:
 #
 #   ProduceRequest v3-11 => transactional_id(NULLABLE_STRING) acks(INT16) timeout_ms(INT32)
 #     [topic_data => name(STRING) [partition_data => index(INT32) records(NULLABLE RECORDS)]]
@@ -306,10 +307,10 @@ cdef Py_ssize_t _buffer_size(object b) except -1:
 # Produce
 
 def parse_produce(frame, Py_ssize_t offset, int version):
-    """ProduceRequest v3-11 body at ``offset`` → (transactional_id, acks, timeout_ms, topics), topics =
+    """ProduceRequest v3-12 body at ``offset`` → (transactional_id, acks, timeout_ms, topics), topics =
     [(name, [(partition, records memoryview or None), ...]), ...]; records are slices of ``frame``."""
-    if version < 3 or version > 11:
-        raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-11)")
+    if version < 3 or version > 12:
+        raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-12)")
     return _parse(0, frame, offset, version)
 
 
@@ -405,12 +406,12 @@ cdef unsigned char *_put_nullable_str(unsigned char *p, object s, bint fx):
 
 
 def encode_produce_response(int version, int32_t correlation_id, topics, int32_t throttle_time_ms):
-    """ProduceResponse v3-11 with size prefix and header (v1, with its tag buffer, from v9); topics = [(name,
+    """ProduceResponse v3-12 with size prefix and header (v1, with its tag buffer, from v9); topics = [(name,
     [(partition, error_code, base_offset, log_append_time_ms, log_start_offset[, record_errors[, error_message]]),
     ...]), ...] (log_start_offset unused before v5; record_errors = [(batch_index, message or None)] and
     error_message (str or None) from v8, empty / None when left out)."""
-    if version < 3 or version > 11:
-        raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-11)")
+    if version < 3 or version > 12:
+        raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-12)")
     cdef bint fx = version >= 9
     cdef bint v8 = version >= 8
     cdef Py_ssize_t part_fixed = (30 if version >= 5 else 22) + (1 if fx else 0)

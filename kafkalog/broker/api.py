@@ -26,10 +26,12 @@ import uuid
 from .._engine.batch import RecordBatch, iter_batches
 from ..errors import (
     ClusterAuthorizationFailedError,
+    ConcurrentTransactionsError,
     GroupIdNotFoundError,
     InconsistentTopicIdError,
     InvalidGroupIdError,
     InvalidPartitionsError,
+    InvalidProducerIdMappingError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
@@ -73,7 +75,7 @@ from .sessions import TOPIC_IDS_FROM, FetchSessionCache, PartitionResult
 log = logging.getLogger("kafkalog.broker")
 
 ADVERTISED: dict[int, tuple[int, int]] = {
-    0: (0, 11),   # Produce (3-11 accepted; 8: record errors, 9: flexible; 12 is transactions v2, KIP-890 part 2)
+    0: (0, 12),   # Produce (3-12 accepted; 8: record errors, 9: flexible; 12: transactions v2's implicit add)
     1: (4, 18),   # Fetch (12: flexible, 13: topic ids, 15: replica state, 16: KIP-951 fields, 17: directory id,
                   #  18: a follower's high watermark, KIP-1166: a tagged field consumers leave out)
     2: (1, 11),   # ListOffsets (7: max timestamp, KIP-734; 8-11: tiered-storage timestamps, answered untiered)
@@ -91,11 +93,11 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     20: (1, 6),   # DeleteTopics (6: by topic id)
     21: (0, 2),   # DeleteRecords (2: flexible)
     22: (0, 5),   # InitProducerId (transactional ids; 3+: KIP-360 epoch bump)
-    24: (0, 3),   # AddPartitionsToTxn (the client forms; 4+ is broker to broker)
+    24: (0, 5),   # AddPartitionsToTxn (0-3: the client forms; 4+: broker to coordinator, batched, VerifyOnly)
     25: (0, 4),   # AddOffsetsToTxn
-    26: (0, 4),   # EndTxn (5 is transactions v2, KIP-890 part 2: not advertised, the feature is not)
+    26: (0, 5),   # EndTxn (5: transactions v2, KIP-890 part 2: an epoch bump per transaction)
     27: (1, 2),   # WriteTxnMarkers (the admin client's abortTransaction: kafka-transactions abort)
-    28: (0, 4),   # TxnOffsetCommit
+    28: (0, 5),   # TxnOffsetCommit (5: transactions v2's implicit AddOffsetsToTxn)
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 2),   # ListTransactions
@@ -563,6 +565,13 @@ def produce(s: Services, ctx, header, frame, offset):
         while (held := faults.hold(s.loop, topic_data)) is not None:
             yield held
     txn_denied = txn is not None and not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn)
+    added = None
+    if txn is not None and not txn_denied and header.api_version >= 12:
+        # transactions v2 (KIP-890 part 2): the leader adds the partitions of the producer's transactional batches
+        # to its transaction (Kafka's AddPartitionsToTxn v5 with VerifyOnly=false, here an in-process call)
+        wanted = _implicit_adds(s, ctx, txn, topic_data)
+        if wanted:
+            added = yield _off_loop(s, _add_implicitly, s, txn, wanted)
     responses = []
     failed = False
     auth = s.authorizer is not None
@@ -581,6 +590,10 @@ def produce(s: Services, ctx, header, frame, offset):
             if denied or txn_denied:
                 parts.append((idx, security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID" if txn_denied else "TOPIC"], base,
                               append_time, lso))
+                failed = True
+                continue
+            if added is not None and (code := added.get((name, idx), 0)):
+                parts.append((idx, code, base, append_time, lso))  # the implicit add was refused: nothing appended
                 failed = True
                 continue
             if faults is not None and (code := faults.produce_error(name, idx)):
@@ -641,6 +654,64 @@ def produce(s: Services, ctx, header, frame, offset):
 # errors Kafka's ReplicaManager answers with an unknown append info (log_start_offset -1); any other refusal of a
 # partition it holds carries the partition's log start offset
 _PRODUCE_UNKNOWN_APPEND = frozenset({UnknownTopicOrPartitionError.code, 6, 10, 18, 2, KafkaStorageError.code})
+
+
+# the coordinator's answers to a leader's implicit add, as Kafka's leader passes them on (AddPartitionsToTxnManager,
+# ReplicaManager): a fenced producer is INVALID_PRODUCER_EPOCH; the coordinator busy or away is NOT_ENOUGH_REPLICAS,
+# which the producer retries
+_ADD_BUSY = frozenset({51, 14, 15, 16})  # CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS/NOT_AVAILABLE, NOT_C.
+NOT_ENOUGH_REPLICAS, INVALID_PRODUCER_EPOCH = 19, 47
+_ADD_RETRY_S, _ADD_RETRY_MAX_S = 0.02, 0.1  # add.partitions.to.txn.retry.backoff.ms / .max.ms
+
+
+def _implicit_adds(s: Services, ctx, txn: str, topic_data) -> dict:
+    """{(producer id, epoch): [TopicPartition]} of the transactional batches whose partition is not yet in the
+    producer's open transaction (partitions that exist and may be written; the others are refused later)."""
+    wanted: dict = {}
+    auth = s.authorizer is not None
+    for name, partitions in topic_data:
+        if auth and not_allowed(s, ctx, "WRITE", "TOPIC", name):
+            continue
+        n = s.partitions(name)
+        for idx, records in partitions:
+            if records is None or not len(records) or not 0 <= idx < n:
+                continue
+            try:
+                batch = next(iter_batches(records), None)
+            except (ValueError, TypeError, KafkaError):
+                continue
+            if batch is None or not batch.is_transactional:
+                continue
+            tp = TopicPartition(name, idx)
+            if not s.txn.in_transaction(txn, batch.producer_id, batch.producer_epoch, tp):
+                wanted.setdefault((batch.producer_id, batch.producer_epoch), []).append(tp)
+    return wanted
+
+
+def _add_implicitly(s: Services, txn: str, wanted: dict) -> dict:
+    """The implicit adds (worker thread): {(topic, partition): error code} of the refused ones. CONCURRENT_
+    TRANSACTIONS (the previous transaction's markers still being written) is retried for up to 100 ms first."""
+    out = {}
+    for (pid, epoch), tps in wanted.items():
+        waited = 0.0
+        while True:
+            try:
+                s.txn.add_partitions(txn, pid, epoch, tps, client_tv=2)
+                code = 0
+            except KafkaError as e:
+                code = error_code(e)
+                if code in _ADD_BUSY and waited < _ADD_RETRY_MAX_S:
+                    time.sleep(_ADD_RETRY_S)
+                    waited += _ADD_RETRY_S
+                    continue
+                log.info("implicit AddPartitionsToTxn of %s for transactional id %r refused: %s",
+                         ", ".join(f"{tp.topic}-{tp.partition}" for tp in tps), txn, e)
+            break
+        if code:
+            code = INVALID_PRODUCER_EPOCH if code == ProducerFencedError.code else \
+                NOT_ENOUGH_REPLICAS if code in _ADD_BUSY else code
+            out.update({(tp.topic, tp.partition): code for tp in tps})
+    return out
 
 
 def _check_transactional(s: Services, txn, topic: str, partition: int, records) -> None:
@@ -1199,6 +1270,8 @@ def _log_txn_refusal(ctx, api: str, txn: str, e: KafkaError) -> None:
 
 def add_partitions_to_txn(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
+    if header.api_version >= 4:
+        return (yield from _add_partitions_batched(s, ctx, header, req))
     txn = req["v3_and_below_transactional_id"]
     pid, epoch = req["v3_and_below_producer_id"], req["v3_and_below_producer_epoch"]
     wanted = [(t["name"], list(t["partitions"])) for t in req["v3_and_below_topics"]]
@@ -1234,6 +1307,58 @@ def add_partitions_to_txn(s: Services, ctx, header, frame, offset):
         for n, ps in wanted]})
 
 
+def _add_partitions_batched(s: Services, ctx, header, req):
+    """AddPartitionsToTxn v4+ (KIP-890): a partition leader asks the coordinator for several transactions at once,
+    to verify (VerifyOnly: NONE if the partition is in the transaction, else TRANSACTION_ABORTABLE) or to add them
+    (transactions v2). CLUSTER_ACTION on the cluster, else a top-level
+    CLUSTER_AUTHORIZATION_FAILED."""
+    if not_allowed(s, ctx, "CLUSTER_ACTION", "CLUSTER", security.CLUSTER_NAME):
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED,
+                                "results_by_transaction": []})
+    results = []
+    for t in req["transactions"]:
+        txn, pid, epoch = t["transactional_id"], t["producer_id"], t["producer_epoch"]
+        wanted = [(x["name"], list(x["partitions"])) for x in t["topics"]]
+        tps = [TopicPartition(n, i) for n, ps in wanted for i in ps]
+        # as the client form: a partition that does not exist fails the transaction's request, the others are
+        # OPERATION_NOT_ATTEMPTED
+        unknown = {tp for tp in tps if not 0 <= tp.partition < s.partitions(tp.topic)}
+        try:
+            if unknown:
+                codes = {tp: UnknownTopicOrPartitionError.code if tp in unknown else
+                         OperationNotAttemptedError.code for tp in tps}
+            elif t["verify_only"]:
+                codes = yield _off_loop(s, _verify_partitions, s, txn, pid, epoch, tps)
+            else:
+                yield _off_loop(s, s.txn.add_partitions, txn, pid, epoch, tps, 2)
+                codes = {}
+        except KafkaError as e:
+            code = error_code(e)
+            _log_txn_refusal(ctx, "AddPartitionsToTxn", txn, e)
+            codes = {tp: code for tp in tps}
+        results.append({"transactional_id": txn, "topic_results": [
+            {"name": n, "results_by_partition": [
+                {"partition_index": i, "partition_error_code": codes.get(TopicPartition(n, i), 0)} for i in ps]}
+            for n, ps in wanted]})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0,
+                            "results_by_transaction": results})
+
+
+def _verify_partitions(s: Services, txn: str, pid: int, epoch: int, tps) -> dict:
+    with s.txn.locked():
+        meta = s.txn.describe(txn)
+        if meta is None or meta.producer_id != pid:
+            raise InvalidProducerIdMappingError(f"transactional id {txn!r} is not held by producer {pid}")
+        if meta.epoch != epoch:
+            raise ProducerFencedError(f"producer {pid} epoch {epoch} was fenced by epoch {meta.epoch}")
+        if meta.state_name in ("PrepareCommit", "PrepareAbort"):
+            raise ConcurrentTransactionsError(f"transactional id {txn!r}: the last transaction is completing")
+        ongoing = meta.state_name == "Ongoing"
+        # TRANSACTION_ABORTABLE (120) for a partition not in the transaction, v4 included (Kafka 4.4's answer; the
+        # leader maps it to what the producer's version knows)
+        return {tp: 0 if ongoing and tp in meta.partitions else 120 for tp in tps}
+
+
 def add_offsets_to_txn(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     txn = req["transactional_id"]
@@ -1254,16 +1379,21 @@ def add_offsets_to_txn(s: Services, ctx, header, frame, offset):
 def end_txn(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     txn = req["transactional_id"]
+    pid = epoch = -1
     if not_allowed(s, ctx, "WRITE", "TRANSACTIONAL_ID", txn):
         code = security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"]
     else:
         try:
-            yield _off_loop(s, s.txn.end_txn, txn, req["producer_id"], req["producer_epoch"], bool(req["committed"]))
+            # v5: transactions v2 (KIP-890 part 2), the epoch bumped at every end; the answer names the producer id
+            # and epoch the producer goes on with
+            pid, epoch = yield _off_loop(s, s.txn.end_txn, txn, req["producer_id"], req["producer_epoch"],
+                                         bool(req["committed"]), 2 if header.api_version >= 5 else 0)
             code = 0
         except KafkaError as e:
-            code = _txn_code(e, header.api_version, 2)
+            code, pid, epoch = _txn_code(e, header.api_version, 2), -1, -1
             _log_txn_refusal(ctx, "EndTxn", txn, e)
-    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code, "producer_id": pid,
+                            "producer_epoch": epoch})
 
 
 def txn_offset_commit(s: Services, ctx, header, frame, offset):
@@ -1275,11 +1405,20 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
     elif not_allowed(s, ctx, "READ", "GROUP", group):
         code = GROUP_DENIED
     else:
-        try:
-            yield _off_loop(s, s.txn.check_offsets, txn, req["producer_id"], req["producer_epoch"], group)
-        except KafkaError as e:
-            code = _txn_code(e, header.api_version, 3)
-            _log_txn_refusal(ctx, "TxnOffsetCommit", txn, e)
+        if header.api_version >= 5:
+            # transactions v2: the group's offsets partition is added to the transaction here (the implicit
+            # AddOffsetsToTxn), answered as a leader passes on the coordinator's answer
+            wanted = {(req["producer_id"], req["producer_epoch"]): [s.txn.offsets_partition(group)]}
+            refused = yield _off_loop(s, _add_implicitly, s, txn, wanted)
+            code = next(iter(refused.values()), 0)
+            if code == NOT_ENOUGH_REPLICAS:
+                code = 14  # COORDINATOR_LOAD_IN_PROGRESS: retriable, and one of TxnOffsetCommit's codes
+        else:
+            try:
+                yield _off_loop(s, s.txn.check_offsets, txn, req["producer_id"], req["producer_epoch"], group)
+            except KafkaError as e:
+                code = _txn_code(e, header.api_version, 3)
+                _log_txn_refusal(ctx, "TxnOffsetCommit", txn, e)
         member, generation = req.get("member_id") or "", req.get("generation_id", -1)
         if not code and (member or generation >= 0):  # KIP-447: a group member's commit is fenced by generation
             code = s.groups.check_commit(group, member, generation, req.get("group_instance_id"))

@@ -15,7 +15,7 @@ An API table: ``{"key", "name", "versions": (min, max) this codec speaks, "flexi
 """
 
 PRODUCE = {
-    "key": 0, "name": "Produce", "versions": (3, 11), "flexible": 9,
+    "key": 0, "name": "Produce", "versions": (3, 12), "flexible": 9,
     "request": (
         ("transactional_id", "string", "3+", {"nullable": "3+", "default": None}),
         ("acks", "int16", "0+", {}),
@@ -558,8 +558,19 @@ INIT_PRODUCER_ID = {
 # -- transactions (KIP-98, KIP-447, KIP-664): the client forms, before KIP-890 part 2 ---------------------------------
 
 ADD_PARTITIONS_TO_TXN = {
-    "key": 24, "name": "AddPartitionsToTxn", "versions": (0, 3), "flexible": 3,
+    "key": 24, "name": "AddPartitionsToTxn", "versions": (0, 5), "flexible": 3,
     "request": (
+        # v4+: the broker-to-coordinator form, several transactions at once (KIP-890)
+        ("transactions", "[]AddPartitionsToTxnTransaction", "4+", {}, (
+            ("transactional_id", "string", "4+", {}),
+            ("producer_id", "int64", "4+", {}),
+            ("producer_epoch", "int16", "4+", {}),
+            ("verify_only", "bool", "4+", {"default": False}),
+            ("topics", "[]AddPartitionsToTxnTopic", "4+", {}, (
+                ("name", "string", "0+", {}),
+                ("partitions", "[]int32", "0+", {}),
+            )),
+        )),
         ("v3_and_below_transactional_id", "string", "0-3", {}),
         ("v3_and_below_producer_id", "int64", "0-3", {}),
         ("v3_and_below_producer_epoch", "int16", "0-3", {}),
@@ -570,6 +581,17 @@ ADD_PARTITIONS_TO_TXN = {
     ),
     "response": (
         ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "4+", {}),
+        ("results_by_transaction", "[]AddPartitionsToTxnResult", "4+", {}, (
+            ("transactional_id", "string", "4+", {}),
+            ("topic_results", "[]AddPartitionsToTxnTopicResult", "4+", {}, (
+                ("name", "string", "0+", {}),
+                ("results_by_partition", "[]AddPartitionsToTxnPartitionResult", "0+", {}, (
+                    ("partition_index", "int32", "0+", {}),
+                    ("partition_error_code", "int16", "0+", {}),
+                )),
+            )),
+        )),
         ("results_by_topic_v3_and_below", "[]AddPartitionsToTxnTopicResult", "0-3", {}, (
             ("name", "string", "0+", {}),
             ("results_by_partition", "[]AddPartitionsToTxnPartitionResult", "0+", {}, (
@@ -595,7 +617,7 @@ ADD_OFFSETS_TO_TXN = {
 }
 
 END_TXN = {
-    "key": 26, "name": "EndTxn", "versions": (0, 4), "flexible": 3,
+    "key": 26, "name": "EndTxn", "versions": (0, 5), "flexible": 3,
     "request": (
         ("transactional_id", "string", "0+", {}),
         ("producer_id", "int64", "0+", {}),
@@ -605,11 +627,14 @@ END_TXN = {
     "response": (
         ("throttle_time_ms", "int32", "0+", {}),
         ("error_code", "int16", "0+", {}),
+        # v5 (transactions v2, KIP-890 part 2): the producer id and epoch the producer goes on with
+        ("producer_id", "int64", "5+", {"default": -1}),
+        ("producer_epoch", "int16", "5+", {"default": -1}),
     ),
 }
 
 TXN_OFFSET_COMMIT = {
-    "key": 28, "name": "TxnOffsetCommit", "versions": (0, 4), "flexible": 3,
+    "key": 28, "name": "TxnOffsetCommit", "versions": (0, 5), "flexible": 3,
     "request": (
         ("transactional_id", "string", "0+", {}),
         ("group_id", "string", "0+", {}),

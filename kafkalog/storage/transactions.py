@@ -99,13 +99,24 @@ class TxnMeta:
     last_update_ms: int = -1
     start_ms: int = -1
     last_epoch: int = -1  # the epoch before the last bump (a retried InitProducerId); not persisted, as in Kafka
+    # transactions v2 (KIP-890 part 2), persisted in TransactionLogValue v1's tagged fields:
+    prev_producer_id: int = -1  # the producer id before the last Empty/CompleteX transition (a rotation's old id)
+    next_producer_id: int = -1  # PrepareX of an exhausted epoch: the id CompleteX moves to (with epoch 0)
+    client_tv: int = 0  # the transaction version of the client's last Add/EndTxn (2: Produce v12 / EndTxn v5)
 
-    def value(self) -> TxnLogValue:
+    def value(self, version: int = 1, prev_producer_id: int | None = None) -> TxnLogValue:
+        """The record of this state. ``prev_producer_id``: the id before this transition (Kafka writes the
+        transition's previous id in every v1 record: the current id unless the id rotates)."""
         parts: dict[str, list[int]] = {}
         for tp in sorted(self.partitions):
             parts.setdefault(tp.topic, []).append(tp.partition)
+        if version == 0:  # v0 has no tagged fields (Kafka at transaction.version 0)
+            return TxnLogValue(self.producer_id, self.epoch, self.timeout_ms, self.state, parts or None,
+                               self.last_update_ms, self.start_ms)
         return TxnLogValue(self.producer_id, self.epoch, self.timeout_ms, self.state, parts or None,
-                           self.last_update_ms, self.start_ms)
+                           self.last_update_ms, self.start_ms,
+                           prev_producer_id=self.producer_id if prev_producer_id is None else prev_producer_id,
+                           next_producer_id=self.next_producer_id, client_tv=self.client_tv)
 
     @property
     def state_name(self) -> str:
@@ -271,7 +282,8 @@ class TransactionCoordinator:
             txn_id, v.producer_id, v.producer_epoch, v.timeout_ms, v.state,
             {TopicPartition(t, p) for t, ps in (v.partitions or {}).items() for p in ps},
             v.last_update_ms, v.start_ms,
-            old.last_epoch if old is not None and old.producer_id == v.producer_id else -1)
+            old.last_epoch if old is not None and old.producer_id == v.producer_id else -1,
+            v.prev_producer_id, v.next_producer_id, v.client_tv)
 
     def _load(self) -> None:
         self._catch_up()
@@ -281,10 +293,11 @@ class TransactionCoordinator:
                 _log.info("transactional id %r: completing its %s after a restart", meta.txn_id, meta.state_name)
                 self._complete(meta)
 
-    def _write(self, meta: TxnMeta, sync: bool = True) -> None:
+    def _write(self, meta: TxnMeta, sync: bool = True, prev_producer_id: int | None = None) -> None:
         """Append ``meta``'s state to __transaction_state (and fsync it before anyone acts on it)."""
         lg = self._txn_log()
-        value = encode_txn_log_value(meta.value(), 1 if self.transaction_version >= 1 else 0)
+        version = 1 if self.transaction_version >= 1 else 0
+        value = encode_txn_log_value(meta.value(version, prev_producer_id), version)
         offset = lg.append_batch([value], [encode_txn_log_key(meta.txn_id)],
                                  [meta.last_update_ms])
         if sync:
@@ -307,7 +320,8 @@ class TransactionCoordinator:
         now = _now_ms()
         meta = self.txns.get(txn_id)
         if meta is None:
-            meta = TxnMeta(txn_id, self.new_producer_id(), 0, timeout_ms, EMPTY, set(), now, -1)
+            pid = self.new_producer_id()
+            meta = TxnMeta(txn_id, pid, 0, timeout_ms, EMPTY, set(), now, -1, prev_producer_id=pid)
             self._write(meta)
             self.txns[txn_id] = meta
             return meta.producer_id, meta.epoch
@@ -332,6 +346,7 @@ class TransactionCoordinator:
             raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: its open transaction was aborted; "
                                               f"retry")
         meta.last_epoch = meta.epoch
+        old_pid = meta.producer_id
         if meta.epoch >= _MAX_EPOCH:
             meta.producer_id, meta.epoch, meta.last_epoch = self.new_producer_id(), 0, -1
         else:
@@ -341,7 +356,8 @@ class TransactionCoordinator:
         meta.partitions = set()
         meta.start_ms = -1
         meta.last_update_ms = now
-        self._write(meta)
+        meta.prev_producer_id, meta.next_producer_id, meta.client_tv = old_pid, -1, 0
+        self._write(meta, prev_producer_id=old_pid)
         return meta.producer_id, meta.epoch
 
     def _check(self, txn_id: str, pid: int, epoch: int) -> TxnMeta:
@@ -358,8 +374,10 @@ class TransactionCoordinator:
         return meta
 
     @_synchronized
-    def add_partitions(self, txn_id: str, pid: int, epoch: int, partitions) -> None:
-        """AddPartitionsToTxn (and AddOffsetsToTxn through ``add_offsets``): the transaction holds them."""
+    def add_partitions(self, txn_id: str, pid: int, epoch: int, partitions, client_tv: int = 0) -> None:
+        """AddPartitionsToTxn (and AddOffsetsToTxn through ``add_offsets``): the transaction holds them.
+        ``client_tv`` 2: a transactions-v2 add (Produce v12 / TxnOffsetCommit v5's implicit add, AddPartitionsToTxn
+        v4+ from a leader), recorded with the transaction as Kafka records it."""
         meta = self._check(txn_id, pid, epoch)
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the last transaction is completing")
@@ -375,43 +393,122 @@ class TransactionCoordinator:
         meta.partitions |= new
         meta.state = ONGOING
         meta.last_update_ms = now
+        meta.client_tv = client_tv
         self._write(meta)
 
     @_synchronized
-    def add_offsets(self, txn_id: str, pid: int, epoch: int, group: str) -> None:
-        self.add_partitions(txn_id, pid, epoch, [self.offsets_partition(group)])
+    def add_offsets(self, txn_id: str, pid: int, epoch: int, group: str, client_tv: int = 0) -> None:
+        self.add_partitions(txn_id, pid, epoch, [self.offsets_partition(group)], client_tv)
 
-    def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool) -> None:
-        """EndTxn: decide the transaction (PrepareX, durable), write its markers (each partition fsynced), complete
-        it. The locks are held only while the state changes, not while the disk works: concurrent transactions of
-        other ids share the fsyncs (Log.sync's group commit), and a request for this id meanwhile gets
-        CONCURRENT_TRANSACTIONS (PrepareX), as from Kafka."""
-        want_prepare = PREPARE_COMMIT if commit else PREPARE_ABORT
-        want_complete = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-        with self._locked():
-            meta = self._check(txn_id, pid, epoch)
-            if meta.state == want_complete:
-                return  # a retry of an EndTxn that completed
-            if meta.state == want_prepare:
+    def in_transaction(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> bool:
+        """Whether ``tp`` is already in the open transaction of this producer (no lock: the fast path of Produce
+        v12's implicit add; anything else goes through ``add_partitions``)."""
+        meta = self.txns.get(txn_id)
+        return meta is not None and meta.producer_id == pid and meta.epoch == epoch and meta.state == ONGOING \
+            and tp in meta.partitions
+
+    def _end_check(self, txn_id: str, pid: int, epoch: int, commit: bool, client_tv: int):
+        """EndTxn's checks (Kafka 4.4's TransactionCoordinator.endTransaction): "prepare" when the transaction is
+        to be decided now, "retry" when the request repeats an EndTxn already done (answered with the current
+        producer id and epoch), else the Kafka error raised."""
+        if not txn_id:
+            raise InvalidRequestError("the transactional id must not be empty")
+        meta = self.txns.get(txn_id)
+        what = "commit" if commit else "abort"
+        if meta is None:
+            raise InvalidProducerIdMappingError(f"transactional id {txn_id!r} is not held by producer {pid}")
+        v2 = meta.client_tv >= 2  # the transaction's own version decides how a retry looks (Kafka: the stored one)
+        retry_overflow = v2 and meta.prev_producer_id == pid and epoch == _MAX_EPOCH and meta.epoch == 0
+        retry_bump = v2 and meta.epoch == epoch + 1
+        if meta.producer_id != pid and not retry_overflow:
+            raise InvalidProducerIdMappingError(f"transactional id {txn_id!r} is not held by producer {pid} (it is "
+                                                f"held by {meta.producer_id})")
+        if v2:
+            if meta.state in (ONGOING, EMPTY, DEAD, PREPARE_EPOCH_FENCE):
+                valid = epoch == meta.epoch
+            elif meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                valid = retry_bump
+            else:
+                valid = retry_bump or retry_overflow or epoch == meta.epoch
+        else:
+            valid = epoch == meta.epoch
+        if not valid:
+            raise ProducerFencedError(f"transactional id {txn_id!r}: producer {pid} epoch {epoch} was fenced by "
+                                      f"epoch {meta.epoch}")
+        retry = retry_bump or retry_overflow
+        invalid = InvalidTxnStateError(f"transactional id {txn_id!r}: cannot {what} in state {meta.state_name}")
+        if meta.state == ONGOING:
+            return meta, "prepare"
+        if meta.state == COMPLETE_COMMIT:
+            if commit:
+                if retry or not v2:
+                    return meta, "retry"
+                raise invalid
+            if retry:
+                raise invalid
+            if client_tv >= 2:
+                return meta, "prepare"  # a new, empty transaction aborted (transactions v2)
+            raise invalid
+        if meta.state == COMPLETE_ABORT:
+            if commit:
+                raise invalid
+            if retry or not v2 and client_tv < 2:
+                return meta, "retry"
+            return meta, "prepare"  # a new, empty abort
+        if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+            if (meta.state == PREPARE_COMMIT) == commit:
                 raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the transaction is completing")
-            if meta.state != ONGOING:
-                raise InvalidTxnStateError(f"transactional id {txn_id!r}: cannot {'commit' if commit else 'abort'} "
-                                           f"in state {meta.state_name}")
+            raise invalid
+        if meta.state == EMPTY and not commit and client_tv >= 2:
+            return meta, "prepare"  # transactions v2: abort with nothing added
+        raise invalid
+
+    def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool, client_tv: int = 0) -> tuple[int, int]:
+        """EndTxn: decide the transaction (PrepareX, durable), write its markers (each partition fsynced), complete
+        it; returns the producer id and epoch the producer goes on with (EndTxn v5's answer). The locks are held
+        only while the state changes, not while the disk works: concurrent transactions of other ids share the
+        fsyncs (Log.sync's group commit), and a request for this id meanwhile gets CONCURRENT_TRANSACTIONS
+        (PrepareX), as from Kafka.
+
+        Transactions v2 (``client_tv`` 2, EndTxn v5; KIP-890 part 2): PrepareX carries the epoch bumped by one,
+        the markers are written with it (a batch of the old epoch is then refused by every partition of the
+        transaction), and the producer goes on with it; at an exhausted epoch (32766) PrepareX names a new
+        producer id (NextProducerId), which CompleteX takes with epoch 0."""
+        want_prepare = PREPARE_COMMIT if commit else PREPARE_ABORT
+        with self._locked():
+            meta, step = self._end_check(txn_id, pid, epoch, commit, client_tv)
+            if step == "retry":
+                return meta.producer_id, meta.epoch
+            now = _now_ms()
+            if meta.state != ONGOING:  # transactions v2's empty abort: no partition, started now
+                meta.partitions = set()
+                meta.start_ms = now
+            if client_tv >= 2:
+                if meta.epoch >= _MAX_EPOCH:
+                    meta.next_producer_id = self.new_producer_id()
+                meta.last_epoch = meta.epoch
+                meta.epoch += 1  # at most 32767 (Short.MAX_VALUE): the producer never writes with it
+            meta.client_tv = client_tv
             meta.state = want_prepare
-            meta.last_update_ms = _now_ms()
+            meta.last_update_ms = now
             self._write(meta, sync=False)
             partitions = sorted(meta.partitions)
+            marker_pid, marker_epoch = meta.producer_id, meta.epoch
+            # what the producer goes on with (Kafka answers it from PrepareX: CompleteX's id and epoch)
+            result = (meta.next_producer_id, 0) if meta.client_tv >= 2 and meta.next_producer_id >= 0 else \
+                (meta.producer_id, meta.epoch)
             self._completing.add(txn_id)
         try:
             # the fate of the transaction, fsynced (with whatever else was appended meanwhile): acknowledged from here
             self._txn_log().sync()
             failpoints.hit("txn:after-prepare")
-            self._write_markers(pid, epoch, commit, partitions)
+            self._write_markers(marker_pid, marker_epoch, commit, partitions)
             with self._locked():
                 meta = self.txns.get(txn_id)
-                if meta is not None and meta.state == want_prepare and meta.producer_id == pid and \
-                        meta.epoch == epoch:
+                if meta is not None and meta.state == want_prepare and meta.producer_id == marker_pid and \
+                        meta.epoch == marker_epoch:
                     self._mark_complete(meta)
+            return result
         finally:
             self._completing.discard(txn_id)
 
@@ -478,8 +575,14 @@ class TransactionCoordinator:
         meta.state = COMPLETE_COMMIT if meta.state == PREPARE_COMMIT else COMPLETE_ABORT
         meta.partitions = set()
         meta.last_update_ms = _now_ms()
+        old_pid = meta.producer_id
+        if meta.client_tv >= 2:
+            meta.prev_producer_id = old_pid
+            if meta.next_producer_id >= 0:  # the epoch was exhausted: the producer goes on with a new id
+                meta.producer_id, meta.epoch = meta.next_producer_id, 0
+            meta.next_producer_id = -1
         # not fsynced: lost, it leaves PrepareX, which the next start completes again (markers are idempotent)
-        self._write(meta, sync=False)
+        self._write(meta, sync=False, prev_producer_id=old_pid)
 
     def _abort_fenced(self, meta: TxnMeta, now: int) -> None:
         meta.last_epoch = meta.epoch

@@ -121,7 +121,7 @@ def fetch_fields(decoded, version, rows=None):
     return out
 
 
-@pytest.mark.parametrize("version", [7, 8, 9, 11])
+@pytest.mark.parametrize("version", [7, 8, 9, 11, 12])
 def test_parse_produce_truncated_at_every_byte_same_error_as_table_codec(version):
     frame = produce_request(version, "txn-ü", 1, 30000, [("a", [(0, b"x" * 30), (1, None)]), ("bb", [(5, b"yz")])])
     _, offset = protocol.read_request_header(frame)
@@ -135,7 +135,7 @@ def test_parse_produce_truncated_at_every_byte_same_error_as_table_codec(version
         assert wire_produce(frame + b"\x00", offset, version) == table_produce(frame, offset, version)
     with pytest.raises(InvalidRequestError):
         _wire.parse_produce(frame, len(frame) + 1, version)
-    for unsupported in (2, 12):
+    for unsupported in (2, 13):
         with pytest.raises(UnsupportedVersionError):
             _wire.parse_produce(frame, offset, unsupported)
 
@@ -195,7 +195,7 @@ def test_encode_produce_response_equals_table_codec(version, correlation_id, top
 
 def test_encode_produce_response_bad_values():
     with pytest.raises(UnsupportedVersionError):
-        _wire.encode_produce_response(12, 1, [], 0)
+        _wire.encode_produce_response(13, 1, [], 0)
     with pytest.raises(ValueError, match="Produce v7 response"):
         _wire.encode_produce_response(7, 1, [("t", [(2**31, 0, 0, 0, 0)])], 0)
     with pytest.raises(ValueError, match="str"):
@@ -404,7 +404,7 @@ def test_kio_parses_our_hot_path_responses():
         assert obj.responses[0].partitions[0].records == bytes(batch)
         if version >= 13:
             assert str(obj.responses[0].topic_id) == str(tid)
-    for version in range(3, 12):
+    for version in range(3, 13):
         data = _wire.encode_produce_response(version, 1, [("t", [(0, 87, -1, -1, 2, [(1, "no key")], "why")])], 0)
         obj, end = entity_reader(load_response_schema(0, version))(data[8 + (version >= 9):], 0)
         assert end == len(data) - 8 - (version >= 9)

@@ -17,7 +17,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import kafkalog
 from kafkalog._engine.batch import build_batch
-from kafkalog.errors import ConcurrentTransactionsError, KafkaError, ProducerFencedError
+from kafkalog.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    KafkaError,
+    ProducerFencedError,
+)
 from kafkalog.storage import failpoints
 from kafkalog.storage.transactions import (
     COMPLETE_ABORT,
@@ -70,6 +76,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.pending[txn] = []
         self.handles[txn] = (pid, epoch)
 
+    def _add(self, txn, pid, epoch, tp):
+        self.coord.add_partitions(txn, pid, epoch, [tp])
+
     def _ended(self, txn, commit):
         if commit:
             self.visible.extend(self.pending[txn])
@@ -90,7 +99,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if txn not in self.handles:
             self._init(txn)
         pid, epoch = self.handles[txn]
-        self.coord.add_partitions(txn, pid, epoch, [tp])
+        self._add(txn, pid, epoch, tp)
         self.coord.check_produce(txn, pid, epoch, tp)
         self.counter += 1
         value = b"%s-%d" % (txn.encode(), self.counter)
@@ -182,6 +191,83 @@ class CoordinatorMachine(RuleBasedStateMachine):
 TestCoordinatorModel = CoordinatorMachine.TestCase
 TestCoordinatorModel.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
                                          suppress_health_check=[HealthCheck.too_slow])
+
+
+class CoordinatorV2Machine(CoordinatorMachine):
+    """The same model for transactions v2 clients (KIP-890 part 2: Produce v12's implicit add, EndTxn v5): every end
+    of a transaction bumps the producer's epoch by one, the markers carry the bumped epoch (so every partition of the
+    transaction refuses the old one at once), the producer goes on with what EndTxn answered, and a retried EndTxn
+    (the answer lost to a crash) is recognised by its epoch one below and answered with the current one."""
+
+    def _add(self, txn, pid, epoch, tp):
+        self.coord.add_partitions(txn, pid, epoch, [tp], client_tv=2)
+
+    def _end(self, txn, pid, epoch, commit):
+        return self.coord.end_txn(txn, pid, epoch, commit, client_tv=2)
+
+    def _ended_v2(self, txn, pid, epoch, touched, got):
+        assert got == (pid, epoch + 1), (got, pid, epoch)  # one bump per transaction
+        self.handles[txn] = got
+        for tp in touched:
+            # the marker carries the bumped epoch: the partition itself refuses the old one from now on
+            with pytest.raises(InvalidProducerEpochError):
+                self.store.log(tp.topic, tp.partition).append_records(build_batch(
+                    [b"zombie"], producer_id=pid, producer_epoch=epoch, base_sequence=1000, is_transactional=True))
+            with pytest.raises((ProducerFencedError, InvalidProducerEpochError)):
+                self.coord.check_produce(txn, pid, epoch, tp)
+
+    @rule(txn=st.sampled_from(TXN_IDS), commit=st.booleans())
+    def end(self, txn, commit):
+        if not self.pending[txn]:
+            return
+        pid, epoch = self.handles[txn]
+        touched = {tp for tp, _, _ in self.pending[txn]}
+        got = self._end(txn, pid, epoch, commit)
+        self._ended(txn, commit)
+        assert self.coord.describe(txn).state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT)
+        self._ended_v2(txn, pid, epoch, touched, got)
+
+    @rule(txn=st.sampled_from(TXN_IDS), commit=st.booleans(), point=st.sampled_from(CRASH_POINTS))
+    def end_and_crash(self, txn, commit, point):
+        if not self.pending[txn]:
+            return
+        pid, epoch = self.handles[txn]
+        touched = {tp for tp, _, _ in self.pending[txn]}
+        failpoints.enable(point, "raise")
+        try:
+            with pytest.raises(OSError):
+                self._end(txn, pid, epoch, commit)
+        finally:
+            failpoints.disable(point)
+        self._restart()  # PrepareX (with the bumped epoch) was durable: the new coordinator completes it
+        self._ended(txn, commit)
+        assert self.coord.describe(txn).state == (COMPLETE_COMMIT if commit else COMPLETE_ABORT)
+        # the producer retries its EndTxn with the epoch it has: a retry, answered with the bumped epoch
+        self._ended_v2(txn, pid, epoch, touched, self._end(txn, pid, epoch, commit))
+
+    @rule(txn=st.sampled_from(TXN_IDS))
+    def time_out(self, txn):
+        if not self.pending[txn]:
+            return
+        meta = self.coord.describe(txn)
+        now = meta.start_ms + meta.timeout_ms + 1
+        expired = [t for t in TXN_IDS if self.pending[t]
+                   and self.coord.describe(t).start_ms + self.coord.describe(t).timeout_ms < now]
+        assert self.coord.expire(now_ms=now) == len(expired)
+        for t in expired:
+            self.hidden += [v for _, v, _ in self.pending[t]]
+            self.pending[t] = []
+            pid, epoch = self.handles.pop(t)
+            # Kafka 4.4 at transaction.version 2: the abort bumped the epoch once; the old producer's commit is
+            # INVALID_TXN_STATE, its abort a retry of that abort (checked against Kafka in the lab)
+            with pytest.raises(InvalidTxnStateError):
+                self._end(t, pid, epoch, True)
+            assert self._end(t, pid, epoch, False) == (pid, epoch + 1)
+
+
+TestCoordinatorV2Model = CoordinatorV2Machine.TestCase
+TestCoordinatorV2Model.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
+                                           suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_an_idle_transactional_id_expires_and_comes_back_with_a_new_producer_id(tmp_path):
