@@ -97,7 +97,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     25: (0, 4),   # AddOffsetsToTxn
     26: (0, 5),   # EndTxn (5: transactions v2, KIP-890 part 2: an epoch bump per transaction)
     27: (1, 2),   # WriteTxnMarkers (the admin client's abortTransaction: kafka-transactions abort)
-    28: (0, 5),   # TxnOffsetCommit (5: transactions v2's implicit AddOffsetsToTxn)
+    28: (0, 6),   # TxnOffsetCommit (5: transactions v2's implicit AddOffsetsToTxn; 6: topic ids, KIP-1319)
     61: (0, 0),   # DescribeProducers
     65: (0, 0),   # DescribeTransactions
     66: (0, 2),   # ListTransactions
@@ -1423,8 +1423,18 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
         if not code and (member or generation >= 0):  # KIP-447: a group member's commit is fenced by generation
             code = s.groups.check_commit(group, member, generation, req.get("group_instance_id"))
     topics, offsets = [], {}
+    by_id = None
+    if header.api_version >= 6:  # KIP-1319: topics by id (an id no topic has: UNKNOWN_TOPIC_ID)
+        by_id = s.store.topics_by_id()
+        if any(t["topic_id"] not in by_id for t in req["topics"]):
+            by_id = yield s.loop.run_in_executor(None, _topics_by_id, s)
     for t in req["topics"]:
-        name = t["name"]
+        name = t["name"] if by_id is None else by_id.get(t["topic_id"])
+        if name is None:
+            topics.append({"topic_id": t["topic_id"], "partitions": [
+                {"partition_index": p["partition_index"], "error_code": code or UnknownTopicIdError.code}
+                for p in t["partitions"]]})
+            continue
         topic_code = code or (TOPIC_DENIED if not_allowed(s, ctx, "READ", "TOPIC", name) else 0)
         n = s.partitions(name) if not topic_code else 0
         parts = []
@@ -1441,7 +1451,7 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
                 except KafkaError as e:
                     pc = error_code(e)
             parts.append({"partition_index": idx, "error_code": pc})
-        topics.append({"name": name, "partitions": parts})
+        topics.append({"name": name, "topic_id": t.get("topic_id"), "partitions": parts})
     if offsets:
         try:
             yield _off_loop(s, s.store.offsets.commit_transactional, group, offsets, req["producer_id"],
@@ -1449,7 +1459,7 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
         except KafkaError as e:
             for t in topics:
                 for p in t["partitions"]:
-                    if TopicPartition(t["name"], p["partition_index"]) in offsets:
+                    if TopicPartition(t.get("name"), p["partition_index"]) in offsets:
                         p["error_code"] = error_code(e)
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics})
 

@@ -634,7 +634,7 @@ END_TXN = {
 }
 
 TXN_OFFSET_COMMIT = {
-    "key": 28, "name": "TxnOffsetCommit", "versions": (0, 5), "flexible": 3,
+    "key": 28, "name": "TxnOffsetCommit", "versions": (0, 6), "flexible": 3,
     "request": (
         ("transactional_id", "string", "0+", {}),
         ("group_id", "string", "0+", {}),
@@ -645,6 +645,7 @@ TXN_OFFSET_COMMIT = {
         ("group_instance_id", "string", "3+", {"nullable": "3+", "default": None}),
         ("topics", "[]TxnOffsetCommitRequestTopic", "0+", {}, (
             ("name", "string", "0-5", {}),
+            ("topic_id", "uuid", "6+", {}),  # KIP-1319: topics by id from v6
             ("partitions", "[]TxnOffsetCommitRequestPartition", "0+", {}, (
                 ("partition_index", "int32", "0+", {}),
                 ("committed_offset", "int64", "0+", {}),
@@ -657,6 +658,7 @@ TXN_OFFSET_COMMIT = {
         ("throttle_time_ms", "int32", "0+", {}),
         ("topics", "[]TxnOffsetCommitResponseTopic", "0+", {}, (
             ("name", "string", "0-5", {}),
+            ("topic_id", "uuid", "6+", {}),
             ("partitions", "[]TxnOffsetCommitResponsePartition", "0+", {}, (
                 ("partition_index", "int32", "0+", {}),
                 ("error_code", "int16", "0+", {}),

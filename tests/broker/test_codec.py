@@ -24,9 +24,10 @@ from kafkalog.errors import InvalidRequestError, UnsupportedVersionError
 
 CASES = [(key, v) for key, (lo, hi) in protocol.SUPPORTED.items() for v in range(lo, hi + 1)]
 CASE_IDS = [f"{protocol.API_NAMES[k]}-v{v}" for k, v in CASES]
-# versions newer than kio 0.6.5's schemas (DeleteGroups v3, Kafka 4.4: a per-group ErrorMessage): their bytes are
-# checked against Apache Kafka 4.4 itself (tests/compat/test_wire_versions.py); kio must not know them (else drop here)
-KIO_MISSING = {(42, 3)}
+# versions newer than kio 0.6.5's schemas (DeleteGroups v3, Kafka 4.4: a per-group ErrorMessage; TxnOffsetCommit v6,
+# KIP-1319's topic ids): their bytes are checked against Apache Kafka 4.4 itself (tests/compat/test_wire_versions.py,
+# tests/compat/test_transactions_v2.py); kio must not know them (else drop here)
+KIO_MISSING = {(42, 3), (28, 6)}
 KIO_CASES = [c for c in CASES if c not in KIO_MISSING]
 KIO_IDS = [f"{protocol.API_NAMES[k]}-v{v}" for k, v in KIO_CASES]
 
@@ -319,7 +320,7 @@ def test_every_supported_version_is_tested_and_kio_knows_it():
         13: (0, 5), 14: (0, 5), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 5), 36: (0, 2),
         48: (0, 1), 49: (0, 1),
         # transactions (KIP-98/447, KIP-890 parts 1 and 2, and KIP-664's tooling APIs)
-        24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 2), 28: (0, 5), 61: (0, 0), 65: (0, 0), 66: (0, 2),
+        24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 2), 28: (0, 6), 61: (0, 0), 65: (0, 0), 66: (0, 2),
         # the admin APIs (flexible versions included)
         15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 5), 37: (0, 3),
         42: (0, 3), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 2), 75: (0, 0),

@@ -14,6 +14,7 @@ run, most of it waiting for Kafka's coordinator on first use).
 from __future__ import annotations
 
 import time
+import uuid
 
 from kafkalog._engine.batch import iter_batches
 from kafkalog.storage.txnformat import decode_txn_log_key, decode_txn_log_value
@@ -29,6 +30,7 @@ class Side:
         self.name = target.name
         self.w = Wire(int(target.bootstrap.rsplit(":", 1)[1]), timeout=30)
         self.pid = self.epoch0 = None
+        self.ids = {}
 
     def close(self):
         self.w.close()
@@ -53,6 +55,7 @@ class Side:
                                    "allow_auto_topic_creation": False,
                                    "include_topic_authorized_operations": False})["topics"][0]
             if md["error_code"] == 0 and all(p["leader_id"] >= 0 for p in md["partitions"]):
+                self.ids[topic] = md["topic_id"]
                 return
             del rec
             time.sleep(0.1)
@@ -97,14 +100,20 @@ class Side:
             out["id"] = self.rel(r["producer_id"], r["producer_epoch"])
         return out
 
-    def txn_offset_commit(self, txn, group, pid, epoch, topic, offset, version=5) -> list:
+    def txn_offset_commit(self, txn, group, pid, epoch, topic, offset, version=5, topic_id=None) -> list:
+        if version >= 6 and topic_id is None:
+            topic_id = self.ids[topic]
         r = self.call(28, version, {"transactional_id": txn, "group_id": group, "producer_id": pid,
                                     "producer_epoch": epoch, "generation_id": -1, "member_id": "",
                                     "group_instance_id": None, "topics": [
-                                        {"name": topic, "partitions": [
+                                        {"name": topic, "topic_id": topic_id, "partitions": [
                                             {"partition_index": 0, "committed_offset": offset,
                                              "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
-        return [p["error_code"] for t in r["topics"] for p in t["partitions"]]
+        return [(self.rel_topic(t.get("topic_id")) if version >= 6 else t["name"], p["error_code"])
+                for t in r["topics"] for p in t["partitions"]]
+
+    def rel_topic(self, topic_id):
+        return next((name for name, tid in self.ids.items() if tid == topic_id), str(topic_id))
 
     def add_v4(self, version, txn, pid, epoch, topic, partitions, verify_only) -> dict:
         r = self.call(24, version, {"transactions": [
@@ -115,21 +124,34 @@ class Side:
             for t in r["results_by_transaction"] for x in t["topic_results"] for p in x["results_by_partition"])}
 
     def batches(self, topic, partition=0, isolation=0) -> list:
-        r = self.call(1, 11, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
-                              "isolation_level": isolation, "session_id": 0, "session_epoch": -1, "topics": [
-                                  {"topic": topic, "partitions": [
-                                      {"partition": partition, "current_leader_epoch": -1, "fetch_offset": 0,
-                                       "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
-                              "forgotten_topics_data": [], "rack_id": ""})
-        p = r["responses"][0]["partitions"][0]
-        out = []
-        for b in iter_batches(bytes(p["records"] or b"")):
-            out.append({"offset": b.base_offset, "id": self.rel(b.producer_id, b.producer_epoch),
-                        "seq": b.base_sequence, "control": b.is_control, "txn": b.is_transactional,
-                        "values": None if b.is_control else [bytes(r.value) for r in b]})
-        return [{"error_code": p["error_code"], "lso": p["last_stable_offset"], "hw": p["high_watermark"],
-                 "aborted": [(self.rel(a["producer_id"], 0)[0], a["first_offset"])
-                             for a in (p["aborted_transactions"] or [])]}, out]
+        """Every batch up to the fetchable end, fetched from the next offset until there (both brokers answer
+        fewer batches than max_bytes would take at times); the first fetch's partition fields."""
+        out, first, offset = [], None, 0
+        for _ in range(50):
+            r = self.call(1, 11, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                                  "isolation_level": isolation, "session_id": 0, "session_epoch": -1, "topics": [
+                                      {"topic": topic, "partitions": [
+                                          {"partition": partition, "current_leader_epoch": -1,
+                                           "fetch_offset": offset, "log_start_offset": -1,
+                                           "partition_max_bytes": 1 << 20}]}],
+                                  "forgotten_topics_data": [], "rack_id": ""})
+            p = r["responses"][0]["partitions"][0]
+            if first is None:
+                first = {"error_code": p["error_code"], "lso": p["last_stable_offset"], "hw": p["high_watermark"],
+                         "aborted": [(self.rel(a["producer_id"], 0)[0], a["first_offset"])
+                                     for a in (p["aborted_transactions"] or [])]}
+            end = p["last_stable_offset"] if isolation else p["high_watermark"]
+            got = list(iter_batches(bytes(p["records"] or b"")))
+            for b in got:
+                out.append({"offset": b.base_offset, "id": self.rel(b.producer_id, b.producer_epoch),
+                            "seq": b.base_sequence, "control": b.is_control, "txn": b.is_transactional,
+                            "values": None if b.is_control else [bytes(r.value) for r in b]})
+            if not got or p["error_code"]:
+                break
+            offset = got[-1].base_offset + got[-1].last_offset_delta + 1
+            if offset >= end:
+                break
+        return [first, out]
 
     def txn_log(self, txn) -> list:
         """The __transaction_state records of ``txn`` (value decoded; timestamps and partition order left out)."""
@@ -160,7 +182,6 @@ class Side:
 
 
 def _zero():
-    import uuid
     return uuid.UUID(int=0)
 
 
@@ -205,6 +226,10 @@ def _scenario(side: Side, name: str) -> dict:
     out["add_v5"] = side.add_v4(5, txn, pid, e + 3, topic, [0], False)
     out["produce4_v11"] = side.produce(txn, topic, 0, [b"c4-0"], pid, e + 3, 0, version=11)
     out["produce4_v11_other"] = side.produce(txn, f"{topic}-none", 0, [b"x"], pid, e + 3, 0, version=11)
+    # TxnOffsetCommit v6 (topics by id, KIP-1319): adds the offsets too; an id no topic has
+    out["toc4_v6"] = side.txn_offset_commit(txn, group, pid, e + 3, topic, 4, version=6)
+    out["toc4_v6_unknown_id"] = side.txn_offset_commit(txn, group, pid, e + 3, topic, 4, version=6,
+                                                       topic_id=uuid.UUID(int=12345))
     out["end4"] = side.end(txn, pid, e + 3, True)
     out["log_uncommitted"] = side.batches(topic, isolation=0)
     out["log_committed"] = side.batches(topic, isolation=1)
@@ -224,3 +249,10 @@ def test_transactions_v2_wire_conversation(targets, topic_name):
             side.close()
     assert_same(answers["kafka"], answers["kafkalog"], what="transactions v2 conversation",
                 ignore=("offsets_log.hw", "offsets_log.lso"))
+    # and what the conversation shows (so the comparison cannot pass on two equally broken answers)
+    ours = answers["kafkalog"]
+    assert ours["end1"] == ours["end1_retry"] == {"error_code": 0, "id": ("P", 1)}
+    assert ours["produce1"] == 0 and ours["toc1"] == [(f"{name}-t", 0)] and ours["toc4_v6"] == [(f"{name}-t", 0)]
+    assert ours["produce_old_epoch"] == 47 and ours["toc_old_epoch"] == [(f"{name}-t", 47)]
+    assert ours["toc4_v6_unknown_id"][0][1] == 100  # UNKNOWN_TOPIC_ID
+    assert [b["id"] for b in ours["log_uncommitted"][1] if b["control"]] == [("P", 1), ("P", 2), ("P", 4)]
