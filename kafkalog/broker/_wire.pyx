@@ -1,9 +1,11 @@
-# Kafka wire protocol hot path (Produce v3-12 request/response, v12 being v11's bytes (KIP-890 part 2), Fetch v4-18
-# request/response), in Kafka notation:
+# Kafka wire protocol hot path (Produce v3-13 request/response: v12 is v11's bytes (KIP-890 part 2), v13 names
+# topics by id; Fetch v4-18 request/response), in Kafka notation:
 #
-#   ProduceRequest v3-11 => transactional_id(NULLABLE_STRING) acks(INT16) timeout_ms(INT32)
-#     [topic_data => name(STRING) [partition_data => index(INT32) records(NULLABLE RECORDS)]]
-#   ProduceResponse v3-11 => [responses => name(STRING) [partition_responses => index(INT32) error_code(INT16)
+#   ProduceRequest v3-13 => transactional_id(NULLABLE_STRING) acks(INT16) timeout_ms(INT32)
+#     [topic_data => name(STRING, v3-12) topic_id(UUID, v13+) [partition_data => index(INT32)
+#     records(NULLABLE RECORDS)]]
+#   ProduceResponse v3-13 => [responses => name(STRING, v3-12) topic_id(UUID, v13+) [partition_responses =>
+#     index(INT32) error_code(INT16)
 #     base_offset(INT64) log_append_time_ms(INT64) log_start_offset(INT64, v5+)
 #     [record_errors => batch_index(INT32) batch_index_error_message(NULLABLE_STRING)] (v8+)
 #     error_message(NULLABLE_STRING, v8+)]] throttle_time_ms(INT32)
@@ -307,10 +309,10 @@ cdef Py_ssize_t _buffer_size(object b) except -1:
 # Produce
 
 def parse_produce(frame, Py_ssize_t offset, int version):
-    """ProduceRequest v3-12 body at ``offset`` → (transactional_id, acks, timeout_ms, topics), topics =
+    """ProduceRequest v3-13 body at ``offset`` → (transactional_id, acks, timeout_ms, topics), topics =
     [(name, [(partition, records memoryview or None), ...]), ...]; records are slices of ``frame``."""
-    if version < 3 or version > 12:
-        raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-12)")
+    if version < 3 or version > 13:
+        raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-13)")
     return _parse(0, frame, offset, version)
 
 
@@ -321,7 +323,8 @@ cdef object _parse(int api_key, object frame, Py_ssize_t offset, int version):
     PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
     try:
         if api_key == 0:
-            result = _parse_produce(<const unsigned char *>view.buf, view.len, offset, frame, version >= 9)
+            result = _parse_produce(<const unsigned char *>view.buf, view.len, offset, frame, version >= 9,
+                                    version >= 13)
         else:
             result = _parse_fetch(<const unsigned char *>view.buf, view.len, offset, version)
     except UnicodeDecodeError:
@@ -333,7 +336,8 @@ cdef object _parse(int api_key, object frame, Py_ssize_t offset, int version):
     return result
 
 
-cdef object _parse_produce(const unsigned char *buf, Py_ssize_t size, Py_ssize_t offset, object frame, bint fx):
+cdef object _parse_produce(const unsigned char *buf, Py_ssize_t size, Py_ssize_t offset, object frame, bint fx,
+                           bint ids):
     cdef Cursor c
     cdef Py_ssize_t n_topics, n_parts, n, i, j
     cdef int32_t index
@@ -352,7 +356,7 @@ cdef object _parse_produce(const unsigned char *buf, Py_ssize_t size, Py_ssize_t
         return None
     topics = []
     for i in range(n_topics):
-        name = read_str(&c, fx, False)
+        name = read_uuid(&c) if ids else read_str(&c, fx, False)  # v13+: the topic id (KIP-516)
         n_parts = read_len(&c, fx, False)
         if c.bad:
             return None
@@ -406,13 +410,15 @@ cdef unsigned char *_put_nullable_str(unsigned char *p, object s, bint fx):
 
 
 def encode_produce_response(int version, int32_t correlation_id, topics, int32_t throttle_time_ms):
-    """ProduceResponse v3-12 with size prefix and header (v1, with its tag buffer, from v9); topics = [(name,
+    """ProduceResponse v3-13 with size prefix and header (v1, with its tag buffer, from v9); topics = [(name (v13+:
+    the topic id, uuid.UUID),
     [(partition, error_code, base_offset, log_append_time_ms, log_start_offset[, record_errors[, error_message]]),
     ...]), ...] (log_start_offset unused before v5; record_errors = [(batch_index, message or None)] and
     error_message (str or None) from v8, empty / None when left out)."""
-    if version < 3 or version > 12:
-        raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-12)")
+    if version < 3 or version > 13:
+        raise UnsupportedVersionError(f"Produce v{version} is not supported (supported 3-13)")
     cdef bint fx = version >= 9
+    cdef bint ids = version >= 13
     cdef bint v8 = version >= 8
     cdef Py_ssize_t part_fixed = (30 if version >= 5 else 22) + (1 if fx else 0)
     cdef Py_ssize_t total = 4 + 4 + (1 if fx else 0) + _len_size(len(topics), fx, True) + 4 + (1 if fx else 0)
@@ -424,9 +430,13 @@ def encode_produce_response(int version, int32_t correlation_id, topics, int32_t
     try:
         for topic in topics:
             name, parts = topic
-            _utf8(name, &name_len)
-            total += _len_size(name_len, fx, False) + name_len + _len_size(len(parts), fx, True) \
-                + part_fixed * len(parts) + (1 if fx else 0)
+            if ids:
+                _topic_id(name)
+                total += 16
+            else:
+                _utf8(name, &name_len)
+                total += _len_size(name_len, fx, False) + name_len
+            total += _len_size(len(parts), fx, True) + part_fixed * len(parts) + (1 if fx else 0)
             if v8:
                 for part in parts:
                     record_errors = part[5] if len(part) > 5 else None
@@ -448,10 +458,15 @@ def encode_produce_response(int version, int32_t correlation_id, topics, int32_t
     try:
         for topic in topics:
             name, parts = topic
-            name_p = _utf8(name, &name_len)
-            p = _put_len(p, name_len, fx, False)
-            memcpy(p, name_p, name_len)
-            p += name_len
+            if ids:
+                raw = name.bytes if isinstance(name, _UUID) else name
+                memcpy(p, PyBytes_AS_STRING(raw), 16)
+                p += 16
+            else:
+                name_p = _utf8(name, &name_len)
+                p = _put_len(p, name_len, fx, False)
+                memcpy(p, name_p, name_len)
+                p += name_len
             p = _put_len(p, len(parts), fx, True)
             for part in parts:
                 partition, error_code, base_offset, log_append_time_ms, log_start_offset = part[:5]

@@ -75,7 +75,8 @@ from .sessions import TOPIC_IDS_FROM, FetchSessionCache, PartitionResult
 log = logging.getLogger("kafkalog.broker")
 
 ADVERTISED: dict[int, tuple[int, int]] = {
-    0: (0, 12),   # Produce (3-12 accepted; 8: record errors, 9: flexible; 12: transactions v2's implicit add)
+    0: (0, 13),   # Produce (3-13 accepted; 8: record errors, 9: flexible; 12: transactions v2's implicit add;
+                  # 13: topic ids)
     1: (4, 18),   # Fetch (12: flexible, 13: topic ids, 15: replica state, 16: KIP-951 fields, 17: directory id,
                   #  18: a follower's high watermark, KIP-1166: a tagged field consumers leave out)
     2: (1, 11),   # ListOffsets (7: max timestamp, KIP-734; 8-11: tiered-storage timestamps, answered untiered)
@@ -560,6 +561,13 @@ def _authorized_bits(s: Services, ctx, resource_type: str, name: str) -> int:
 def produce(s: Services, ctx, header, frame, offset):
     # hot path: the batches are memoryviews of the frame as received, stamped and written in place by the engine
     txn, acks, _timeout, topic_data = _wire.parse_produce(frame, offset, header.api_version)
+    ids = None
+    if header.api_version >= 13:  # KIP-516: topics by id; answered by id, an id no topic has UNKNOWN_TOPIC_ID
+        ids = [tid for tid, _ in topic_data]
+        by_id = s.store.topics_by_id()
+        if any(tid not in by_id for tid in ids):
+            by_id = yield s.loop.run_in_executor(None, _topics_by_id, s)
+        topic_data = [(by_id.get(tid), parts) for tid, parts in topic_data]
     faults = s.faults
     if faults is not None and faults.active:  # a test's stalled partition: the request waits until it resumes
         while (held := faults.hold(s.loop, topic_data)) is not None:
@@ -580,6 +588,11 @@ def produce(s: Services, ctx, header, frame, offset):
     refused = 0
     for name, partitions in topic_data:
         parts = []
+        if name is None:  # a topic id no topic has (v13+)
+            parts = [(idx, UnknownTopicIdError.code, -1, -1, -1) for idx, _ in partitions]
+            responses.append((name, parts))
+            failed = True
+            continue
         denied = auth and not_allowed(s, ctx, "WRITE", "TOPIC", name)
         for idx, records in partitions:
             if sl.due():
@@ -646,9 +659,14 @@ def produce(s: Services, ctx, header, frame, offset):
             ctx.connection.close("acks=0 produce failed (see the previous line)")
         return None
     if synced:
-        return Pipelined(_produce_synced(s, ctx, header, responses, synced, ctx.throttle_time_ms))
-    return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
-                                          ctx.throttle_time_ms)]
+        return Pipelined(_produce_synced(s, ctx, header, responses, synced, ctx.throttle_time_ms, ids))
+    return [_encode_produce(header, responses, ctx.throttle_time_ms, ids)]
+
+
+def _encode_produce(header, responses, throttle_time_ms: int, ids) -> bytes:
+    if ids is not None:  # v13+: each topic answered by the id it was asked by
+        responses = [(tid, parts) for tid, (_, parts) in zip(ids, responses)]
+    return _wire.encode_produce_response(header.api_version, header.correlation_id, responses, throttle_time_ms)
 
 
 # errors Kafka's ReplicaManager answers with an unknown append info (log_start_offset -1); any other refusal of a
@@ -670,7 +688,7 @@ def _implicit_adds(s: Services, ctx, txn: str, topic_data) -> dict:
     wanted: dict = {}
     auth = s.authorizer is not None
     for name, partitions in topic_data:
-        if auth and not_allowed(s, ctx, "WRITE", "TOPIC", name):
+        if name is None or auth and not_allowed(s, ctx, "WRITE", "TOPIC", name):
             continue
         n = s.partitions(name)
         for idx, records in partitions:
@@ -739,7 +757,7 @@ class Pipelined:
         self.coro = coro
 
 
-async def _produce_synced(s: Services, ctx, header, responses, synced, throttle_time_ms: int):
+async def _produce_synced(s: Services, ctx, header, responses, synced, throttle_time_ms: int, ids=None):
     """acks=all on a single node: the answer goes out once the records are fsynced (there are no replicas to
     wait for). Each partition's group commit covers every request appended before its fsync started."""
     by_topic = {name: parts for name, parts in responses}
@@ -756,8 +774,7 @@ async def _produce_synced(s: Services, ctx, header, responses, synced, throttle_
                 log.error("acks=all produce from %s to %s-%d: fsync failed: %s", ctx.peer, name, idx, r)
             parts = by_topic[name]
             parts[i] = (idx, error_code(r) if isinstance(r, KafkaError) else KafkaStorageError.code, -1, -1, -1)
-    return [_wire.encode_produce_response(header.api_version, header.correlation_id, responses,
-                                          throttle_time_ms)]
+    return [_encode_produce(header, responses, throttle_time_ms, ids)]
 
 
 # ---------------------------------------------------------------------------------------------------- Fetch

@@ -15,13 +15,14 @@ An API table: ``{"key", "name", "versions": (min, max) this codec speaks, "flexi
 """
 
 PRODUCE = {
-    "key": 0, "name": "Produce", "versions": (3, 12), "flexible": 9,
+    "key": 0, "name": "Produce", "versions": (3, 13), "flexible": 9,
     "request": (
         ("transactional_id", "string", "3+", {"nullable": "3+", "default": None}),
         ("acks", "int16", "0+", {}),
         ("timeout_ms", "int32", "0+", {}),
         ("topic_data", "[]TopicProduceData", "0+", {}, (
             ("name", "string", "0-12", {}),
+            ("topic_id", "uuid", "13+", {}),  # KIP-516: topics by id from v13
             ("partition_data", "[]PartitionProduceData", "0+", {}, (
                 ("index", "int32", "0+", {}),
                 ("records", "records", "0+", {"nullable": "0+"}),
@@ -31,6 +32,7 @@ PRODUCE = {
     "response": (
         ("responses", "[]TopicProduceResponse", "0+", {}, (
             ("name", "string", "0-12", {}),
+            ("topic_id", "uuid", "13+", {}),
             ("partition_responses", "[]PartitionProduceResponse", "0+", {}, (
                 ("index", "int32", "0+", {}),
                 ("error_code", "int16", "0+", {}),

@@ -316,7 +316,7 @@ def test_every_supported_version_is_tested_and_kio_knows_it():
         with pytest.raises(Exception, match="entity path"):
             load_response_schema(key, version)
     assert protocol.SUPPORTED == {
-        0: (3, 12), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 9), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4),
+        0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 9), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4),
         13: (0, 5), 14: (0, 5), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 5), 36: (0, 2),
         48: (0, 1), 49: (0, 1),
         # transactions (KIP-98/447, KIP-890 parts 1 and 2, and KIP-664's tooling APIs)

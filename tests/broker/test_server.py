@@ -71,16 +71,19 @@ def test_api_versions_lists_exactly_the_matrix(broker):
             assert resp["error_code"] == 0
             got = {k["api_key"]: (k["min_version"], k["max_version"]) for k in resp["api_keys"]}
             assert got == ADVERTISED
-    # the matrix of the issue: Produce 0-11 (3-11 accepted; 12 is transactions v2), Fetch 4-18 (13+: topic ids),
-    # ...; flexible: Produce 9-11, Fetch 12-17, ApiVersions 3-4, ListOffsets 6-11 (v7: the
+    # the matrix of the issue: Produce 0-13 (3-13 accepted; 12: transactions v2, 13: topic ids), Fetch 4-18 (13+: topic
+    # ids), ...; flexible: Produce 9-13, Fetch 12-18, ApiVersions 3-4, ListOffsets 6-11 (v7: the
     # max-timestamp lookup of kafka-get-offsets --time -3), Metadata 9-13 (10+: topic ids), CreateTopics 5-7 (what was
     # made) and the admin APIs (issue 12), at the versions Kafka 4's clients and tools pick; transactions (issue 23):
-    # OffsetFetch 7 (RequireStable), InitProducerId 2-5, AddPartitionsToTxn 3, AddOffsetsToTxn, EndTxn and
-    # TxnOffsetCommit 3-4, DescribeProducers / DescribeTransactions / ListTransactions; at Kafka 4.4's maxima (issue
+    # OffsetFetch 7 (RequireStable), InitProducerId 2-5, AddPartitionsToTxn 3-5, AddOffsetsToTxn, EndTxn 3-5 and
+    # TxnOffsetCommit 3-6 (transactions v2: KIP-890 part 2), DescribeProducers / DescribeTransactions /
+    # ListTransactions; at Kafka 4.4's maxima (issue
     # 24): the classic group protocol (OffsetCommit 2-9, JoinGroup 0-9, Heartbeat 0-4, LeaveGroup 0-5, SyncGroup 0-5),
     # FindCoordinator 6, OffsetFetch 10, Metadata 13, ListOffsets 11, DeleteTopics 6; KIP-848's
     # ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1
-    assert ADVERTISED[0] == (0, 11) and ADVERTISED[1] == (4, 18) and ADVERTISED[18] == (0, 4)
+    assert ADVERTISED[0] == (0, 13) and ADVERTISED[1] == (4, 18) and ADVERTISED[18] == (0, 4)
+    assert ADVERTISED[22] == (0, 5) and ADVERTISED[24] == (0, 5) and ADVERTISED[26] == (0, 5)
+    assert ADVERTISED[28] == (0, 6)
     assert ADVERTISED[2] == (1, 11) and ADVERTISED[3] == (0, 13)
     assert ADVERTISED[9] == (1, 10) and ADVERTISED[10] == (0, 6) and ADVERTISED[20] == (1, 6)
     assert {k for k in ADVERTISED if protocol.is_flexible(k, ADVERTISED[k][1])} == {

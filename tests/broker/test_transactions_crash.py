@@ -316,3 +316,99 @@ def test_ongoing_transaction_killed_is_aborted_on_its_timeout(brokers, tmp_path)
     further_transaction(bs, sc, first, txn)
     rc, _, err = b2.stop()
     assert rc == 0, err[-3000:]
+
+
+# -- transactions v2 (KIP-890 part 2): the same kills under an EndTxn v5, over raw frames ------------------------
+# (librdkafka takes the v1 paths; Java and franz-go take these only where transaction.version 2 is advertised)
+
+def _tv2_wire(port):
+    from .wire import Wire
+    return Wire(port, timeout=30)
+
+
+def _tv2_produce(w, txn, topic, partition, values, pid, epoch, seq) -> int:
+    from .wire import batch
+    r = w.call(0, 12, {"transactional_id": txn, "acks": -1, "timeout_ms": 5000, "topic_data": [
+        {"name": topic, "partition_data": [{"index": partition, "records": batch(
+            values, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)}]}]})
+    return r["responses"][0]["partition_responses"][0]["error_code"]
+
+
+def _tv2_end(w, txn, pid, epoch, commit) -> tuple:
+    r = w.call(26, 5, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": commit})
+    return r["error_code"], r["producer_id"], r["producer_epoch"]
+
+
+def _tv2_log(port, topic, partition) -> list:
+    """(producer id, epoch, control, values) of every batch of the partition, read_uncommitted."""
+    from kafkalog._engine.batch import iter_batches
+    out, offset = [], 0
+    with _tv2_wire(port) as w:
+        for _ in range(POLLS):
+            p = w.fetch(topic, partition, offset)
+            got = list(iter_batches(bytes(p["records"] or b"")))
+            out += [(b.producer_id, b.producer_epoch, b.is_control, [bytes(r.value) for r in b] if not b.is_control
+                     else None) for b in got]
+            if not got:
+                return out
+            offset = got[-1].base_offset + got[-1].last_offset_delta + 1
+    raise AssertionError("the log did not end")
+
+
+_TV2_DEFAULT = {("txn:after-marker", True)}
+TV2_CASES = [pytest.param(f, c, id=f"tv2-{f}-{'commit' if c else 'abort'}",
+                          marks=() if (f, c) in _TV2_DEFAULT else pytest.mark.slow)
+             for f in FAILPOINTS for c in (True, False)]
+
+
+@pytest.mark.parametrize(("failpoint", "commit"), TV2_CASES)
+def test_tv2_end_txn_killed_then_completed_on_restart(brokers, tmp_path, failpoint, commit):
+    """Produce v12 (implicit adds) on three partitions, EndTxn v5, the broker killed at ``failpoint``: after the
+    restart the transaction is complete (read_committed shows it whole, or nothing of it), its markers carry the
+    bumped epoch on every partition, the producer's retried EndTxn is recognised as a retry (answered with the
+    bumped epoch), the old epoch is refused, and the producer goes on with the bumped one."""
+    data = tmp_path / "data"
+    txn, ta, tb = f"tv2-{uuid.uuid4().hex[:8]}", f"tv2a-{uuid.uuid4().hex[:8]}", f"tv2b-{uuid.uuid4().hex[:8]}"
+    parts = [(ta, 0), (ta, 1), (tb, 0)]
+    b1 = brokers(data, failpoint=failpoint)
+    with _tv2_wire(b1.port) as w:
+        assert w.create_topic(ta, 2)["error_code"] == 0 and w.create_topic(tb, 1)["error_code"] == 0
+        r = w.call(22, 5, {"transactional_id": txn, "transaction_timeout_ms": 60000, "producer_id": -1,
+                           "producer_epoch": -1})
+        pid, epoch = r["producer_id"], r["producer_epoch"]
+        for topic, partition in parts:
+            values = [f"{topic}-{partition}-{i}".encode() for i in range(N_PER_PARTITION)]
+            assert _tv2_produce(w, txn, topic, partition, values, pid, epoch, 0) == 0
+        w.send(26, 5, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": commit})
+        assert w.recv_frame() is None  # the broker died under the EndTxn
+    assert b1.proc.wait(timeout=30) == -signal.SIGKILL, f"the failpoint {failpoint} did not fire: " + \
+        b1.stderr()[-3000:]
+
+    b2 = brokers(data)
+    for topic, partition in parts:
+        log = _tv2_log(b2.port, topic, partition)
+        assert [b[3] for b in log if not b[2]] == [[f"{topic}-{partition}-{i}".encode()
+                                                    for i in range(N_PER_PARTITION)]]
+        # one marker (a crash before the completion may leave a second, identical one), with the bumped epoch
+        markers = [b[:2] for b in log if b[2]]
+        assert markers and set(markers) == {(pid, epoch + 1)}, markers
+    with _tv2_wire(b2.port) as w:
+        for topic, partition in parts:
+            fetched = w.call(1, 11, {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                                     "isolation_level": 1, "session_id": 0, "session_epoch": -1, "topics": [
+                                         {"topic": topic, "partitions": [
+                                             {"partition": partition, "current_leader_epoch": -1, "fetch_offset": 0,
+                                              "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+                                     "forgotten_topics_data": [], "rack_id": ""})["responses"][0]["partitions"][0]
+            assert fetched["last_stable_offset"] == fetched["high_watermark"]
+            aborted = [(a["producer_id"], a["first_offset"]) for a in fetched["aborted_transactions"] or []]
+            assert aborted == ([] if commit else [(pid, 0)])
+        # the producer's EndTxn again, its answer lost to the kill: a retry, answered with the bumped epoch
+        assert _tv2_end(w, txn, pid, epoch, commit) == (0, pid, epoch + 1)
+        assert _tv2_end(w, txn, pid, epoch, not commit)[0] == 48  # the opposite result: INVALID_TXN_STATE
+        assert _tv2_produce(w, txn, ta, 0, [b"zombie"], pid, epoch, N_PER_PARTITION) == 47  # the old epoch
+        assert _tv2_produce(w, txn, ta, 0, [b"next"], pid, epoch + 1, 0) == 0
+        assert _tv2_end(w, txn, pid, epoch + 1, True) == (0, pid, epoch + 2)
+    rc, _, err = b2.stop()
+    assert rc == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]

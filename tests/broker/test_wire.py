@@ -31,15 +31,24 @@ def _records_value(records):
 # Produce request
 
 def produce_request(version, transactional_id, acks, timeout_ms, topics, client_id="c"):
+    key = "topic_id" if version >= 13 else "name"  # v13+: topics by id (a uuid.UUID in ``topics``)
     body = {"transactional_id": transactional_id, "acks": acks, "timeout_ms": timeout_ms, "topic_data": [
-        {"name": name, "partition_data": [{"index": p, "records": r} for p, r in parts]} for name, parts in topics]}
+        {key: name, "partition_data": [{"index": p, "records": r} for p, r in parts]} for name, parts in topics]}
     return protocol.encode_request(0, version, 7, client_id, body)[4:]
+
+
+def _by_id(topics, version):
+    """Produce v13+ names topics by id: each name stands for the id made from it."""
+    if version < 13:
+        return topics
+    return [(uuid.uuid5(uuid.NAMESPACE_URL, n), parts) for n, parts in topics]
 
 
 def table_produce(frame, offset, version):
     d = protocol.decode_request(0, version, frame, offset)
     return (d["transactional_id"], d["acks"], d["timeout_ms"],
-            [(t["name"], [(p["index"], _records_value(p["records"])) for p in t["partition_data"]])
+            [(t["topic_id"] if version >= 13 else t["name"],
+              [(p["index"], _records_value(p["records"])) for p in t["partition_data"]])
              for t in d["topic_data"]])
 
 
@@ -52,8 +61,9 @@ PRODUCE_TOPICS = st.lists(st.tuples(NAMES, st.lists(st.tuples(I32, RECORDS), max
 
 
 @SETTINGS
-@given(version=st.integers(3, 11), txn=st.one_of(st.none(), NAMES), acks=I16, timeout_ms=I32, topics=PRODUCE_TOPICS)
+@given(version=st.integers(3, 13), txn=st.one_of(st.none(), NAMES), acks=I16, timeout_ms=I32, topics=PRODUCE_TOPICS)
 def test_parse_produce_equals_table_codec(version, txn, acks, timeout_ms, topics):
+    topics = _by_id(topics, version)
     frame = produce_request(version, txn, acks, timeout_ms, topics)
     _, offset = protocol.read_request_header(frame)
     assert wire_produce(frame, offset, version) == table_produce(frame, offset, version) == (
@@ -121,9 +131,10 @@ def fetch_fields(decoded, version, rows=None):
     return out
 
 
-@pytest.mark.parametrize("version", [7, 8, 9, 11, 12])
+@pytest.mark.parametrize("version", [7, 8, 9, 11, 12, 13])
 def test_parse_produce_truncated_at_every_byte_same_error_as_table_codec(version):
-    frame = produce_request(version, "txn-ü", 1, 30000, [("a", [(0, b"x" * 30), (1, None)]), ("bb", [(5, b"yz")])])
+    frame = produce_request(version, "txn-ü", 1, 30000, _by_id([("a", [(0, b"x" * 30), (1, None)]),
+                                                                ("bb", [(5, b"yz")])], version))
     _, offset = protocol.read_request_header(frame)
     for cut in range(offset, len(frame)):
         short = frame[:cut]
@@ -135,7 +146,7 @@ def test_parse_produce_truncated_at_every_byte_same_error_as_table_codec(version
         assert wire_produce(frame + b"\x00", offset, version) == table_produce(frame, offset, version)
     with pytest.raises(InvalidRequestError):
         _wire.parse_produce(frame, len(frame) + 1, version)
-    for unsupported in (2, 13):
+    for unsupported in (2, 14):
         with pytest.raises(UnsupportedVersionError):
             _wire.parse_produce(frame, offset, unsupported)
 
@@ -177,7 +188,8 @@ PRODUCE_RESULTS = st.lists(st.tuples(NAMES, st.lists(st.one_of(
 
 
 def table_produce_response(version, correlation_id, topics, throttle_time_ms):
-    body = {"responses": [{"name": n, "partition_responses": [
+    key = "topic_id" if version >= 13 else "name"
+    body = {"responses": [{key: n, "partition_responses": [
         {"index": p, "error_code": e, "base_offset": b, "log_append_time_ms": t, "log_start_offset": s,
          "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in (rest[0] if rest else [])],
          "error_message": rest[1] if rest else None}
@@ -186,8 +198,9 @@ def table_produce_response(version, correlation_id, topics, throttle_time_ms):
 
 
 @SETTINGS
-@given(version=st.integers(3, 11), correlation_id=I32, topics=PRODUCE_RESULTS, throttle=I32)
+@given(version=st.integers(3, 13), correlation_id=I32, topics=PRODUCE_RESULTS, throttle=I32)
 def test_encode_produce_response_equals_table_codec(version, correlation_id, topics, throttle):
+    topics = _by_id(topics, version)
     out = _wire.encode_produce_response(version, correlation_id, topics, throttle)
     assert isinstance(out, bytes)
     assert out == table_produce_response(version, correlation_id, topics, throttle)
@@ -195,7 +208,7 @@ def test_encode_produce_response_equals_table_codec(version, correlation_id, top
 
 def test_encode_produce_response_bad_values():
     with pytest.raises(UnsupportedVersionError):
-        _wire.encode_produce_response(13, 1, [], 0)
+        _wire.encode_produce_response(14, 1, [], 0)
     with pytest.raises(ValueError, match="Produce v7 response"):
         _wire.encode_produce_response(7, 1, [("t", [(2**31, 0, 0, 0, 0)])], 0)
     with pytest.raises(ValueError, match="str"):

@@ -78,12 +78,21 @@ class Side:
             self.pid, self.epoch0 = r["producer_id"], r["producer_epoch"]
         return {"error_code": r["error_code"], "id": self.rel(r["producer_id"], r["producer_epoch"])}
 
-    def produce(self, txn, topic, partition, values, pid, epoch, seq, version=12) -> int:
+    def produce(self, txn, topic, partition, values, pid, epoch, seq, version=12, topic_id=None) -> int:
         records = batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                         is_transactional=txn is not None)
-        r = self.call(0, version, {"transactional_id": txn, "acks": -1, "timeout_ms": 5000, "topic_data": [
-            {"name": topic, "partition_data": [{"index": partition, "records": records}]}]})
-        return r["responses"][0]["partition_responses"][0]["error_code"]
+        if version >= 13 and topic_id is None:
+            topic_id = self.ids[topic]
+        for _ in range(50):
+            r = self.call(0, version, {"transactional_id": txn, "acks": -1, "timeout_ms": 5000, "topic_data": [
+                {"name": topic, "topic_id": topic_id, "partition_data": [{"index": partition, "records": records}]}]})
+            code = r["responses"][0]["partition_responses"][0]["error_code"]
+            if code != 6:  # NOT_LEADER_OR_FOLLOWER: Kafka, right after the topic's creation
+                break
+            time.sleep(0.1)
+        if version >= 13:
+            assert r["responses"][0]["topic_id"] == topic_id, (self.name, r)
+        return code
 
     def end(self, txn, pid, epoch, commit, version=5) -> dict:
         """EndTxn, repeated while CONCURRENT_TRANSACTIONS (as clients do): Kafka answers once PrepareX is written
@@ -226,6 +235,10 @@ def _scenario(side: Side, name: str) -> dict:
     out["add_v5"] = side.add_v4(5, txn, pid, e + 3, topic, [0], False)
     out["produce4_v11"] = side.produce(txn, topic, 0, [b"c4-0"], pid, e + 3, 0, version=11)
     out["produce4_v11_other"] = side.produce(txn, f"{topic}-none", 0, [b"x"], pid, e + 3, 0, version=11)
+    # Produce v13 (topics by id): the implicit add as v12; an id no topic has
+    out["produce4_v13"] = side.produce(txn, f"{topic}-b", 0, [b"c4-b"], pid, e + 3, 0, version=13)
+    out["produce4_v13_unknown_id"] = side.produce(txn, topic, 0, [b"x"], pid, e + 3, 5, version=13,
+                                                  topic_id=uuid.UUID(int=777))
     # TxnOffsetCommit v6 (topics by id, KIP-1319): adds the offsets too; an id no topic has
     out["toc4_v6"] = side.txn_offset_commit(txn, group, pid, e + 3, topic, 4, version=6)
     out["toc4_v6_unknown_id"] = side.txn_offset_commit(txn, group, pid, e + 3, topic, 4, version=6,
@@ -233,6 +246,7 @@ def _scenario(side: Side, name: str) -> dict:
     out["end4"] = side.end(txn, pid, e + 3, True)
     out["log_uncommitted"] = side.batches(topic, isolation=0)
     out["log_committed"] = side.batches(topic, isolation=1)
+    out["log_b"] = side.batches(f"{topic}-b", isolation=1)
     out["offsets_log"] = side.batches("__consumer_offsets")[0]
     out["txn_log"] = side.txn_log(txn)
     return out
@@ -255,4 +269,6 @@ def test_transactions_v2_wire_conversation(targets, topic_name):
     assert ours["produce1"] == 0 and ours["toc1"] == [(f"{name}-t", 0)] and ours["toc4_v6"] == [(f"{name}-t", 0)]
     assert ours["produce_old_epoch"] == 47 and ours["toc_old_epoch"] == [(f"{name}-t", 47)]
     assert ours["toc4_v6_unknown_id"][0][1] == 100  # UNKNOWN_TOPIC_ID
+    assert ours["produce4_v13"] == 0 and ours["produce4_v13_unknown_id"] == 100
+    assert [v for b in ours["log_b"][1] for v in (b["values"] or [])] == [b"c4-b"]
     assert [b["id"] for b in ours["log_uncommitted"][1] if b["control"]] == [("P", 1), ("P", 2), ("P", 4)]
