@@ -250,10 +250,12 @@ CONFIG_KEYS = _keys(
     ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", int, 10000,
               "How often the transaction coordinator aborts transactions open longer than their timeout.",
               scope=BROKER, low=1, high=INT_MAX),
-    ConfigKey("transaction.version", int, 1, "The finalized level of the transaction.version feature that "
-              "ApiVersions advertises (KIP-584): 1 = transactions v1 with KIP-890 part 1's verification (the "
-              "__transaction_state values are written in version 1), 0 = as a Kafka downgraded to 0 (version 0 "
-              "values). Clients choose their transaction protocol from it.", scope=BROKER, low=0, high=1),
+    ConfigKey("transaction.version", int, 2, "The finalized level of the transaction.version feature that "
+              "ApiVersions advertises (KIP-584), as a Kafka 4.4 cluster's: 2 = transactions v2 (KIP-890 part 2: "
+              "Java 4.4 and franz-go clients then add partitions through Produce v12+ and bump the epoch at every "
+              "EndTxn v5), 1 = transactions v1 with KIP-890 part 1's verification, 0 = as a Kafka downgraded to 0 "
+              "(__transaction_state values in version 0; version 1 from level 1). Clients choose their transaction "
+              "protocol from it; every level serves every client's requests.", scope=BROKER, low=0, high=2),
     ConfigKey("transactional.id.expiration.ms", int, 604800000, "A transactional id whose producer sent nothing for "
               "this long (no transaction open) is forgotten: its next InitProducerId gets a new producer id.",
               scope=BROKER, low=1, high=INT_MAX),

@@ -395,7 +395,7 @@ async def _drive(gen, step):
 # eligible.leader.replicas.version) name things kafkalog does not serve and are not advertised.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "group.version": (0, 1),
-    "transaction.version": (0, 1),  # 2 (KIP-890 part 2) once EndTxn v5 / Produce v12's implicit add are served
+    "transaction.version": (0, 2),  # 2: transactions v2 (KIP-890 part 2)
 }
 
 

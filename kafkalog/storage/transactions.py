@@ -183,9 +183,9 @@ class TransactionCoordinator:
             self.id_expiration_ms = 604_800_000
         try:
             # the transaction.version feature's finalized level: 1 (and 2) write TransactionLogValue v1, as Kafka
-            self.transaction_version = int(store.config.get("transaction.version", 1))
+            self.transaction_version = int(store.config.get("transaction.version", 2))
         except (KeyError, TypeError, ValueError):
-            self.transaction_version = 1
+            self.transaction_version = 2
         self.coordinator_epoch = coordinator_epoch
         self.txns: dict[str, TxnMeta] = {}
         self._log = None

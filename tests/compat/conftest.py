@@ -92,8 +92,9 @@ def _is_compat(item) -> bool:
 
 
 # -- the transaction tests' broker pair ---------------------------------------------------------------------------
-# Kafka with transaction.version=0 (a new 4.4 cluster has 2: Java 4.4 and franz-go then take KIP-890 part 2's paths,
-# which kafkalog does not advertise) and kafkalog, both with TXN_SERVER_KEYS; shared by test_transactions.py,
+# Kafka with transaction.version=0 and kafkalog at 0 too (a new 4.4 cluster, and kafkalog, have 2: Java 4.4 and
+# franz-go then take KIP-890 part 2's paths, which tests/compat/test_transactions_v2*.py compare on the session's
+# pair), both with TXN_SERVER_KEYS: the transactions v0/v1 paths; shared by test_transactions.py,
 # test_transactions_clients.py and test_streams_eos.py through conftest.py's session fixture ``txn_servers``.
 
 TXN_SERVER_KEYS = {

@@ -3,8 +3,8 @@ describe``, against Apache Kafka 4.4 (the session's Kafka, at its default transa
 
 kafkalog advertises only what it serves: ``group.version`` (KIP-848 groups) and ``transaction.version``; Kafka's
 metadata.version, kraft.version, share.version, streams.version and eligible.leader.replicas.version name things
-kafkalog does not serve and are left out. The features both list must agree field by field, except where kafkalog
-stops below Kafka on purpose: transaction.version (kafkalog: SUPPORTED_TV / its finalized level; Kafka: 2).
+kafkalog does not serve and are left out. The features both list must agree field by field (transaction.version
+supported 0-2 and finalized 2 on both, as on a new Kafka 4.4 cluster).
 
 Cost: the lab's session pair, milliseconds per raw request; ``kafka-features describe`` is one tool JVM per broker
 (about 2-3 s each).
@@ -21,7 +21,8 @@ from .lab import assert_same
 
 LAB_TEST_DEADLINE_S = 120
 OURS = set(SUPPORTED_FEATURES)
-SUPPORTED_TV = SUPPORTED_FEATURES["transaction.version"][1]  # 2 once transactions v2 is served
+SUPPORTED_TV = SUPPORTED_FEATURES["transaction.version"][1]
+assert SUPPORTED_TV == 2  # transactions v2 (KIP-890 part 2) served: nothing capped below Kafka
 
 
 def _api_versions(target, version: int) -> dict:

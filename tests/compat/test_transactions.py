@@ -83,9 +83,10 @@ def scenarios(java_classes, txn_servers):
 class Scenarios:
     """Each (scenario, broker) run once per module (a failure is remembered too)."""
 
-    def __init__(self, classes, servers):
+    def __init__(self, classes, servers, prefix: str | None = None):
         self.classes = classes
         self.servers = servers
+        self.prefix = prefix or f"tx-{RUN}"  # the names TxnScenarios makes start with it
         self.cache: dict = {}
 
     def answer(self, scenario: str, broker: str) -> Answer:
@@ -105,7 +106,7 @@ class Scenarios:
     def _run(self, scenario: str, target: Target) -> Answer:
         t0 = time.monotonic()
         try:
-            proc = run_java("TxnScenarios", [target.bootstrap, f"tx-{RUN}", scenario], timeout=120,
+            proc = run_java("TxnScenarios", [target.bootstrap, self.prefix, scenario], timeout=120,
                             classpath_extra=[self.classes])
         except subprocess.TimeoutExpired as e:
             raise AssertionError(f"TxnScenarios {scenario} on {target.name} ran over 120 s\n"

@@ -109,6 +109,17 @@ class Side:
             out["id"] = self.rel(r["producer_id"], r["producer_epoch"])
         return out
 
+    def settle(self, txn) -> str:
+        """Until the transaction's markers are written (DescribeTransactions: no longer PrepareX). Kafka answers
+        EndTxn once PrepareX is written and writes the markers after: a batch of the old epoch sent meanwhile is
+        still taken into the transaction there (kafkalog answers after its markers: no such window)."""
+        for _ in range(200):
+            r = self.call(65, 0, {"transactional_ids": [txn]})["transaction_states"][0]
+            if r["transaction_state"] not in ("PrepareCommit", "PrepareAbort"):
+                return r["transaction_state"]
+            time.sleep(0.02)
+        raise AssertionError(f"{self.name}: {txn} stays {r['transaction_state']}")
+
     def txn_offset_commit(self, txn, group, pid, epoch, topic, offset, version=5, topic_id=None) -> list:
         if version >= 6 and topic_id is None:
             topic_id = self.ids[topic]
@@ -244,6 +255,10 @@ def _scenario(side: Side, name: str) -> dict:
     out["toc4_v6_unknown_id"] = side.txn_offset_commit(txn, group, pid, e + 3, topic, 4, version=6,
                                                        topic_id=uuid.UUID(int=12345))
     out["end4"] = side.end(txn, pid, e + 3, True)
+    out["end4_settled"] = side.settle(txn)
+    # the fenced epoch again, by Produce version (v11: the v1 form, v13: by topic id)
+    for version in (11, 12, 13):
+        out[f"produce_old_epoch_v{version}"] = side.produce(txn, topic, 0, [b"late"], pid, e + 3, 1, version=version)
     out["log_uncommitted"] = side.batches(topic, isolation=0)
     out["log_committed"] = side.batches(topic, isolation=1)
     out["log_b"] = side.batches(f"{topic}-b", isolation=1)
