@@ -51,6 +51,7 @@ from ..errors import (
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidTimestampError,
+    InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
     LogClosedError,
@@ -1037,6 +1038,7 @@ class _TransactionalProducer(KafkaProducer):
         self._txn_parts: set[TopicPartition] = set()  # partitions of the open transaction (AddPartitionsToTxn)
         self._txn_groups: set[str] = set()  # groups whose offsets it holds (AddOffsetsToTxn)
         self._seqs: dict[TopicPartition, int] = {}  # next base sequence per partition, for this epoch
+        self._tv = 0  # 2: transactions v2 (KIP-890 part 2), the data dir's transaction.version level
         self._txn_lock = threading.RLock()  # state changes, and every transactional write (in write order)
 
     # -- states --------------------------------------------------------------------------------------------------
@@ -1087,6 +1089,14 @@ class _TransactionalProducer(KafkaProducer):
                 pause = min(pause * 2, 0.1)
             except _FENCED as e:
                 raise self._fenced(e) from e
+            except InvalidTxnStateError as e:
+                # transactions v2: an EndTxn after the coordinator ended this producer's transaction itself (a
+                # newer instance's InitProducerId, or the timeout, bumped the epoch: the commit of the aborted
+                # transaction is INVALID_TXN_STATE, as from Kafka): the producer was fenced
+                meta = self._coord.describe(self._txn_id) if self._tv >= 2 and self._coord is not None else None
+                if meta is not None and (meta.producer_id, meta.epoch) != (self._pid, self._epoch):
+                    raise self._fenced(e) from e
+                raise
 
     # -- the API ---------------------------------------------------------------------------------------------
 
@@ -1109,6 +1119,9 @@ class _TransactionalProducer(KafkaProducer):
                 _log.warning("aborting timed-out transactions: %s", e)
             self._pid, self._epoch = self._call(coord.init_producer_id, self._txn_id, self._txn_timeout)
             self._seqs.clear()
+            # as Java's client: transactions v2 where the transaction.version level is 2 (an epoch bump at every end
+            # of a transaction, the markers carrying it)
+            self._tv = 2 if getattr(coord, "transaction_version", 0) >= 2 else 0
             self._txn_state = _READY
 
     def begin_transaction(self) -> None:
@@ -1143,7 +1156,7 @@ class _TransactionalProducer(KafkaProducer):
             try:
                 # AddOffsetsToTxn returns once it is fsynced; then check and write as one step under the
                 # coordinator's lock (no fencing in between)
-                self._call(coord.add_offsets, self._txn_id, self._pid, self._epoch, group)
+                self._call(coord.add_offsets, self._txn_id, self._pid, self._epoch, group, self._tv)
                 self._txn_groups.add(group)
                 with coord.locked():
                     self._call(coord.check_offsets, self._txn_id, self._pid, self._epoch, group)
@@ -1176,7 +1189,7 @@ class _TransactionalProducer(KafkaProducer):
                                  f"({self._txn_error!r}); call abort_transaction()") from self._txn_error
             if self._txn_parts or self._txn_groups:  # an empty transaction never reached the coordinator
                 try:
-                    self._call(self._coord.end_txn, self._txn_id, self._pid, self._epoch, True)
+                    self._ended(self._call(self._coord.end_txn, self._txn_id, self._pid, self._epoch, True, self._tv))
                 except ProducerFencedError:
                     raise
                 except KafkaError as e:
@@ -1199,9 +1212,15 @@ class _TransactionalProducer(KafkaProducer):
                 pass
         with self._txn_lock:
             if self._txn_parts or self._txn_groups:
-                self._call(self._coord.end_txn, self._txn_id, self._pid, self._epoch, False)
+                self._ended(self._call(self._coord.end_txn, self._txn_id, self._pid, self._epoch, False, self._tv))
             self._txn_error = None
             self._txn_state = _READY
+
+    def _ended(self, new) -> None:
+        """After EndTxn: transactions v2 go on with the producer id and epoch it answered (sequences from 0)."""
+        if self._tv >= 2 and new is not None and tuple(new) != (self._pid, self._epoch):
+            self._pid, self._epoch = new
+            self._seqs.clear()
 
     def _discard_buffered(self) -> None:
         dropped = []
@@ -1258,7 +1277,7 @@ class _TransactionalProducer(KafkaProducer):
                 if tp not in self._txn_parts:
                     # AddPartitionsToTxn returns once it is fsynced: the coordinator knows the partition (and will
                     # write its marker) before any batch of the transaction can reach it
-                    self._call(coord.add_partitions, self._txn_id, self._pid, self._epoch, [tp])
+                    self._call(coord.add_partitions, self._txn_id, self._pid, self._epoch, [tp], self._tv)
                     self._txn_parts.add(tp)
                 with coord.locked():  # check and append as one step: no fencing in between
                     coord.check_produce(self._txn_id, self._pid, self._epoch, tp)

@@ -98,11 +98,18 @@ def test_commit_abort_and_read_committed(data_dir, mode, linger_ms):
     assert _markers(log0) == [3, 6] and _markers(log1) == [3, 6]
     assert (log0.last_stable_offset, log0.high_watermark) == (7, 8)
     assert (log1.last_stable_offset, log1.high_watermark) == (7, 7)
-    # batches: transactional, of the producer's id and epoch, sequences from 0 per partition
-    data = [b for b in iter_batches(log0.read(0, 1 << 20)) if not b.is_control]
-    assert all(b.is_transactional and b.producer_id == data[0].producer_id and b.producer_epoch == 0 for b in data)
-    seqs = [(b.base_sequence, b.record_count) for b in data]
-    assert seqs[0][0] == 0 and all(s + n == s2 for (s, n), (s2, _) in zip(seqs, seqs[1:], strict=False)), seqs
+    # batches: transactional, of the producer's id; transactions v2 (the data dir's transaction.version 2, as
+    # Java's client on a Kafka 4.4 cluster): each transaction's epoch one above the last's, its markers carrying the
+    # next, sequences from 0 per partition in each epoch
+    batches = list(iter_batches(log0.read(0, 1 << 20)))
+    data = [b for b in batches if not b.is_control]
+    assert all(b.is_transactional and b.producer_id == data[0].producer_id for b in batches)
+    assert [(b.is_control, b.producer_epoch) for b in batches][:1] + \
+        [(b.is_control, b.producer_epoch) for b in batches if b.is_control] == [(False, 0), (True, 1), (True, 2)]
+    for epoch in (0, 1, 2):
+        seqs = [(b.base_sequence, b.record_count) for b in data if b.producer_epoch == epoch]
+        assert seqs and seqs[0][0] == 0, (epoch, seqs)
+        assert all(s + n == s2 for (s, n), (s2, _) in zip(seqs, seqs[1:], strict=False)), seqs
 
     got, ends, positions = _consume(store, "read_committed")
     assert got == {0: [b"c0", b"c2", b"c4"], 1: [b"c1", b"c3", b"c5"]}
