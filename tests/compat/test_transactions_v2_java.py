@@ -1,4 +1,4 @@
-"""Transactions v2 (KIP-890 part 2) with Apache Kafka's Java client 4.4.0, end to end on both brokers at
+"""Transactions v2 (KIP-890 part 2) with Apache Kafka's Java client 4.4.0 (and franz-go), end to end on both brokers at
 ``transaction.version=2`` (the lab's session pair: a new Kafka 4.4 cluster's level, and kafkalog's default): the
 TxnScenarios programs of tests/compat/test_transactions.py (there run at transaction.version=0) again, so the client
 takes the v2 paths (no AddPartitionsToTxn / AddOffsetsToTxn; Produce v12+, TxnOffsetCommit v5+, EndTxn v5 with an
@@ -15,6 +15,9 @@ records of the scenario's transactional ids must show that the client really use
 PrepareCommit/PrepareAbort that a client's EndTxn wrote carries ClientTransactionVersion 2 and the epoch one above
 the transaction's own, as Kafka writes them.
 
+franz-go v1.22 (tests/compat/go/franz txn, the scenario of test_transactions_clients.py) takes the v2 paths at
+level 2 as well: its answers on both brokers, and both brokers' records, the same way.
+
 Cost: one Java run per scenario and broker, 3.6-5.1 s each (about 10 s a scenario, 20 s the module, on the session's
 pair): both marked slow; the same requests are compared by default over raw frames (test_transactions_v2.py).
 """
@@ -29,7 +32,8 @@ from kafkalog._engine.batch import iter_batches
 from kafkalog.storage.txnformat import decode_txn_log_key, decode_txn_log_value
 from tests.broker.wire import Wire
 
-from .lab import LabError, Target
+from .lab import LabError, Target, assert_same
+from .test_go_js_clients import client_commands  # noqa: F401 — the fixture: builds the Go client
 from .test_java_clients import compile_programs
 from .test_transactions import Check, Scenarios, compare_with_kafka
 
@@ -144,3 +148,22 @@ def test_consume_transform_produce_tv2(scenarios):
         c.ok("offsets2", consumer_committed=5, admin={inp: 5})
         c.read("read_out", "read_committed", [f"OUT-in-{i}" for i in range(5)], [0, 1, 2, 3, 4], 10)
     _check_and_compare(scenarios, "ctp", expect)
+
+
+# -- franz-go (v1.22 reads the finalized transaction.version: at 2 it takes the KIP-890 part 2 paths) ------------
+
+@pytest.mark.slow  # one Go run per broker, about 5-8 s each
+def test_franz_go_tv2(request, kafka, kafkalog):
+    from .test_transactions_clients import check, run_program
+    argv = request.getfixturevalue("client_commands")["franz"]
+    topic, group = f"{PREFIX}-franz", f"{PREFIX}-franz-g"
+    answers = {}
+    for name, server in (("kafka", kafka), ("kafkalog", kafkalog)):
+        answers[name] = run_program("franz", argv, name, server, topic, group)
+        for k, v in answers[name].steps.items():
+            print(name, k, v)
+        check(answers[name])
+    assert_same(answers["kafka"].normalized(), answers["kafkalog"].normalized(), ignore=("*.error", "*.elapsed_ms"),
+                what="franz-go's transactions at transaction.version=2")
+    for name, server in (("kafka", kafka), ("kafkalog", kafkalog)):
+        _assert_tv2(Target(name, server.bootstrap, server), f"{group}-txn")
