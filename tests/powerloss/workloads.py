@@ -227,7 +227,9 @@ def w_txn(data, acks, rng, wid):
     batch or two per partition it holds (built as a producer builds them, appended with append_records and flushed,
     as acks=all does before the producer may end the transaction), half of them with a TxnOffsetCommit of the id's
     group; then commit (70 %) or abort. Opening the coordinator completes any PrepareX a power loss left; a new
-    instance of an id fences (and aborts) what the last one left open."""
+    instance of an id fences (and aborts) what the last one left open. The second id of each process speaks
+    transactions v2 (KIP-890 part 2: partitions and offsets added with client version 2, every end bumping the epoch,
+    its markers carrying the bumped one, the producer going on with what EndTxn answered)."""
     config = {"lock.timeout.ms": 60000, "offsets.snapshot.interval.records": 20}
     # end_txn's steps take a little longer (after its PrepareX is durable, after each marker's append), so that a
     # power loss lands between them often (the "transactions-ending" case cuts right after an XE line)
@@ -238,6 +240,7 @@ def w_txn(data, acks, rng, wid):
             ensure_topic(store, t, partitions=n)
         coord = store.transactions
         ids = [f"w{wid}i{i}" for i in range(2)]
+        tv = {ids[0]: 0, ids[1]: 2}
         producers = {}
         for tid in ids:
             for _ in range(10):
@@ -256,7 +259,7 @@ def w_txn(data, acks, rng, wid):
                 name = open_txns[tid] = f"{wid}.{run}.{seq}"
                 seq += 1
                 parts = rng.sample(TXN_PARTITIONS, rng.randint(1, len(TXN_PARTITIONS)))
-                coord.add_partitions(tid, pid, epoch, [TopicPartition(t, p) for t, p in parts])
+                coord.add_partitions(tid, pid, epoch, [TopicPartition(t, p) for t, p in parts], tv[tid])
                 for t, p in parts:
                     log = store.log(t, p)
                     for _ in range(rng.randint(1, 2)):
@@ -272,7 +275,7 @@ def w_txn(data, acks, rng, wid):
                 if rng.random() < 0.5:
                     group = f"g-{tid}"
                     offset_value += 1 + rng.randrange(5)
-                    coord.add_offsets(tid, pid, epoch, group)
+                    coord.add_offsets(tid, pid, epoch, group, tv[tid])
                     store.offsets.commit_transactional(group, {TXN_OFFSETS_TP: run * 1000 + offset_value}, pid, epoch)
                     acks.write(f"XO {name} {group} {TXN_OFFSETS_TP.topic} {TXN_OFFSETS_TP.partition} "
                                f"{run * 1000 + offset_value}")
@@ -280,7 +283,7 @@ def w_txn(data, acks, rng, wid):
                 del open_txns[tid]
                 how = "commit" if rng.random() < 0.7 else "abort"
                 acks.write(f"XE {name} {how}")
-                coord.end_txn(tid, pid, epoch, how == "commit")
+                producers[tid] = coord.end_txn(tid, pid, epoch, how == "commit", tv[tid])  # v2: the bumped epoch
                 acks.write(f"XD {name} {how}",
                            *(f"XS {t} {p} {store.log(t, p).last_stable_offset}" for t, p in TXN_PARTITIONS))
 
