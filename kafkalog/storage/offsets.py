@@ -481,8 +481,9 @@ class OffsetStore:
             values.append(encode_offset_commit_value(om.offset, om.metadata, om.leader_epoch, now))
         if not keys:
             return
+        # base sequence 0, as Kafka's group coordinator writes a transactional offset commit (seen on the wire)
         batch = build_batch(values, keys, [now] * len(keys), producer_id=producer_id,
-                            producer_epoch=producer_epoch, is_transactional=True)
+                            producer_epoch=producer_epoch, base_sequence=0, is_transactional=True)
         with self._lock:
             self._check_writable()
             p = self._partition_of(group, create=True)

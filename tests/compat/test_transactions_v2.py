@@ -17,6 +17,7 @@ import time
 import uuid
 
 from kafkalog._engine.batch import iter_batches
+from kafkalog.storage.offsets import partition_for
 from kafkalog.storage.txnformat import decode_txn_log_key, decode_txn_log_value
 from tests.broker.wire import Wire, batch
 
@@ -143,6 +144,21 @@ class Side:
             (t["transactional_id"], x["name"], p["partition_index"], p["partition_error_code"])
             for t in r["results_by_transaction"] for x in t["topic_results"] for p in x["results_by_partition"])}
 
+    def group_log(self, group: str) -> dict:
+        """What this producer wrote to the group's __consumer_offsets partition (Kafka's partitionFor over the
+        broker's own partition count: 50 on Kafka, 1 on kafkalog), in order: its transactional offset batches and
+        their markers, and the aborted transactions of it the first fetch lists. Other groups' records (other
+        tests of the session share the partition) are left out."""
+        md = self.call(3, 12, {"topics": [{"topic_id": _zero(), "name": "__consumer_offsets"}],
+                               "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})["topics"][0]
+        partition = partition_for(group, len(md["partitions"]))
+        first, batches = self.batches("__consumer_offsets", partition=partition)
+        mine = [(b["control"], b["txn"], b["id"], b["seq"], None if b["values"] is None else len(b["values"]))
+                for b in batches if isinstance(b["id"][0], str)]
+        return {"error_code": first["error_code"], "batches": mine,
+                "aborted": [a[0] for a in first["aborted"] if isinstance(a[0], str)]}
+
     def batches(self, topic, partition=0, isolation=0) -> list:
         """Every batch up to the fetchable end, fetched from the next offset until there (both brokers answer
         fewer batches than max_bytes would take at times); the first fetch's partition fields."""
@@ -165,7 +181,8 @@ class Side:
             for b in got:
                 out.append({"offset": b.base_offset, "id": self.rel(b.producer_id, b.producer_epoch),
                             "seq": b.base_sequence, "control": b.is_control, "txn": b.is_transactional,
-                            "values": None if b.is_control else [bytes(r.value) for r in b]})
+                            "values": None if b.is_control else [None if r.value is None else bytes(r.value)
+                                                                 for r in b]})
             if not got or p["error_code"]:
                 break
             offset = got[-1].base_offset + got[-1].last_offset_delta + 1
@@ -262,7 +279,7 @@ def _scenario(side: Side, name: str) -> dict:
     out["log_uncommitted"] = side.batches(topic, isolation=0)
     out["log_committed"] = side.batches(topic, isolation=1)
     out["log_b"] = side.batches(f"{topic}-b", isolation=1)
-    out["offsets_log"] = side.batches("__consumer_offsets")[0]
+    out["offsets_log"] = side.group_log(group)
     out["txn_log"] = side.txn_log(txn)
     return out
 
