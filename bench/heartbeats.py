@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brokers.procs import KafkaBroker, KafkalogBroker, free_port  # noqa: E402
-from harness import Unavailable, progress, snapshot_kafkalog  # noqa: E402
+from brokers.procs import each_broker  # noqa: E402
+from harness import progress, snapshot_kafkalog  # noqa: E402
 
 HB848, JOIN, SYNC, HB, CREATE, FIND = 68, 11, 14, 12, 19, 10
 RETRY = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask again
@@ -148,17 +148,23 @@ async def kip848(port: int, protocol, topic: str, members: int, rounds: int, nco
             raise RuntimeError(f"KIP-848 group of {members} did not settle in {JOIN_TIMEOUT_S} s")
         await asyncio.sleep(0.05)
     assigned = sum(len(tp["partitions"]) for o in owned for tp in (o or []))
+    return dict(await steady(lambda i: beat(i, False), members, rounds, cpu, conns), join_rounds=joins,
+                assigned=assigned)
+
+
+async def steady(beat, members: int, rounds: int, cpu, conns) -> dict:
+    """ROUNDS heartbeats of every member (``beat(i)``), all answered without error: broker CPU per heartbeat and the
+    wall time; the connections are closed after."""
     cpu0, t0 = cpu(), time.perf_counter()
     for _ in range(rounds):
-        answers = await asyncio.gather(*(beat(i, False) for i in range(members)))
+        answers = await asyncio.gather(*(beat(i) for i in range(members)))
         bad = [a["error_code"] for a in answers if a["error_code"]]
         if bad:
             raise RuntimeError(f"steady heartbeat: errors {sorted(set(bad))}")
     wall, used = time.perf_counter() - t0, cpu() - cpu0
     for c in conns:
         c.close()
-    n = rounds * members
-    return {"us_per_hb": used / n * 1e6, "wall_s": wall, "join_rounds": joins, "assigned": assigned}
+    return {"us_per_hb": used / (rounds * members) * 1e6, "wall_s": wall}
 
 
 def _range_assign(members: list[str], topic: str, partitions: int) -> list[dict]:
@@ -246,17 +252,7 @@ async def classic(port: int, protocol, topic: str, partitions: int, members: int
         pending = [i for i, a in enumerate(answers) if a["error_code"]]
         if time.monotonic() > deadline:
             raise RuntimeError(f"classic group of {members} never stable in {JOIN_TIMEOUT_S} s")
-    cpu0, t0 = cpu(), time.perf_counter()
-    for _ in range(rounds):
-        answers = await asyncio.gather(*(beat(i) for i in range(members)))
-        bad = [a["error_code"] for a in answers if a["error_code"]]
-        if bad:
-            raise RuntimeError(f"steady heartbeat: errors {sorted(set(bad))}")
-    wall, used = time.perf_counter() - t0, cpu() - cpu0
-    for c in conns:
-        c.close()
-    return {"us_per_hb": used / (rounds * members) * 1e6, "wall_s": wall, "join_rounds": joins[0],
-            "assigned": partitions}
+    return dict(await steady(beat, members, rounds, cpu, conns), join_rounds=joins[0], assigned=partitions)
 
 
 def measure(broker, args, protocol) -> dict:
@@ -291,20 +287,10 @@ def main(argv=None) -> int:
         snapshot = snapshot_kafkalog(str(Path(scratch) / "snapshot"))
         sys.path.insert(0, snapshot)
         from kafkalog.broker import protocol
-        for name in ("kafka", "kafkalog"):
-            try:
-                broker = KafkaBroker(scratch) if name == "kafka" else KafkalogBroker(scratch, snapshot,
-                                                                                     port=free_port())
-                broker.start()
-            except Unavailable as e:
-                notes.append(f"{name}: {e}")
-                continue
-            try:
-                results[name] = measure(broker, args, protocol)
-                if "error" in results[name]:
-                    notes.append(broker.failure(f"{name} heartbeats", results[name].pop("error")))
-            finally:
-                broker.stop()
+        for name, broker in each_broker(scratch, snapshot, notes):
+            results[name] = measure(broker, args, protocol)
+            if "error" in results[name]:
+                notes.append(broker.failure(f"{name} heartbeats", results[name].pop("error")))
     print(f"\n{args.members} members, {args.partitions} partitions, {args.rounds} steady heartbeats a member "
           f"(broker CPU µs per heartbeat; ratio = kafkalog / Kafka, goal <= 1)")
     print(f"{'protocol':<9} {'kafka':>10} {'kafkalog':>10} {'ratio':>7}   wall s (kafka / kafkalog), join rounds")

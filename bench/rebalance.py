@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from brokers.procs import KafkaBroker, KafkalogBroker, free_port  # noqa: E402
-from harness import Unavailable, progress, snapshot_kafkalog  # noqa: E402
+from brokers.procs import each_broker  # noqa: E402
+from harness import progress, snapshot_kafkalog  # noqa: E402
 
 PROTOCOLS = {
     "eager": {"partition.assignment.strategy": "range"},
@@ -137,18 +137,8 @@ def main(argv=None) -> int:
     results, notes = {}, []
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-rebalance-") as scratch:
         snapshot = snapshot_kafkalog(str(Path(scratch) / "snapshot"))
-        for name in ("kafka", "kafkalog"):
-            try:
-                broker = KafkaBroker(scratch) if name == "kafka" else KafkalogBroker(scratch, snapshot,
-                                                                                     port=free_port())
-                broker.start()
-            except Unavailable as e:
-                notes.append(f"{name}: {e}")
-                continue
-            try:
-                results[name] = measure(broker, args)
-            finally:
-                broker.stop()
+        for name, broker in each_broker(scratch, snapshot, notes):
+            results[name] = measure(broker, args)
     print(f"\n{args.members} members, {args.partitions} partitions, median of {args.reps} (seconds; ratio = "
           f"kafkalog / Kafka, goal <= 1)")
     print(f"{'protocol':<12} {'step':<8} {'kafka':>8} {'kafkalog':>9} {'ratio':>7}")

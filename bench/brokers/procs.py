@@ -285,6 +285,22 @@ def make_broker(name: str, scratch: str, pythonpath: str | None, args) -> Broker
 
 
 
+def each_broker(scratch: str, snapshot: str, notes: list, names=("kafka", "kafkalog")):
+    """Apache Kafka and kafkalog serve, one at a time (each alone on the machine), fresh and started: yields
+    (name, broker) and stops it after the caller's step; one that cannot start here is a line in ``notes``."""
+    for name in names:
+        try:
+            broker = KafkaBroker(scratch) if name == "kafka" else KafkalogBroker(scratch, snapshot, port=free_port())
+            broker.start()
+        except Unavailable as e:
+            notes.append(f"{name}: {e}")
+            continue
+        try:
+            yield name, broker
+        finally:
+            broker.stop()
+
+
 def start_brokers(scratch: str, pythonpath: str | None, why: dict, args) -> dict:
     """kafkalog and Tansu, fresh, started without timing (b3)."""
     brokers: dict[str, BrokerProcess] = {}
