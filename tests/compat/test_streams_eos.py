@@ -18,13 +18,15 @@ the output then must see, for every word, the counts 1, 2, ..., N in order (N it
 input): the last count exact, never a count twice, never one going down or past N. Every wait is a bounded number of
 polls. Kafka's and kafkalog's final counts and the per-word sequences are compared (both must be the truth).
 
-The brokers: the same pair as tests/compat/test_transactions.py (``TxnServers``: Kafka downgraded to
-``transaction.version=0`` right after its start, so the Streams producers take the pre-KIP-890-part-2 paths as on
-kafkalog, which does not advertise the feature; the coordinator's timeout scan every 500 ms), conftest.py's
-``txn_servers``, one for the session.
+The brokers: by default the compat session's own (conftest.py's ``kafkalog`` and, under ``-m slow``, ``kafka``),
+both at their default ``transaction.version`` 2, so the Streams producers take KIP-890 part 2's paths (partitions
+added by Produce v12, the epoch bumped at every EndTxn v5): each run also checks from ``__transaction_state`` that
+every transaction of the app ended that way. Under ``-m slow`` the same app runs once more on the transaction tests'
+pair (conftest.py's ``txn_servers``: Kafka downgraded to ``transaction.version=0``, kafkalog started at 0, their
+timeout scans every 500 ms), the pre-KIP-890-part-2 paths, on both brokers, compared.
 
-By default only kafkalog's run is checked (against the truth); ``-m slow`` adds Apache Kafka's run and the comparison
-of the two. Run: ``pytest -q -m "slow or not slow" tests/compat/test_streams_eos.py``.
+By default only kafkalog's run is checked (against the truth); ``-m slow`` adds Apache Kafka's runs and the
+comparisons. Run: ``pytest -q -m "slow or not slow" tests/compat/test_streams_eos.py``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from .lab import (
     java_classpath,
     kafka_libs,
 )
+from .test_transactions_v2_java import _assert_tv2
 
 LAB_TEST_DEADLINE_S = 300
 JAVA_DIR = Path(__file__).resolve().parent / "java"
@@ -317,7 +320,7 @@ def run_word_count(target: Target, classes: Path, workdir: Path) -> dict:
         assert left == 0, f"[{target.name}] {left} input records not delivered"
         produced = (i + 1) * per_chunk
 
-    ans: dict = {"broker": target.name}
+    ans: dict = {"broker": target.name, "app_id": app_id}
     a = b = reader = None
     look: dict = {}
     t0 = time.monotonic()
@@ -443,18 +446,31 @@ def answers():
     return {}
 
 
-def answer(answers: dict, txn_servers, name: str, classes: Path, tmp_path_factory) -> dict:
-    if name not in answers:
-        target = txn_servers.target(name)
+def answer(answers: dict, servers, name: str, classes: Path, tmp_path_factory, level: str = "tv0") -> dict:
+    """The word count's answer on broker ``name`` of ``servers`` (``target(name)``), run once per module."""
+    key = f"{name}-{level}"
+    if key not in answers:
+        target = servers.target(name)
         try:
-            answers[name] = run_word_count(target, classes, tmp_path_factory.mktemp(f"streams-{name}"))
+            answers[key] = run_word_count(target, classes, tmp_path_factory.mktemp(f"streams-{key}"))
         except BaseException as e:
-            answers[name] = e
+            answers[key] = e
             raise
-    got = answers[name]
+    got = answers[key]
     if isinstance(got, BaseException):
-        raise AssertionError(f"the word count failed earlier on {name}: {got}")
+        raise AssertionError(f"the word count failed earlier on {key}: {got}")
     return got
+
+
+class _SessionPair:
+    """The compat session's own brokers (conftest.py's ``kafka`` and ``kafkalog``: both at their default
+    transaction.version, 2), as ``answer`` asks for them."""
+
+    def __init__(self, **servers):
+        self.servers = servers
+
+    def target(self, name: str) -> Target:
+        return Target(name, self.servers[name].bootstrap, self.servers[name])
 
 
 def check_exact(ans: dict) -> None:
@@ -496,16 +512,33 @@ def report(ans: dict) -> None:
     print(json.dumps(keep, sort_keys=True))
 
 
-def test_streams_exactly_once_word_count_kafkalog(txn_servers, app_classes, answers, tmp_path_factory):
-    ans = answer(answers, txn_servers, "kafkalog", app_classes, tmp_path_factory)
+def test_streams_exactly_once_word_count_kafkalog(kafkalog, app_classes, answers, tmp_path_factory):
+    """What a Kafka Streams 4.4 app meets on a kafkalog started with its defaults: transactions v2 (KIP-890 part
+    2: partitions added by Produce v12, the epoch bumped at every EndTxn v5); checked from __transaction_state."""
+    pair = _SessionPair(kafkalog=kafkalog)
+    ans = answer(answers, pair, "kafkalog", app_classes, tmp_path_factory, "tv2")
     report(ans)
     check_exact(ans)  # the truth: every word's counts 1..N in order, none twice, none lost
+    _assert_tv2(pair.target("kafkalog"), ans["app_id"])
 
 
 @pytest.mark.slow  # Apache Kafka's run of the same scenario (~35 s), for the default suite's 20-minute budget
-def test_streams_exactly_once_word_count_kafka_beside_kafkalog(txn_servers, app_classes, answers, tmp_path_factory):
-    ans = answer(answers, txn_servers, "kafka", app_classes, tmp_path_factory)
+def test_streams_exactly_once_word_count_kafka_beside_kafkalog(kafka, kafkalog, app_classes, answers,
+                                                               tmp_path_factory):
+    pair = _SessionPair(kafka=kafka, kafkalog=kafkalog)
+    ans = answer(answers, pair, "kafka", app_classes, tmp_path_factory, "tv2")
     report(ans)
     check_exact(ans)
+    _assert_tv2(pair.target("kafka"), ans["app_id"])
+    ref = answer(answers, pair, "kafkalog", app_classes, tmp_path_factory, "tv2")
+    assert_same(summary(ans), summary(ref), what="Streams exactly_once_v2 word count (transactions v2)")
+
+
+@pytest.mark.slow  # the same app on the pre-KIP-890-part-2 paths (both brokers at transaction.version=0), ~60 s
+def test_streams_exactly_once_word_count_transactions_v0(txn_servers, app_classes, answers, tmp_path_factory):
     ref = answer(answers, txn_servers, "kafkalog", app_classes, tmp_path_factory)
-    assert_same(summary(ans), summary(ref), what="Streams exactly_once_v2 word count")
+    report(ref)
+    check_exact(ref)
+    ans = answer(answers, txn_servers, "kafka", app_classes, tmp_path_factory)
+    check_exact(ans)
+    assert_same(summary(ans), summary(ref), what="Streams exactly_once_v2 word count (transaction.version=0)")
