@@ -91,6 +91,9 @@ MismatchedEndpointTypeError = _define("MismatchedEndpointTypeError", 114, "MISMA
 UnknownTopicIdError = _define("UnknownTopicIdError", 100, "UNKNOWN_TOPIC_ID", retriable=True,
                               bases=(LookupError,))
 TopicDeletionDisabledError = _define("TopicDeletionDisabledError", 73, "TOPIC_DELETION_DISABLED")
+# OffsetForLeaderEpoch's check of the client's current leader epoch (KIP-320)
+FencedLeaderEpochError = _define("FencedLeaderEpochError", 74, "FENCED_LEADER_EPOCH", retriable=True)
+UnknownLeaderEpochError = _define("UnknownLeaderEpochError", 75, "UNKNOWN_LEADER_EPOCH", retriable=True)
 # KIP-848 consumer groups (ConsumerGroupHeartbeat, OffsetCommit v9+)
 GroupMaxSizeReachedError = _define("GroupMaxSizeReachedError", 81, "GROUP_MAX_SIZE_REACHED")
 FencedMemberEpochError = _define("FencedMemberEpochError", 110, "FENCED_MEMBER_EPOCH")

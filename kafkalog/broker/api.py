@@ -27,6 +27,7 @@ from .._engine.batch import RecordBatch, iter_batches
 from ..errors import (
     ClusterAuthorizationFailedError,
     ConcurrentTransactionsError,
+    FencedLeaderEpochError,
     GroupIdNotFoundError,
     InconsistentTopicIdError,
     InvalidGroupIdError,
@@ -45,6 +46,7 @@ from ..errors import (
     TopicAlreadyExistsError,
     TopicDeletionDisabledError,
     TransactionalIdNotFoundError,
+    UnknownLeaderEpochError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     UnstableOffsetCommitError,
@@ -81,7 +83,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
                   #  18: a follower's high watermark, KIP-1166: a tagged field consumers leave out)
     2: (1, 11),   # ListOffsets (7: max timestamp, KIP-734; 8-11: tiered-storage timestamps, answered untiered)
     3: (0, 13),   # Metadata (10+: topic ids; 13: top-level error)
-    8: (2, 9),    # OffsetCommit (7: group instance id, KIP-345; 8+ flexible)
+    8: (2, 10),   # OffsetCommit (7: group instance id, KIP-345; 8+ flexible; 10: topic ids)
     9: (1, 10),   # OffsetFetch (7: RequireStable, KIP-447; 8: batched groups; 10: topic ids)
     10: (0, 6),   # FindCoordinator (4+: batched keys, KIP-699; 6: share keys, answered INVALID_REQUEST)
     11: (0, 9),   # JoinGroup (4: KIP-394, 5: KIP-345 static members, 7: protocol type, 9: SkipAssignment)
@@ -89,11 +91,12 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     13: (0, 5),   # LeaveGroup (3+: batched, by member or instance id)
     14: (0, 5),   # SyncGroup (5: protocol type and name checked)
     17: (0, 1),   # SaslHandshake
-    18: (0, 4),   # ApiVersions
+    18: (0, 5),   # ApiVersions
     19: (2, 7),   # CreateTopics (5+: what was made; 7: topic id)
     20: (1, 6),   # DeleteTopics (6: by topic id)
     21: (0, 2),   # DeleteRecords (2: flexible)
     22: (0, 5),   # InitProducerId (transactional ids; 3+: KIP-360 epoch bump)
+    23: (2, 4),   # OffsetForLeaderEpoch (one leader epoch, 0, per partition)
     24: (0, 5),   # AddPartitionsToTxn (0-3: the client forms; 4+: broker to coordinator, batched, VerifyOnly)
     25: (0, 4),   # AddOffsetsToTxn
     26: (0, 5),   # EndTxn (5: transactions v2, KIP-890 part 2: an epoch bump per transaction)
@@ -409,6 +412,15 @@ def api_versions(s: Services, ctx, header, frame, offset):
     # the body (client software name/version in v3+) is parsed to reject garbage all the same
     body = request_body(ctx, header, frame, offset)
     ctx.client_software = body.get("client_software_name") or ctx.client_software
+    if header.api_version >= 5:
+        # KIP-1242: a client names the cluster and node it means to reach, both or neither (else INVALID_REQUEST);
+        # another cluster's id or another node's is REBOOTSTRAP_REQUIRED (129): its metadata is stale. Either error
+        # is answered with nothing else, as Kafka 4.4 answers it
+        cluster, node = body.get("cluster_id"), body.get("node_id", -1)
+        code = 42 if (cluster is None) != (node == -1) else \
+            129 if cluster is not None and (cluster != CLUSTER_ID or node != s.node_id) else 0
+        if code:
+            return respond(header, {"error_code": code, "throttle_time_ms": ctx.throttle_time_ms, "api_keys": []})
     answer = {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
               "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
                            for k, (lo, hi) in sorted(ADVERTISED.items())]}
@@ -1011,6 +1023,44 @@ def list_offsets(s: Services, ctx, header, frame, offset):
                                                                             "leader_epoch": -1}, lookup, sl,
                                         check)
     return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": topics}))
+
+
+# ------------------------------------------------------------------------------------------------- OffsetForLeaderEpoch
+
+def offset_for_leader_epoch(s: Services, ctx, header, frame, offset):
+    """OffsetForLeaderEpoch (KIP-101, KIP-320) as one Kafka node answers it, whose every partition has had one
+    leader epoch, 0 (LEADER_EPOCH, what Metadata and ListOffsets say), since its log start: epoch 0 ends at the log
+    end offset; an epoch above it, or -1, is unknown (-1, -1); one below -1 comes before the first known epoch,
+    answered with epoch 0's start offset (Kafka's LeaderEpochFileCache.endOffsetFor). The client's current leader
+    epoch, when given, must be 0: FENCED_LEADER_EPOCH below, UNKNOWN_LEADER_EPOCH above. CLUSTER_ACTION on the
+    cluster, else DESCRIBE on each topic."""
+    req = request_body(ctx, header, frame, offset)
+    cluster = allowed(s, ctx, "CLUSTER_ACTION", "CLUSTER", security.CLUSTER_NAME)
+    sl = Slice()
+    out = []
+    for t in req["topics"]:
+        name = t["topic"]
+        code = 0 if cluster or allowed(s, ctx, "DESCRIBE", "TOPIC", name) else TOPIC_DENIED
+        n = s.partitions(name) if not code else 0
+        parts = []
+        for p in t["partitions"]:
+            if sl.due():
+                yield
+            idx, current, wanted = p["partition"], p.get("current_leader_epoch", -1), p["leader_epoch"]
+            r = {"error_code": code, "partition": idx, "leader_epoch": -1, "end_offset": -1}
+            if not code:
+                if not 0 <= idx < n:
+                    r["error_code"] = UnknownTopicOrPartitionError.code
+                elif current != -1 and current != LEADER_EPOCH:
+                    stale = current < LEADER_EPOCH
+                    r["error_code"] = (FencedLeaderEpochError if stale else UnknownLeaderEpochError).code
+                elif wanted == LEADER_EPOCH:
+                    r.update(leader_epoch=LEADER_EPOCH, end_offset=s.log(name, idx).log_end_offset)
+                elif wanted < -1:
+                    r.update(leader_epoch=wanted, end_offset=s.log(name, idx).log_start_offset)
+            parts.append(r)
+        out.append({"topic": name, "partitions": parts})
+    return (yield from answer_sliced(s, sl, header, {"throttle_time_ms": ctx.throttle_time_ms, "topics": out}))
 
 
 # ---------------------------------------------------------------------------------------------------- DeleteRecords
@@ -1712,35 +1762,51 @@ def offset_commit(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     group = req["group_id"]
     generation = req.get("generation_id_or_member_epoch", req.get("generation_id", -1))
-    err = GROUP_DENIED if not_allowed(s, ctx, "READ", "GROUP", group) else \
+    # Kafka's order: the group's ACL first (every partition answered GROUP_AUTHORIZATION_FAILED), then each topic's
+    # ACL and existence (a topic or partition it does not have is answered so, whatever the group's state), then
+    # the group's check of the member for the partitions left
+    group_denied = not_allowed(s, ctx, "READ", "GROUP", group)
+    err = 0 if group_denied else \
         s.groups.check_commit(group, req["member_id"], generation, req.get("group_instance_id"), header.api_version)
-    topics = []
+    topics = []  # each with its name: a v10 answer carries the id alone
     offsets = {}
     sl = Slice()
+    by_id = None
+    if header.api_version >= 10:  # KIP-848: topics by id
+        by_id = s.store.topics_by_id()
+        if any(t["topic_id"] not in by_id for t in req["topics"]):
+            by_id = yield s.loop.run_in_executor(None, _topics_by_id, s)  # a registry read: off the loop
     for t in req["topics"]:
         parts = []
-        name = t["name"]
-        topic_code = TOPIC_DENIED if not err and not_allowed(s, ctx, "READ", "TOPIC", name) else 0
-        n = s.partitions(name) if not (err or topic_code) else 0
+        if by_id is None:
+            name, topic_code = t["name"], 0
+        else:  # v10 names topics by id (KIP-848): an id no topic has is UNKNOWN_TOPIC_ID
+            name = by_id.get(t["topic_id"])
+            topic_code = UnknownTopicIdError.code if name is None else 0
+        if group_denied:
+            topic_code = GROUP_DENIED
+        elif not topic_code and not_allowed(s, ctx, "READ", "TOPIC", name):
+            topic_code = TOPIC_DENIED
+        n = s.partitions(name) if not topic_code else 0
         for p in t["partitions"]:
             if sl.due():
                 yield
             idx = p["partition_index"]
-            code = err or topic_code
+            code = topic_code
+            if not code and not 0 <= idx < n:
+                code = UnknownTopicOrPartitionError.code  # Kafka's answer for a partition it does not have
+            code = code or err
             if not code:
-                if not 0 <= idx < n:
-                    code = UnknownTopicOrPartitionError.code  # Kafka's answer for a partition it does not have
-                else:
-                    try:
-                        # Kafka stores any int64 offset (KafkaJS commits -1/-2 to reset a group); the metadata is
-                        # bounded by offset.metadata.max.bytes (OFFSET_METADATA_TOO_LARGE)
-                        offsets[TopicPartition(name, idx)] = s.store.offsets.check_offset(
-                            OffsetAndMetadata(p["committed_offset"], p.get("committed_metadata") or "", None),
-                            name, idx, any_offset=True)
-                    except KafkaError as e:
-                        code = error_code(e)
+                try:
+                    # Kafka stores any int64 offset (KafkaJS commits -1/-2 to reset a group); the metadata is
+                    # bounded by offset.metadata.max.bytes (OFFSET_METADATA_TOO_LARGE)
+                    offsets[TopicPartition(name, idx)] = s.store.offsets.check_offset(
+                        OffsetAndMetadata(p["committed_offset"], p.get("committed_metadata") or "", None),
+                        name, idx, any_offset=True)
+                except KafkaError as e:
+                    code = error_code(e)
             parts.append({"partition_index": idx, "error_code": code})
-        topics.append({"name": name, "partitions": parts})
+        topics.append({"name": name, "topic_id": t.get("topic_id"), "partitions": parts})
     if offsets:
         try:
             # appended and fsynced by a worker thread: the loop serves others meanwhile
@@ -2022,7 +2088,8 @@ def sasl_raw_token(s: Services, conn, frame):
 API_HANDLERS = {
     0: produce, 1: fetch, 2: list_offsets, 3: metadata, 8: offset_commit, 9: offset_fetch, 10: find_coordinator,
     11: join_group, 12: heartbeat, 13: leave_group, 14: sync_group, 17: sasl_handshake, 18: api_versions,
-    19: create_topics, 20: delete_topics, 21: delete_records, 22: init_producer_id, 24: add_partitions_to_txn,
+    19: create_topics, 20: delete_topics, 21: delete_records, 22: init_producer_id, 23: offset_for_leader_epoch,
+    24: add_partitions_to_txn,
     25: add_offsets_to_txn, 26: end_txn, 27: write_txn_markers, 28: txn_offset_commit, 36: sasl_authenticate,
     48: describe_client_quotas, 49: alter_client_quotas, 61: describe_producers, 65: describe_transactions,
     66: list_transactions, 68: consumer_group_heartbeat, 69: consumer_group_describe,

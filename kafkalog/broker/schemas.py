@@ -218,7 +218,7 @@ METADATA = {
 }
 
 OFFSET_COMMIT = {
-    "key": 8, "name": "OffsetCommit", "versions": (2, 9), "flexible": 8,
+    "key": 8, "name": "OffsetCommit", "versions": (2, 10), "flexible": 8,
     "request": (
         ("group_id", "string", "0+", {}),
         ("generation_id_or_member_epoch", "int32", "1+", {"default": -1}),
@@ -227,6 +227,7 @@ OFFSET_COMMIT = {
         ("retention_time_ms", "int64", "2-4", {"default": -1}),
         ("topics", "[]OffsetCommitRequestTopic", "0+", {}, (
             ("name", "string", "0-9", {}),
+            ("topic_id", "uuid", "10+", {}),
             ("partitions", "[]OffsetCommitRequestPartition", "0+", {}, (
                 ("partition_index", "int32", "0+", {}),
                 ("committed_offset", "int64", "0+", {}),
@@ -239,9 +240,37 @@ OFFSET_COMMIT = {
         ("throttle_time_ms", "int32", "3+", {}),
         ("topics", "[]OffsetCommitResponseTopic", "0+", {}, (
             ("name", "string", "0-9", {}),
+            ("topic_id", "uuid", "10+", {}),
             ("partitions", "[]OffsetCommitResponsePartition", "0+", {}, (
                 ("partition_index", "int32", "0+", {}),
                 ("error_code", "int16", "0+", {}),
+            )),
+        )),
+    ),
+}
+
+OFFSET_FOR_LEADER_EPOCH = {
+    "key": 23, "name": "OffsetForLeaderEpoch", "versions": (2, 4), "flexible": 4,
+    "request": (
+        ("replica_id", "int32", "3+", {"default": -2}),
+        ("topics", "[]OffsetForLeaderTopic", "0+", {}, (
+            ("topic", "string", "0+", {}),
+            ("partitions", "[]OffsetForLeaderPartition", "0+", {}, (
+                ("partition", "int32", "0+", {}),
+                ("current_leader_epoch", "int32", "2+", {"default": -1}),
+                ("leader_epoch", "int32", "0+", {}),
+            )),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "2+", {}),
+        ("topics", "[]OffsetForLeaderTopicResult", "0+", {}, (
+            ("topic", "string", "0+", {}),
+            ("partitions", "[]EpochEndOffset", "0+", {}, (
+                ("error_code", "int16", "0+", {}),
+                ("partition", "int32", "0+", {}),
+                ("leader_epoch", "int32", "1+", {"default": -1}),
+                ("end_offset", "int64", "0+", {"default": -1}),
             )),
         )),
     ),
@@ -426,10 +455,12 @@ SASL_HANDSHAKE = {
 }
 
 API_VERSIONS = {
-    "key": 18, "name": "ApiVersions", "versions": (0, 4), "flexible": 3,
+    "key": 18, "name": "ApiVersions", "versions": (0, 5), "flexible": 3,
     "request": (
         ("client_software_name", "string", "3+", {}),
         ("client_software_version", "string", "3+", {}),
+        ("cluster_id", "string", "5+", {"nullable": "5+", "default": None}),
+        ("node_id", "int32", "5+", {"default": -1}),
     ),
     "response": (
         ("error_code", "int16", "0+", {}),
@@ -1377,6 +1408,7 @@ APIS = {
     20: DELETE_TOPICS,
     21: DELETE_RECORDS,
     22: INIT_PRODUCER_ID,
+    23: OFFSET_FOR_LEADER_EPOCH,
     24: ADD_PARTITIONS_TO_TXN,
     25: ADD_OFFSETS_TO_TXN,
     26: END_TXN,

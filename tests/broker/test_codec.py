@@ -27,7 +27,7 @@ CASE_IDS = [f"{protocol.API_NAMES[k]}-v{v}" for k, v in CASES]
 # versions newer than kio 0.6.5's schemas (DeleteGroups v3, Kafka 4.4: a per-group ErrorMessage; TxnOffsetCommit v6,
 # KIP-1319's topic ids): their bytes are checked against Apache Kafka 4.4 itself (tests/compat/test_wire_versions.py,
 # tests/compat/test_transactions_v2.py); kio must not know them (else drop here)
-KIO_MISSING = {(42, 3), (28, 6)}
+KIO_MISSING = {(42, 3), (28, 6), (18, 5)}
 KIO_CASES = [c for c in CASES if c not in KIO_MISSING]
 KIO_IDS = [f"{protocol.API_NAMES[k]}-v{v}" for k, v in KIO_CASES]
 
@@ -316,9 +316,9 @@ def test_every_supported_version_is_tested_and_kio_knows_it():
         with pytest.raises(Exception, match="entity path"):
             load_response_schema(key, version)
     assert protocol.SUPPORTED == {
-        0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 9), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4),
-        13: (0, 5), 14: (0, 5), 17: (0, 1), 18: (0, 4), 19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 5), 36: (0, 2),
-        48: (0, 1), 49: (0, 1),
+        0: (3, 13), 1: (4, 18), 2: (1, 11), 3: (0, 13), 8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4),
+        13: (0, 5), 14: (0, 5), 17: (0, 1), 18: (0, 5), 19: (2, 7), 20: (1, 6), 21: (0, 2), 22: (0, 5), 23: (2, 4),
+        36: (0, 2), 48: (0, 1), 49: (0, 1),
         # transactions (KIP-98/447, KIP-890 parts 1 and 2, and KIP-664's tooling APIs)
         24: (0, 5), 25: (0, 4), 26: (0, 5), 27: (1, 2), 28: (0, 6), 61: (0, 0), 65: (0, 0), 66: (0, 2),
         # the admin APIs (flexible versions included)
@@ -356,7 +356,8 @@ def test_tagged_fields_are_read_and_written_as_kafka():
     header, offset = protocol.read_request_header(frame)
     assert header == protocol.RequestHeader(18, 4, 9, "c")
     assert protocol.decode_request(18, 4, frame, offset) == {"client_software_name": "kl",
-                                                             "client_software_version": "1"}
+                                                             "client_software_version": "1", "cluster_id": None,
+                                                             "node_id": -1}
     # a response with kio writing non-default tagged fields (SupportedFeatures, FinalizedFeaturesEpoch)
     cls = load_response_schema(18, 3)
     body = sample(_table(18)["response"], 3, False)
@@ -646,7 +647,7 @@ def test_flexible_bad_varints():
     # bytes after a flexible request's tagged fields are ignored, as Kafka's parser ignores them (librdkafka 2.16
     # sends such Metadata requests); a non-flexible request with trailing bytes is still refused
     assert protocol.decode_request(18, 3, base + b"\x01\x01\x00\x00", len(base)) == {
-        "client_software_name": "", "client_software_version": ""}
+        "client_software_name": "", "client_software_version": "", "cluster_id": None, "node_id": -1}
     all_topics = protocol.encode_request(3, 12, 1, "rdkafka", {"topics": None, "allow_auto_topic_creation": False})
     h, off = protocol.read_request_header(all_topics[4:])
     assert protocol.decode_request(3, 12, all_topics[4:] + b"\x01\x00\x00", off)["topics"] is None

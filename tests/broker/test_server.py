@@ -72,24 +72,24 @@ def test_api_versions_lists_exactly_the_matrix(broker):
             got = {k["api_key"]: (k["min_version"], k["max_version"]) for k in resp["api_keys"]}
             assert got == ADVERTISED
     # the matrix of the issue: Produce 0-13 (3-13 accepted; 12: transactions v2, 13: topic ids), Fetch 4-18 (13+: topic
-    # ids), ...; flexible: Produce 9-13, Fetch 12-18, ApiVersions 3-4, ListOffsets 6-11 (v7: the
+    # ids), ...; flexible: Produce 9-13, Fetch 12-18, ApiVersions 3-5, ListOffsets 6-11 (v7: the
     # max-timestamp lookup of kafka-get-offsets --time -3), Metadata 9-13 (10+: topic ids), CreateTopics 5-7 (what was
     # made) and the admin APIs (issue 12), at the versions Kafka 4's clients and tools pick; transactions (issue 23):
     # OffsetFetch 7 (RequireStable), InitProducerId 2-5, AddPartitionsToTxn 3-5, AddOffsetsToTxn, EndTxn 3-5 and
     # TxnOffsetCommit 3-6 (transactions v2: KIP-890 part 2), DescribeProducers / DescribeTransactions /
     # ListTransactions; at Kafka 4.4's maxima (issue
-    # 24): the classic group protocol (OffsetCommit 2-9, JoinGroup 0-9, Heartbeat 0-4, LeaveGroup 0-5, SyncGroup 0-5),
-    # FindCoordinator 6, OffsetFetch 10, Metadata 13, ListOffsets 11, DeleteTopics 6; KIP-848's
-    # ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1
-    assert ADVERTISED[0] == (0, 13) and ADVERTISED[1] == (4, 18) and ADVERTISED[18] == (0, 4)
+    # 24): the classic group protocol (OffsetCommit 2-10, JoinGroup 0-9, Heartbeat 0-4, LeaveGroup 0-5, SyncGroup
+    # 0-5), FindCoordinator 6, OffsetFetch 10, Metadata 13, ListOffsets 11, DeleteTopics 6, OffsetForLeaderEpoch 2-4,
+    # ApiVersions 5; KIP-848's ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1
+    assert ADVERTISED[0] == (0, 13) and ADVERTISED[1] == (4, 18) and ADVERTISED[18] == (0, 5)
     assert ADVERTISED[22] == (0, 5) and ADVERTISED[24] == (0, 5) and ADVERTISED[26] == (0, 5)
-    assert ADVERTISED[28] == (0, 6)
+    assert ADVERTISED[28] == (0, 6) and ADVERTISED[8] == (2, 10) and ADVERTISED[23] == (2, 4)
     assert ADVERTISED[2] == (1, 11) and ADVERTISED[3] == (0, 13)
     assert ADVERTISED[9] == (1, 10) and ADVERTISED[10] == (0, 6) and ADVERTISED[20] == (1, 6)
     assert {k for k in ADVERTISED if protocol.is_flexible(k, ADVERTISED[k][1])} == {
         0, 1, 2, 3, 18, 19, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75,
         9, 10, 20, 22, 24, 25, 26, 27, 28, 61, 65, 66, 8, 11, 12, 13, 14, 68, 69,
-        21, 36, 48, 49}  # at Kafka 4.4's maxima: DeleteRecords 2, SaslAuthenticate 2, the client quota APIs 1
+        21, 23, 36, 48, 49}  # at Kafka 4.4's maxima: DeleteRecords 2, SaslAuthenticate 2, the client quota APIs 1
 
 
 def test_api_versions_unknown_version_answers_v0_with_error_35(broker):
@@ -101,7 +101,7 @@ def test_api_versions_unknown_version_answers_v0_with_error_35(broker):
         corr, body = protocol.decode_response(18, 0, frame)
         assert corr == w.corr
         assert body["error_code"] == UnsupportedVersionError.code
-        assert {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]} == {18: (0, 4)}
+        assert {k["api_key"]: (k["min_version"], k["max_version"]) for k in body["api_keys"]} == {18: (0, 5)}
         # and the connection is still usable
         assert w.call(18, 3, {"client_software_name": "t", "client_software_version": "1"})["error_code"] == 0
 

@@ -1,5 +1,6 @@
-"""Differential wire tests of the newest versions of FindCoordinator (0-6), OffsetFetch (1-10), Metadata (13),
-ListOffsets (1-11) and DeleteTopics (1-6): the same request frames, built with kafkalog's codec, to Apache Kafka 4.4
+"""Differential wire tests of the newest versions of FindCoordinator (0-6), OffsetFetch (1-10), OffsetCommit (10),
+Metadata (13), ListOffsets (1-11), DeleteTopics (1-6), ApiVersions (5), OffsetForLeaderEpoch (2-4) and others
+(DeleteGroups, DescribeCluster, DeleteRecords, the client quota APIs, DescribeLogDirs): the same request frames, built with kafkalog's codec, to Apache Kafka 4.4
 and to kafkalog over raw sockets (tests/broker/wire.py), the answers compared field by field.
 
 What truly differs and is not compared: ports and cluster ids; topic ids are compared through what they stand
@@ -84,9 +85,13 @@ class Side:
         topics: dict[str, list] = {}
         for (t, p), (off, md) in offsets.items():
             topics.setdefault(t, []).append({"partition_index": p, "committed_offset": off, "committed_metadata": md})
-        r = self.call(8, 3, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
-                             "retention_time_ms": -1,
-                             "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+        for _ in range(50):  # COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR from Kafka while it loads the partition
+            r = self.call(8, 3, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+                                 "retention_time_ms": -1,
+                                 "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()]})
+            if not any(p["error_code"] in (14, 16) for t in r["topics"] for p in t["partitions"]):
+                break
+            time.sleep(0.1)
         assert all(p["error_code"] == 0 for t in r["topics"] for p in t["partitions"]), (self.name, r)
 
     def norm(self, answer):
@@ -490,3 +495,134 @@ def test_describe_log_dirs_v4_v5(sides, topic_name):
         assert answers["kafka"] == answers["kafkalog"], answers
         if v == 5:
             assert answers["kafkalog"][0]["cordoned"] is False
+
+
+def test_api_versions_v5_cluster_and_node_checks(sides):
+    """KIP-1242: ApiVersions v5 names the cluster and node the client means to reach. Kafka 4.4 answers both or
+    neither as usual, one without the other INVALID_REQUEST (42), another cluster's or node's id
+    REBOOTSTRAP_REQUIRED (129), either error with no ApiKeys and no features."""
+    ids = {}
+    for name, side in sides.items():
+        md = side.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                               "include_topic_authorized_operations": False})
+        ids[name] = (md["cluster_id"], md["brokers"][0]["node_id"])
+    cases = {"neither": lambda c, n: (None, -1), "both": lambda c, n: (c, n),
+             "another cluster": lambda c, n: ("AAAAAAAAAAAAAAAAAAAAAA", n), "another node": lambda c, n: (c, n + 7),
+             "an empty cluster id": lambda c, n: ("", n), "the cluster alone": lambda c, n: (c, -1),
+             "the node alone": lambda c, n: (None, n)}
+    codes = {}
+    for what, pick in cases.items():
+        def body(side, pick=pick):
+            cluster, node = pick(*ids[side.name])
+            return {"client_software_name": "wire-test", "client_software_version": "1", "cluster_id": cluster,
+                    "node_id": node}
+        r = same(sides, 18, 5, body, f"ApiVersions v5, {what}",
+                 ignore=("api_keys", "supported_features", "finalized_features", "finalized_features_epoch"))
+        codes[what] = r["error_code"]
+        if r["error_code"]:
+            assert r["api_keys"] == [] and not r.get("finalized_features"), (what, r)
+        else:
+            assert any(k["api_key"] == 18 and k["max_version"] == 5 for k in r["api_keys"]), r
+    assert codes == {"neither": 0, "both": 0, "another cluster": 129, "another node": 129, "an empty cluster id": 129,
+                     "the cluster alone": 42, "the node alone": 42}, codes
+
+
+def _sort_partitions_only(answer):  # Kafka answers a topic's refused partitions first, then the others
+    for t in answer["topics"]:
+        t["partitions"].sort(key=lambda p: p["partition_index"])
+
+
+def test_offset_commit_v10_topic_ids(sides, topic_name):
+    """OffsetCommit v10 names topics by id (KIP-848): a known id is committed and answered by id, an id no topic has
+    (or the zero id) is UNKNOWN_TOPIC_ID for each of its partitions, a partition past the topic's end
+    UNKNOWN_TOPIC_OR_PARTITION; what was committed reads back through OffsetFetch v10 on both brokers alike."""
+    topic, other, group = _offset_fixture(sides, topic_name)
+    stranger = uuid.uuid4()
+
+    def ids(side):
+        return {n: i for i, n in side.ids.items()}
+
+    def body(side, generation=-1, member=""):
+        tid = ids(side)
+        return {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+                "group_instance_id": None, "topics": [
+                    {"topic_id": tid[topic], "partitions": [
+                        {"partition_index": 1, "committed_offset": 11, "committed_leader_epoch": -1,
+                         "committed_metadata": "v10"},
+                        {"partition_index": 9, "committed_offset": 3, "committed_leader_epoch": -1,
+                         "committed_metadata": None}]},
+                    {"topic_id": stranger, "partitions": [
+                        {"partition_index": 0, "committed_offset": 4, "committed_leader_epoch": -1,
+                         "committed_metadata": ""}]},
+                    {"topic_id": ZERO, "partitions": [
+                        {"partition_index": 0, "committed_offset": 4, "committed_leader_epoch": -1,
+                         "committed_metadata": ""}]},
+                    {"topic_id": tid[other], "partitions": [
+                        {"partition_index": 0, "committed_offset": 2, "committed_leader_epoch": 3,
+                         "committed_metadata": "o"}]}]}
+    r = same(sides, 8, 10, body, "v10", sort=_sort_partitions_only)
+    codes = {t["topic_id"]: [p["error_code"] for p in t["partitions"]] for t in r["topics"]}
+    assert codes == {f"id:{topic}": [0, 3], "id:unknown": [100], "zero": [100], f"id:{other}": [0]}, codes
+    # a member of no generation committing with a generation: the group's error for the partitions that exist,
+    # the topic's or partition's own error for the others (Kafka checks them first)
+    r = same(sides, 8, 10, lambda side: body(side, generation=4, member="nobody"), "v10, not a member",
+             sort=_sort_partitions_only)
+    codes = {t["topic_id"]: [p["error_code"] for p in t["partitions"]] for t in r["topics"]}
+    assert codes == {f"id:{topic}": [25, 3], "id:unknown": [100], "zero": [100], f"id:{other}": [25]}, codes
+    named = {"group_id": group, "generation_id_or_member_epoch": 4, "member_id": "nobody", "group_instance_id": None,
+             "topics": [{"name": n, "partitions": [
+                 {"partition_index": i, "committed_offset": 1, "committed_leader_epoch": -1, "committed_metadata": ""}
+                 for i in (0, 7)]} for n in (topic, topic_name("nope"))]}
+    for v in (3, 9):
+        same(sides, 8, v, named, f"v{v}, not a member, an unknown topic and partition", sort=_sort_partitions_only)
+
+    def fetch(side):
+        tid = ids(side)
+        return {"groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": [
+            {"topic_id": tid[topic], "partition_indexes": [0, 1, 2]},
+            {"topic_id": tid[other], "partition_indexes": [0]}]}], "require_stable": False}
+    # the committed leader epoch is not kept (README: OffsetFetch answers -1, so clients skip an epoch validation
+    # through OffsetForLeaderEpoch, which kafkalog does not serve)
+    f = same(sides, 9, 10, fetch, "OffsetFetch v10 after OffsetCommit v10", sort=_sort_all_topics,
+             ignore=("*.committed_leader_epoch",))
+    got = {(t["topic_id"], p["partition_index"]): (p["committed_offset"], p["metadata"])
+           for t in f["groups"][0]["topics"] for p in t["partitions"]}
+    assert got[(f"id:{topic}", 1)] == (11, "v10") and got[(f"id:{other}", 0)] == (2, "o"), got
+
+
+def test_offset_for_leader_epoch_v2_to_v4(sides, topic_name):
+    """OffsetForLeaderEpoch on one node: epoch 0 ends at the log end offset, an epoch above it or -1 is unknown
+    (-1, -1), one below -1 comes before the first epoch (answered with epoch 0's start: the log start offset, also
+    after DeleteRecords moved it); the client's current epoch other than 0 is fenced (below) or unknown (above); a
+    partition or topic the broker does not have is UNKNOWN_TOPIC_OR_PARTITION."""
+    topic, empty = topic_name("t"), topic_name("e")
+    for side in sides.values():
+        side.create(topic, 2)
+        side.create(empty, 1)
+        side.produce(topic, 0, [b"a", b"b", b"c"], 1_000)
+        side.produce(topic, 0, [b"d", b"e"], 2_000)
+        side.produce(topic, 1, [b"x"], 3_000)
+    asks = [(p, cur, want) for p in (0, 1, 5) for cur, want in
+            ((-1, 0), (-1, -1), (-1, 1), (-1, 7), (-1, -3), (0, 0), (1, 0), (-5, 0), (0, 2))]
+
+    def body(v):
+        return {"replica_id": -1, "topics": [
+            {"topic": topic, "partitions": [{"partition": p, "current_leader_epoch": cur, "leader_epoch": want}
+                                            for p, cur, want in asks]},
+            {"topic": empty, "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0},
+                                            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": -2}]},
+            {"topic": topic_name("nope"), "partitions": [{"partition": 0, "current_leader_epoch": -1,
+                                                          "leader_epoch": 0}]}]}
+    for v in (2, 3, 4):
+        r = same(sides, 23, v, body(v), f"v{v}")
+    ends = {(p["partition"], a[1], a[2]): (p["error_code"], p["leader_epoch"], p["end_offset"])
+            for p, a in zip(r["topics"][0]["partitions"], asks)}
+    assert ends[(0, -1, 0)] == (0, 0, 5) and ends[(1, -1, 0)] == (0, 0, 1), ends
+    assert ends[(0, -1, 7)] == (0, -1, -1) and ends[(0, 1, 0)][0] == 75 and ends[(0, -5, 0)][0] == 74, ends
+    assert ends[(5, -1, 0)][0] == 3, ends
+    for side in sides.values():  # the log start moves: epoch 0 starts there now
+        r = side.call(21, 2, {"topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 2}]}],
+                              "timeout_ms": 30000})
+        assert r["topics"][0]["partitions"][0]["error_code"] == 0, (side.name, r)
+    r = same(sides, 23, 4, body(4), "v4 after DeleteRecords")
+    assert r["topics"][0]["partitions"][4] == {"error_code": 0, "partition": 0, "leader_epoch": -3, "end_offset": 2}, r
