@@ -1,7 +1,8 @@
 """Differential wire tests of the newest versions of FindCoordinator (0-6), OffsetFetch (1-10), OffsetCommit (10),
 Metadata (13), ListOffsets (1-11), DeleteTopics (1-6), ApiVersions (5), OffsetForLeaderEpoch (2-4) and others
-(DeleteGroups, DescribeCluster, DeleteRecords, the client quota APIs, DescribeLogDirs): the same request frames, built with kafkalog's codec, to Apache Kafka 4.4
-and to kafkalog over raw sockets (tests/broker/wire.py), the answers compared field by field.
+(DeleteGroups, DescribeCluster, DeleteRecords, the client quota APIs, DescribeLogDirs): the same request frames,
+built with kafkalog's codec, to Apache Kafka 4.4 and to kafkalog over raw sockets (tests/broker/wire.py), the answers
+compared field by field.
 
 What truly differs and is not compared: ports and cluster ids; topic ids are compared through what they stand
 for (each broker's ids are mapped to their topic names, the null id to "zero", an id neither broker has to
