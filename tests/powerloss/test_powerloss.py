@@ -98,12 +98,33 @@ def run_round(fs, acks: Path, workers, rng, env, min_acks: int = 0, need: str | 
             assert now < deadline + 60, f"no acknowledgements within a minute (seed {SEED})"
             time.sleep(0.005 if had is not None else 0.05)
     finally:
+        _freeze(procs)
         fs.lose_power()
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGKILL)
         for p in procs:
             p.wait(timeout=30)
+
+
+def _freeze(procs) -> None:
+    """A power loss stops every process at the same instant: stop the workloads (SIGSTOP, each seen stopped) before
+    the file system goes. Killed after it instead, they would go on for a moment on a dead mount (their refreshes
+    failing half way) and, once it is lazily unmounted, on the bare mount point's paths: what no real machine does
+    after its power went."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGSTOP)
+    for p in procs:
+        for _ in range(2000):  # a process in a file system call stops when the call returns (plfs still answers)
+            try:
+                with open(f"/proc/{p.pid}/stat", "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+            except FileNotFoundError:
+                break
+            if state in (b"T", b"t", b"Z", b"X"):
+                break
+            time.sleep(0.001)
 
 
 def _count(path: Path) -> int:
