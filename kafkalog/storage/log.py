@@ -722,7 +722,7 @@ class Log:
                 self._segments[-1] = self._open_segment(active.base_offset, self.mode == SHARED)
                 continue
             self._leo = active.next_offset
-            if self._leo == active.base_offset or not os.path.exists(
+            if self._leo == active.base_offset or not _segment_exists(
                     os.path.join(self._dir_str, segment_file_name(self._leo))):
                 break
             # another process rolled: our active is sealed now (it already wrote the final entries and trimmed)
@@ -1142,7 +1142,10 @@ class Log:
                 return True
         except Exception:  # noqa: BLE001  (closed or deleted under us: let the reader's refresh sort it out)
             return True
-        return os.path.exists(os.path.join(self._dir_str, segment_file_name(self._leo)))
+        try:
+            return _segment_exists(os.path.join(self._dir_str, segment_file_name(self._leo)))
+        except KafkaStorageError:
+            return True  # the reader's refresh meets the error itself
 
     # ------------------------------------------------------------------------------------------------ flush
 
@@ -1965,6 +1968,20 @@ def _cut_before(view: memoryview, limit: int) -> memoryview:
         if batch.base_offset >= limit:
             return view[:batch.position]
     return view
+
+
+def _segment_exists(path: str) -> bool:
+    """Whether another writer started the segment at ``path`` (a roll): False only when the file system says no
+    (ENOENT). Any other failure (EIO, ESTALE, a mount gone) is raised as KafkaStorageError, never taken for "not
+    rolled": a view that stopped there would end below the log end, and a shared writer would append below it."""
+    try:
+        failpoints.hit("refresh:look-next-segment")
+        os.stat(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise storage_error(e, "stat", path) from None
 
 
 def _index_missing(dir: Path, base: int) -> bool:

@@ -26,6 +26,7 @@ from kafkalog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from kafkalog.storage import failpoints
 
 T0 = 1_700_000_000_000
 
@@ -1413,11 +1414,34 @@ def test_a_view_that_missed_another_writers_rolls_takes_in_the_published_end(ope
         log.roll()
         log.append_batch(values(3))
     assert len(log.segments()) == 13
-    real_exists = os.path.exists
-    monkeypatch.setattr(logmod.os.path, "exists", lambda p: False if str(p).endswith(".log") else real_exists(p))
+    monkeypatch.setattr(logmod, "_segment_exists", lambda p: False)  # every lookup of a next segment misses it
     assert view.log_end_offset == log.log_end_offset == 39
     monkeypatch.undo()
     assert [r.offset for r in view.records()] == list(range(39))
+
+
+@pytest.mark.parametrize("view_mode", ["shared", "read_only"])
+def test_a_failed_lookup_of_the_next_segment_is_an_error_not_the_end_of_the_log(open_store, view_mode):
+    """A view follows another writer's roll by looking the next segment's file up. A look that fails (EIO, ESTALE,
+    a mount gone: the failpoint raises EIO) is KafkaStorageError for the call, never taken for "no roll": a view
+    that stopped there would hide records, and a shared writer would hand out offsets another writer gave."""
+    w = open_store(exclusive=False)
+    w.create_topic("t", 1)
+    log = w.log("t", 0)
+    log.append_batch(values(3))
+    view = open_store(**VIEW_MODES[view_mode]).log("t", 0)
+    assert view.log_end_offset == 3
+    log.roll()
+    log.append_batch(values(4))
+    failpoints.enable("refresh:look-next-segment", "raise")
+    try:
+        with pytest.raises(KafkaStorageError) as e:
+            _ = view.log_end_offset
+        assert e.value.errno == errno.EIO
+    finally:
+        failpoints.disable()
+    assert view.log_end_offset == log.log_end_offset == 7
+    assert [r.offset for r in view.records()] == list(range(7))
 
 
 def test_a_reader_racing_with_an_append_is_not_taken_for_one_that_missed_a_roll(open_store, monkeypatch, caplog):
