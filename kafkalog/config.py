@@ -115,6 +115,10 @@ CONFIG_KEYS = _keys(
               high=INT_MAX),
     ConfigKey("unclean.leader.election.enable", bool, False, "Accepted for compatibility; no replicas."),
     ConfigKey("preallocate", bool, False, "Accepted for compatibility; .log files are not preallocated."),
+    ConfigKey("leader.replication.throttled.replicas", str, "", "Accepted for compatibility; one node replicates "
+              "nothing to throttle (kafka-reassign-partitions sets and clears it)."),
+    ConfigKey("follower.replication.throttled.replicas", str, "", "Accepted for compatibility; one node replicates "
+              "nothing to throttle (kafka-reassign-partitions sets and clears it)."),
     ConfigKey("delete.retention.ms", int, 86400000, "Compaction: a tombstone (null value) is kept this long after "
               "the cleaning that first kept it (KIP-534's delete horizon, stamped into its batch).", low=0,
               high=LONG_MAX),

@@ -532,6 +532,12 @@ def _alter(s, ctx, header, frame, offset, incremental: bool):
                     r["error_code"], r["error_message"] = CLUSTER_DENIED, f"{ctx.principal} may not alter configs"
                     out.append(r)
                     continue
+                if incremental and rtype == CONFIG_BROKER and all(c["config_operation"] == DELETE
+                                                                  for c in res["configs"]):
+                    # no broker config is dynamic here: deleting dynamic ones deletes nothing, answered as Kafka
+                    # answers a delete of unset keys (kafka-reassign-partitions --verify clears its throttles so)
+                    out.append(r)
+                    continue
                 keys = ", ".join(c["name"] for c in res["configs"]) or "(none)"
                 raise InvalidConfigError(f"broker configs cannot be changed while kafkalog runs ({keys}): set them "
                                          "with --override / server.properties and restart (quotas: "
@@ -676,6 +682,95 @@ def describe_cluster(s, ctx, header, frame, offset):
         body["cluster_authorized_operations"] = _operations(s, ctx, "CLUSTER", security.CLUSTER_NAME,
                                                             CLUSTER_OPERATIONS)
     return respond(header, body)
+
+
+# ---------------------------------------------------------------------------------------------------- replicas
+
+# One node: every partition has one replica, this broker, its leader since it was made. An election finds the
+# leader it would elect already leading, and nothing is ever being reassigned: Kafka's answers for that cluster.
+
+def elect_leaders(s, ctx, header, frame, offset):
+    """ElectLeaders (kafka-leader-election), preferred or unclean: ELECTION_NOT_NEEDED (84) for every partition
+    there is; asked for every partition (null), those results are left out (each topic listed with none), as
+    Kafka's controller answers. ALTER on the cluster."""
+    req = request_body(ctx, header, frame, offset)
+    denied = not_allowed(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME)
+    wanted = req["topic_partitions"]
+    if wanted is None:
+        results = [] if denied else [{"topic": t, "partition_result": []} for t in sorted(s.store.topics())]
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
+                                "error_code": CLUSTER_DENIED if denied else 0, "replica_election_results": results})
+    results = []
+    for t in wanted:
+        name = t["topic"]
+        n = 0 if denied else s.partitions(name)
+        parts = []
+        for p in t["partitions"]:
+            if denied:
+                code, msg = CLUSTER_DENIED, None
+            elif not n:
+                code, msg = UnknownTopicOrPartitionError.code, f"No such topic as {name}"
+            elif not 0 <= p < n:
+                code, msg = UnknownTopicOrPartitionError.code, f"No such partition as {name}-{p}"
+            else:
+                code, msg = 84, "Leader election not needed for topic partition."  # ELECTION_NOT_NEEDED
+            parts.append({"partition_id": p, "error_code": code, "error_message": msg})
+        results.append({"topic": name, "partition_result": parts})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
+                            "error_code": CLUSTER_DENIED if denied else 0, "replica_election_results": results})
+
+
+def _reassignment_error(s, name: str, n: int, p: dict) -> tuple[int, str | None]:
+    """Kafka's answer to one partition of an AlterPartitionReassignments on one node."""
+    idx, replicas = p["partition_index"], p["replicas"]
+    if not n:
+        return UnknownTopicOrPartitionError.code, f"Unable to find a topic named {name}."
+    if not 0 <= idx < n:
+        return UnknownTopicOrPartitionError.code, f"Unable to find partition {name}:{idx}."
+    if replicas is None:
+        return 85, None  # NO_REASSIGNMENT_IN_PROGRESS: a cancel with nothing to cancel
+    if not replicas:
+        return InvalidReplicaAssignmentError.code, "The manual partition assignment includes an empty replica list."
+    seen = set()
+    for r in replicas:  # each replica in turn: registered, then not seen before (Kafka's order)
+        if r != s.node_id:
+            return InvalidReplicaAssignmentError.code, \
+                f"The manual partition assignment includes broker {r}, but no such broker is registered."
+        if r in seen:
+            return InvalidReplicaAssignmentError.code, \
+                f"The manual partition assignment includes the broker {r} more than once."
+        seen.add(r)
+    return 0, None  # the replicas it has: nothing to move
+
+
+def alter_partition_reassignments(s, ctx, header, frame, offset):
+    """AlterPartitionReassignments (kafka-reassign-partitions --execute): to this broker alone is done already (the
+    partition's replicas); any other broker is not registered, a cancel finds nothing in progress. ALTER on the
+    cluster (else CLUSTER_AUTHORIZATION_FAILED for the request)."""
+    req = request_body(ctx, header, frame, offset)
+    body = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None, "responses": [],
+            "allow_replication_factor_change": req.get("allow_replication_factor_change", True)}
+    if not_allowed(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME):
+        body.update(error_code=CLUSTER_DENIED, error_message="Cluster authorization failed.")
+        return respond(header, body)
+    for t in req["topics"]:
+        name = t["name"]
+        n = s.partitions(name)
+        parts = []
+        for p in t["partitions"]:
+            code, msg = _reassignment_error(s, name, n, p)
+            parts.append({"partition_index": p["partition_index"], "error_code": code, "error_message": msg})
+        body["responses"].append({"name": name, "partitions": parts})
+    return respond(header, body)
+
+
+def list_partition_reassignments(s, ctx, header, frame, offset):
+    """ListPartitionReassignments (kafka-reassign-partitions --list / --verify): none in progress, ever. DESCRIBE
+    on the cluster."""
+    request_body(ctx, header, frame, offset)  # parsed: garbage is refused all the same
+    denied = not_allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME)
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": CLUSTER_DENIED if denied else 0,
+                            "error_message": "Cluster authorization failed." if denied else None, "topics": []})
 
 
 def _log_dir_sizes(s, wanted) -> list:
@@ -928,13 +1023,15 @@ HANDLERS = {
     15: describe_groups, 16: list_groups, 29: describe_acls, 30: create_acls, 31: delete_acls,
     32: describe_configs, 33: alter_configs, 35: describe_log_dirs, 37: create_partitions, 42: delete_groups,
     44: incremental_alter_configs, 47: offset_delete, 50: describe_user_scram_credentials,
-    51: alter_user_scram_credentials, 60: describe_cluster, 75: describe_topic_partitions,
+    51: alter_user_scram_credentials, 60: describe_cluster, 75: describe_topic_partitions, 43: elect_leaders,
+    45: alter_partition_reassignments, 46: list_partition_reassignments,
 }
 
 # versions served (and advertised): the ranges Kafka 4's clients and tools use, flexible versions included
 VERSIONS = {
     15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 5), 37: (0, 3),
     42: (0, 3), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 2), 75: (0, 0),
+    43: (0, 2), 45: (0, 1), 46: (0, 0),
 }
 
 __all__ = ["HANDLERS", "VERSIONS"]

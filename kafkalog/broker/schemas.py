@@ -1143,6 +1143,84 @@ CREATE_PARTITIONS = {
     ),
 }
 
+ELECT_LEADERS = {
+    "key": 43, "name": "ElectLeaders", "versions": (0, 2), "flexible": 2,
+    "request": (
+        ("election_type", "int8", "1+", {}),
+        ("topic_partitions", "[]TopicPartitions", "0+", {"nullable": "0+"}, (
+            ("topic", "string", "0+", {}),
+            ("partitions", "[]int32", "0+", {}),
+        )),
+        ("timeout_ms", "int32", "0+", {"default": 60000}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "1+", {}),
+        ("replica_election_results", "[]ReplicaElectionResult", "0+", {}, (
+            ("topic", "string", "0+", {}),
+            ("partition_result", "[]PartitionResult", "0+", {}, (
+                ("partition_id", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("error_message", "string", "0+", {"nullable": "0+"}),
+            )),
+        )),
+    ),
+}
+
+ALTER_PARTITION_REASSIGNMENTS = {
+    "key": 45, "name": "AlterPartitionReassignments", "versions": (0, 1), "flexible": 0,
+    "request": (
+        ("timeout_ms", "int32", "0+", {"default": 60000}),
+        ("allow_replication_factor_change", "bool", "1+", {"default": True}),
+        ("topics", "[]ReassignableTopic", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]ReassignablePartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("replicas", "[]int32", "0+", {"nullable": "0+", "default": None}),
+            )),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("allow_replication_factor_change", "bool", "1+", {"default": True}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+"}),
+        ("responses", "[]ReassignableTopicResponse", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]ReassignablePartitionResponse", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("error_message", "string", "0+", {"nullable": "0+"}),
+            )),
+        )),
+    ),
+}
+
+LIST_PARTITION_REASSIGNMENTS = {
+    "key": 46, "name": "ListPartitionReassignments", "versions": (0, 0), "flexible": 0,
+    "request": (
+        ("timeout_ms", "int32", "0+", {"default": 60000}),
+        ("topics", "[]ListPartitionReassignmentsTopics", "0+", {"nullable": "0+", "default": None}, (
+            ("name", "string", "0+", {}),
+            ("partition_indexes", "[]int32", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+"}),
+        ("topics", "[]OngoingTopicReassignment", "0+", {}, (
+            ("name", "string", "0+", {}),
+            ("partitions", "[]OngoingPartitionReassignment", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("replicas", "[]int32", "0+", {}),
+                ("adding_replicas", "[]int32", "0+", {}),
+                ("removing_replicas", "[]int32", "0+", {}),
+            )),
+        )),
+    ),
+}
+
 DESCRIBE_CLUSTER = {
     "key": 60, "name": "DescribeCluster", "versions": (0, 2), "flexible": 0,
     "request": (
@@ -1434,6 +1512,9 @@ APIS = {
     47: OFFSET_DELETE,
     50: DESCRIBE_USER_SCRAM_CREDENTIALS,
     51: ALTER_USER_SCRAM_CREDENTIALS,
+    43: ELECT_LEADERS,
+    45: ALTER_PARTITION_REASSIGNMENTS,
+    46: LIST_PARTITION_REASSIGNMENTS,
     60: DESCRIBE_CLUSTER,
     75: DESCRIBE_TOPIC_PARTITIONS,
     68: CONSUMER_GROUP_HEARTBEAT,

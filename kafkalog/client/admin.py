@@ -174,7 +174,7 @@ def _raise_first(errs: list[KafkaError], results):
 
 def _config_type(key: str) -> str:
     spec = CONFIG_KEYS[key]
-    if key == "cleanup.policy":
+    if key in ("cleanup.policy", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
         return "LIST"
     if spec.type is bool:
         return "BOOLEAN"

@@ -300,3 +300,22 @@ def test_sasl_ssl_listener_with_a_user_certificate(tmp_path):
         with Wire(b.port) as w:  # plaintext bytes on a TLS port: the handshake fails, the connection closes
             w.send_raw(b"\x00\x00\x00\x0a" + b"\x00" * 10)
             assert w.closed_by_peer()
+
+
+def test_replica_admin_apis_need_the_cluster(sasl_broker):
+    """ElectLeaders and AlterPartitionReassignments need ALTER on the cluster, ListPartitionReassignments DESCRIBE:
+    a user without them gets CLUSTER_AUTHORIZATION_FAILED (31) and nothing else; the super user gets the answers."""
+    for user, want in (("alice", 31), ("admin", 0)):
+        with Wire(sasl_broker.port) as w:
+            _authenticate_plain(w, user, PASSWORDS[user])
+            r = w.call(43, 2, {"election_type": 0, "timeout_ms": 5000,
+                               "topic_partitions": [{"topic": "t", "partitions": [0]}]})
+            assert r["error_code"] == want and \
+                [p["error_code"] for p in r["replica_election_results"][0]["partition_result"]] == [want or 84], r
+            r = w.call(43, 2, {"election_type": 0, "timeout_ms": 5000, "topic_partitions": None})
+            assert r["error_code"] == want and (r["replica_election_results"] == []) == bool(want), r
+            r = w.call(45, 1, {"timeout_ms": 5000, "allow_replication_factor_change": True, "topics": [
+                {"name": "t", "partitions": [{"partition_index": 0, "replicas": None}]}]})
+            assert (r["error_code"], len(r["responses"])) == ((31, 0) if want else (0, 1)), r
+            r = w.call(46, 0, {"timeout_ms": 5000, "topics": None})
+            assert (r["error_code"], r["topics"]) == (want, []), r

@@ -611,3 +611,34 @@ def test_acls_without_authorizer_is_refused(target: Target):
     r = target.tool("kafka-acls", "--bootstrap-server", target.bootstrap, "--list", check=False)
     assert "SecurityDisabledException" in r.stdout + r.stderr or "No Authorizer is configured" in r.stdout + r.stderr, \
         out(r)
+
+
+@pytest.mark.slow  # four short JVMs a broker (~3 s each on 2 cores)
+def test_leader_election_and_reassign_partitions_tools(targets, topic_name, compare, tmp_path):
+    """kafka-leader-election (preferred, every partition and one) and kafka-reassign-partitions (--list, --execute
+    of a plan that keeps every replica where it is, --verify) say the same on both brokers: one node has nothing to
+    elect and nothing to move."""
+    topic = topic_name()
+    outputs = {}
+    for name, t in targets.items():
+        bs = t.bootstrap
+        t.tool("kafka-topics", "--bootstrap-server", bs, "--create", "--topic", topic, "--partitions", 2,
+               "--replication-factor", 1)
+        node = min(broker_ids(bs))
+        plan = tmp_path / f"plan-{name}.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": p, "replicas": [node], "log_dirs": ["any"]} for p in (0, 1)]}))
+        runs = [t.tool("kafka-leader-election", "--bootstrap-server", bs, "--election-type", "preferred",
+                       "--topic", topic, "--partition", 1, check=False),
+                t.tool("kafka-leader-election", "--bootstrap-server", bs, "--election-type", "preferred",
+                       "--all-topic-partitions", check=False),
+                t.tool("kafka-reassign-partitions", "--bootstrap-server", bs, "--list", check=False),
+                t.tool("kafka-reassign-partitions", "--bootstrap-server", bs, "--reassignment-json-file", plan,
+                       "--execute", check=False),
+                t.tool("kafka-reassign-partitions", "--bootstrap-server", bs, "--reassignment-json-file", plan,
+                       "--verify", check=False)]
+        outputs[name] = [(r.returncode, re.sub(rf"\b{node}\b", "<node>", re.sub(
+            r'"log_dirs":\[[^\]]*\]', '"log_dirs":[<dir>]', r.stdout)).strip()) for r in runs]
+    compare(outputs["kafka"], outputs["kafkalog"], what="leader election and reassignment tools")
+    assert [code for code, _ in outputs["kafkalog"]] == [0] * 5, outputs["kafkalog"]
+    assert "Valid replica already elected" in outputs["kafkalog"][0][1], outputs["kafkalog"]

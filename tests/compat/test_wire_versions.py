@@ -627,3 +627,45 @@ def test_offset_for_leader_epoch_v2_to_v4(sides, topic_name):
         assert r["topics"][0]["partitions"][0]["error_code"] == 0, (side.name, r)
     r = same(sides, 23, 4, body(4), "v4 after DeleteRecords")
     assert r["topics"][0]["partitions"][4] == {"error_code": 0, "partition": 0, "leader_epoch": -3, "end_offset": 2}, r
+
+
+def test_elect_leaders_and_partition_reassignments_on_one_node(sides, topic_name):
+    """ElectLeaders v0-2 (preferred and unclean): ELECTION_NOT_NEEDED for each partition there is, Kafka's messages
+    for a partition or topic it does not have; ListPartitionReassignments: none in progress; AlterPartitionReassignments
+    v0-1: to the partition's own broker is done already, a cancel finds nothing (NO_REASSIGNMENT_IN_PROGRESS), an
+    empty list, a broker twice or a broker that is not registered is INVALID_REPLICA_ASSIGNMENT with Kafka's text."""
+    topic, nope = topic_name("t"), topic_name("nope")
+    node = {}
+    for name, side in sides.items():
+        side.create(topic, 2)
+        node[name] = side.call(3, 12, {"topics": [], "allow_auto_topic_creation": False,
+                                       "include_topic_authorized_operations": False})["brokers"][0]["node_id"]
+    for v in (0, 1, 2):
+        for election in ((0,) if v == 0 else (0, 1)):
+            r = same(sides, 43, v, {"election_type": election, "timeout_ms": 5000, "topic_partitions": [
+                {"topic": topic, "partitions": [0, 1, 7]}, {"topic": nope, "partitions": [0]}]}, f"ElectLeaders v{v}")
+            assert [p["error_code"] for p in r["replica_election_results"][0]["partition_result"]] == [84, 84, 3]
+    everything = sides["kafkalog"].call(43, 2, {"election_type": 0, "timeout_ms": 5000, "topic_partitions": None})
+    listed = {t["topic"]: t["partition_result"] for t in everything["replica_election_results"]}
+    assert everything["error_code"] == 0 and listed[topic] == [] and not any(listed.values()), everything
+    same(sides, 46, 0, {"timeout_ms": 5000, "topics": None}, "ListPartitionReassignments, all")
+    same(sides, 46, 0, {"timeout_ms": 5000, "topics": [{"name": topic, "partition_indexes": [0, 9]}]},
+         "ListPartitionReassignments, some")
+    for v in (0, 1):
+        def alter(side, v=v):
+            n = node[side.name]
+            return {"timeout_ms": 5000, "allow_replication_factor_change": v == 0, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "replicas": [n]},
+                                               {"partition_index": 1, "replicas": None},
+                                               {"partition_index": 5, "replicas": [n]}]},
+                {"name": nope, "partitions": [{"partition_index": 0, "replicas": [n]}]}]}
+        r = same(sides, 45, v, alter, f"AlterPartitionReassignments v{v}")
+        assert [p["error_code"] for p in r["responses"][0]["partitions"]] == [0, 85, 3], r
+    for replicas in (lambda n: [], lambda n: [n, n], lambda n: [n + 5], lambda n: [n, n + 5], lambda n: [n + 5, n + 5]):
+        def bad(side, replicas=replicas):
+            return {"timeout_ms": 5000, "allow_replication_factor_change": False, "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "replicas": replicas(node[side.name])}]}]}
+        r = sides["kafka"].call(45, 1, bad(sides["kafka"]))
+        assert r["responses"][0]["partitions"][0]["error_code"] == 39, r
+        if node["kafka"] == node["kafkalog"]:  # the texts name broker ids
+            same(sides, 45, 1, bad, "AlterPartitionReassignments v1, an invalid assignment")
