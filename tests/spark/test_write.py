@@ -92,6 +92,54 @@ def test_stream_write_exactly_once_and_a_replayed_batch_is_skipped(spark, tmp_pa
     assert staged_files(path) == []
 
 
+def _committed_values(path, topic) -> list:
+    """What a read_committed consumer of ``topic`` reads now (every partition, from the start to its LSO)."""
+    with kafkalog.LogStore(path, read_only=True) as store:
+        c = kafkalog.KafkaConsumer(store=store, isolation_level="read_committed", auto_offset_reset="earliest",
+                                   enable_auto_commit=False)
+        c.assign([kafkalog.TopicPartition(topic, p) for p in range(store.partitions_for(topic))])
+        got = []
+        for _ in range(50):  # polls, bounded: everything below each LSO is in memory
+            batch = c.poll(timeout_ms=0)
+            if not batch:
+                break
+            got.extend(r.value for rs in batch.values() for r in rs)
+        c.close()
+    return sorted(got)
+
+
+@pytest.mark.slow  # two streaming queries (~25 s on 2 cores), for the default suite's 20-minute budget
+def test_stream_write_beside_an_open_transaction(spark, tmp_path):
+    """The sink publishes while a transactional producer holds a transaction open on the same partitions: its
+    micro-batches (and a replayed one, which it finds in the logs by its producer id and sequence) are published
+    once; read_committed readers see them only once the transaction ended (they sit above its first offset, the LSO),
+    and an abort hides the transaction's records alone."""
+    path, ckpt = str(tmp_path / "data"), tmp_path / "ckpt"
+    rows = write_records(path, "src", 3, 10)
+    with kafkalog.LogStore(path, maintenance=False) as store:
+        store.create_topic("dst", partitions=2)
+        txn = kafkalog.KafkaProducer(store, transactional_id="beside-the-sink")
+        txn.init_transactions()
+        txn.begin_transaction()
+        for p in (0, 1):
+            txn.send("dst", b"open-%d" % p, partition=p)
+        txn.flush()
+        assert _committed_values(path, "dst") == []  # the LSO of each partition is the transaction's first offset
+        q = _copy_stream(spark, path, "src", "dst", ckpt)
+        for name in ("2", ".2.crc"):  # Spark replays the last micro-batch (see the test above)
+            (ckpt / "commits" / name).unlink()
+        q = _copy_stream(spark, path, "src", "dst", ckpt)
+        assert [p["batchId"] for p in q.recentProgress if p["numInputRows"]] == [2]
+        copied = sorted(v for _, _, _, v, _ in engine_rows(path, "dst") if not v.startswith(b"open-"))
+        assert copied == sorted(r[1] for r in rows)  # every source record once, the replay published nothing
+        assert _committed_values(path, "dst") == []  # all above the open transaction: not stable yet
+        txn.abort_transaction()
+        assert _committed_values(path, "dst") == copied  # the sink's records; the aborted ones never
+        txn.close()
+    assert sink_mod.sink_state(path, q.id) == {"version": 1, "committed": 2, "pending": None}
+    assert staged_files(path) == []
+
+
 def test_task_failure_in_a_stream_write_leaves_no_partial_batch(spark, tmp_path):
     path, ckpt = str(tmp_path / "data"), tmp_path / "ckpt"
     rows = write_records(path, "fsrc", 3, 8)  # batches of 12: offsets 0-3, then 4-7 of each partition
