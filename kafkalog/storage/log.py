@@ -684,8 +684,9 @@ class Log:
         published = self._published_end() if self._session else -1
         self._refresh_files()
         if self._segments and self._leo < published:
-            # this view did not follow every roll another writer made (a lookup of the next segment missed it, as
-            # seen under the power-loss soak): the log end a writer published is the truth; take the directory in
+            # this view did not follow every roll another writer made (a lookup of the next segment missed it: the
+            # power-loss soak saw it once a file system was gone under a running writer, before _segment_exists
+            # raised such failures): the log end a writer published is the truth; take the directory in
             _log.warning("%s-%d: the view ended at offset %d below the published log end %d; listing the segments "
                          "again", self.topic, self.partition, self._leo, published)
             self._reload_segments()
