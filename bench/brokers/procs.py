@@ -285,12 +285,14 @@ def make_broker(name: str, scratch: str, pythonpath: str | None, args) -> Broker
 
 
 
-def each_broker(scratch: str, snapshot: str, notes: list, names=("kafka", "kafkalog")):
+def each_broker(scratch: str, snapshot: str, notes: list, names=("kafka", "kafkalog"), kafkalog_overrides=()):
     """Apache Kafka and kafkalog serve, one at a time (each alone on the machine), fresh and started: yields
-    (name, broker) and stops it after the caller's step; one that cannot start here is a line in ``notes``."""
+    (name, broker) and stops it after the caller's step; one that cannot start here is a line in ``notes``.
+    ``kafkalog_overrides``: server keys ("key=value") for kafkalog serve."""
     for name in names:
         try:
-            broker = KafkaBroker(scratch) if name == "kafka" else KafkalogBroker(scratch, snapshot, port=free_port())
+            broker = KafkaBroker(scratch) if name == "kafka" else \
+                KafkalogBroker(scratch, snapshot, overrides=kafkalog_overrides, port=free_port())
             broker.start()
         except Unavailable as e:
             notes.append(f"{name}: {e}")
