@@ -293,6 +293,29 @@ cdef const char *_topic_id(object topic_id) except NULL:
     return PyBytes_AS_STRING(raw)
 
 
+cdef inline Py_ssize_t _topic_key_size(object name, bint ids, bint fx) except -1:
+    """Bytes of a response topic's key: its id (v13+: 16 bytes, checked here) or its name (a STRING)."""
+    cdef Py_ssize_t name_len
+    if ids:
+        _topic_id(name)
+        return 16
+    _utf8(name, &name_len)
+    return _len_size(name_len, fx, False) + name_len
+
+
+cdef inline unsigned char *_put_topic_key(unsigned char *p, object name, bint ids, bint fx) except NULL:
+    """Write a response topic's key: its id (v13+) or its name (a STRING)."""
+    cdef Py_ssize_t name_len
+    cdef const char *name_p
+    if ids:
+        memcpy(p, _topic_id(name), 16)
+        return p + 16
+    name_p = _utf8(name, &name_len)
+    p = _put_len(p, name_len, fx, False)
+    memcpy(p, name_p, name_len)
+    return p + name_len
+
+
 cdef Py_ssize_t _buffer_size(object b) except -1:
     cdef Py_buffer view
     if PyBytes_CheckExact(b):
@@ -422,20 +445,14 @@ def encode_produce_response(int version, int32_t correlation_id, topics, int32_t
     cdef bint v8 = version >= 8
     cdef Py_ssize_t part_fixed = (30 if version >= 5 else 22) + (1 if fx else 0)
     cdef Py_ssize_t total = 4 + 4 + (1 if fx else 0) + _len_size(len(topics), fx, True) + 4 + (1 if fx else 0)
-    cdef Py_ssize_t name_len, n
-    cdef const char *name_p
+    cdef Py_ssize_t n
     cdef const char *data = NULL
     cdef unsigned char *p
     topics = topics if isinstance(topics, (list, tuple)) else list(topics)
     try:
         for topic in topics:
             name, parts = topic
-            if ids:
-                _topic_id(name)
-                total += 16
-            else:
-                _utf8(name, &name_len)
-                total += _len_size(name_len, fx, False) + name_len
+            total += _topic_key_size(name, ids, fx)
             total += _len_size(len(parts), fx, True) + part_fixed * len(parts) + (1 if fx else 0)
             if v8:
                 for part in parts:
@@ -458,15 +475,7 @@ def encode_produce_response(int version, int32_t correlation_id, topics, int32_t
     try:
         for topic in topics:
             name, parts = topic
-            if ids:
-                raw = name.bytes if isinstance(name, _UUID) else name
-                memcpy(p, PyBytes_AS_STRING(raw), 16)
-                p += 16
-            else:
-                name_p = _utf8(name, &name_len)
-                p = _put_len(p, name_len, fx, False)
-                memcpy(p, name_p, name_len)
-                p += name_len
+            p = _put_topic_key(p, name, ids, fx)
             p = _put_len(p, len(parts), fx, True)
             for part in parts:
                 partition, error_code, base_offset, log_append_time_ms, log_start_offset = part[:5]
@@ -526,19 +535,13 @@ def encode_fetch_response(int version, int32_t correlation_id, int32_t throttle_
     # an upper bound: varint lengths are counted at their 5-byte maximum, the bytes written are cut to size after
     cdef Py_ssize_t meta = 4 + 4 + (1 if fx else 0) + 4 + (6 if version >= 7 else 0) + (5 if fx else 4) \
         + (1 if fx else 0)
-    cdef Py_ssize_t name_len, records_total = 0, n, pos, prev, used
-    cdef const char *name_p
+    cdef Py_ssize_t records_total = 0, n, pos, prev, used
     cdef unsigned char *scratch
     cdef unsigned char *p
     topics = topics if isinstance(topics, (list, tuple)) else list(topics)
     for topic in topics:
         name, parts = topic
-        if ids:
-            _topic_id(name)
-            meta += 16
-        else:
-            _utf8(name, &name_len)
-            meta += (5 if fx else 2) + name_len
+        meta += _topic_key_size(name, ids, fx)
         meta += (5 if fx else 4) + part_size * len(parts) + (1 if fx else 0)
         for part in parts:
             if len(part) > 6 and part[6]:
@@ -561,14 +564,7 @@ def encode_fetch_response(int version, int32_t correlation_id, int32_t throttle_
         try:
             for topic in topics:
                 name, parts = topic
-                if ids:
-                    memcpy(p, _topic_id(name), 16)
-                    p += 16
-                else:
-                    name_p = _utf8(name, &name_len)
-                    p = _put_len(p, name_len, fx, False)
-                    memcpy(p, name_p, name_len)
-                    p += name_len
+                p = _put_topic_key(p, name, ids, fx)
                 p = _put_len(p, len(parts), fx, True)
                 for part in parts:
                     partition, part_error, high_watermark, last_stable_offset, log_start_offset, records = part[:6]
