@@ -196,6 +196,29 @@ CONFIG_KEYS = _keys(
               validator=lambda v: bool(v.strip()) and all(a.strip() in ("uniform", "range")
                                                           for a in v.split(",") if a.strip()),
               expects="a list of uniform, range"),
+    ConfigKey("share.version", int, 1, "The finalized level of the share.version feature (KIP-932 share groups) "
+              "that ApiVersions advertises: 1 = share groups served (ShareGroupHeartbeat, ShareGroupDescribe, "
+              "ShareFetch, ShareAcknowledge advertised), 0 = not served (those APIs are not advertised). Kafka 4.4's "
+              "level 2 (dead-letter queues) is not served.", scope=BROKER, low=0, high=1),
+    ConfigKey("group.share.max.size", int, 200, "Share groups: the most members a group takes.", scope=BROKER,
+              low=1, high=1000),
+    ConfigKey("group.share.session.timeout.ms", int, 45000, "Share groups: a member silent this long is removed "
+              "(what it acquired goes back).", scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("group.share.heartbeat.interval.ms", int, 5000, "Share groups: the heartbeat interval members are "
+              "told.", scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("group.share.record.lock.duration.ms", int, 30000, "Share groups: how long a member holds the "
+              "records it acquired (the acquisition lock) before they are delivered again.", scope=BROKER,
+              low=1, high=3600000),
+    ConfigKey("group.share.delivery.count.limit", int, 5, "Share groups: a record delivered this many times and "
+              "not accepted is archived (never delivered again).", scope=BROKER, low=2, high=10),
+    ConfigKey("group.share.partition.max.record.locks", int, 2000, "Share groups: the most records of one "
+              "share-partition acquired at once.", scope=BROKER, low=100, high=10000),
+    ConfigKey("group.share.max.share.sessions", int, 2000, "Share groups: the most share sessions this broker "
+              "keeps.", scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("share.auto.offset.reset", str, "latest", "Share groups: where a share-partition with no state "
+              "starts (latest, earliest). Kafka sets it per group (a GROUP config); kafkalog, which has no group "
+              "configs, takes it for every group from here.", scope=BROKER,
+              validator=lambda v: v in ("latest", "earliest"), expects="latest or earliest"),
     ConfigKey("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", scope=BROKER,
               low=1, high=LONG_MAX),
     ConfigKey("queued.max.request.bytes", int, 104857600, "Memory for request frames being received or served, "

@@ -107,6 +107,11 @@ InvalidRecordStateError.__doc__ = ("Kafka error 121 INVALID_RECORD_STATE (share 
                                    "message a DurableQueue does not hold (already acked or nacked, or got by another "
                                    "queue object).")
 
+ShareSessionNotFoundError = _define("ShareSessionNotFoundError", 122, "SHARE_SESSION_NOT_FOUND", retriable=True)
+InvalidShareSessionEpochError = _define("InvalidShareSessionEpochError", 123, "INVALID_SHARE_SESSION_EPOCH",
+                                        retriable=True)
+ShareSessionLimitReachedError = _define("ShareSessionLimitReachedError", 133, "SHARE_SESSION_LIMIT_REACHED",
+                                        retriable=True)
 
 class CommitFailedError(KafkaError, register=False):
     """A commit this consumer may no longer make: it left the group, was evicted (missed heartbeats or

@@ -62,7 +62,7 @@ log = logging.getLogger("kafkalog.broker")
 
 TOPIC_DENIED, GROUP_DENIED, CLUSTER_DENIED = 29, 30, 31
 NO_OPERATIONS = -(2**31)  # authorized_operations when not asked for (Kafka's Integer.MIN_VALUE)
-CLASSIC, CONSUMER = "classic", "consumer"
+CLASSIC, CONSUMER, SHARE = "classic", "consumer", "share"
 
 # Kafka's wire enums (org.apache.kafka.common.{resource,acl,config})
 RESOURCE_TYPE = {2: "TOPIC", 3: "GROUP", 4: "CLUSTER", 5: "TRANSACTIONAL_ID"}
@@ -206,11 +206,18 @@ def list_groups(s, ctx, header, frame, offset):
     states = {x.lower() for x in req.get("states_filter") or []}
     types = {x.lower() for x in req.get("types_filter") or []}
     ids = yield s.loop.run_in_executor(None, _group_ids, s)
+    share = [] if types and SHARE not in types else sorted(s.shares.groups)
     if types and not types & {CLASSIC, CONSUMER}:
-        ids = []  # share and streams groups are not served
+        ids = []  # streams groups are not served
+    ids = [g for g in ids if g not in s.shares.groups]
     if not allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME):
         ids = [g for g in ids if allowed(s, ctx, "DESCRIBE", "GROUP", g)]  # only the groups the caller may describe
     out = yield s.loop.run_in_executor(None, _listed_groups, s, ids, states, types)
+    for gid in share:
+        state = s.shares.groups[gid].state
+        if (not states or state.lower() in states) and (allowed(s, ctx, "DESCRIBE", "CLUSTER", security.CLUSTER_NAME)
+                                                          or allowed(s, ctx, "DESCRIBE", "GROUP", gid)):
+            out.append({"group_id": gid, "protocol_type": "share", "group_state": state, "group_type": SHARE})
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "groups": out})
 
 
@@ -224,7 +231,7 @@ def describe_groups(s, ctx, header, frame, offset):
             r["error_code"] = GROUP_DENIED
             out.append(r)
             continue
-        if gid in s.groups.consumer.groups:
+        if gid in s.groups.consumer.groups or gid in s.shares.groups:
             # Kafka 4.4 describes only classic groups here: a KIP-848 group is "Dead" before v6, and from v6 not found
             r["group_state"] = "Dead"
             if header.api_version >= 6:
@@ -289,6 +296,16 @@ def delete_groups(s, ctx, header, frame, offset):
         if not_allowed(s, ctx, "DELETE", "GROUP", gid):
             out.append({"group_id": gid, "error_code": GROUP_DENIED})
             continue
+        sg = s.shares.groups.get(gid)
+        if sg is not None:  # a share group: deleted when it has no member, with its share-partition states
+            if sg.members:
+                out.append({"group_id": gid, "error_code": NonEmptyGroupError.code})
+                continue
+            del s.shares.groups[gid]
+            yield s.loop.run_in_executor(None, s.shares.delete_states, gid)
+            if gid not in s.store.offsets.groups():
+                out.append({"group_id": gid, "error_code": 0})
+                continue
         live = s.groups.groups.get(gid)
         kg = s.groups.consumer.groups.get(gid)
         if kg is not None and not kg.members:  # an empty consumer group: its offsets go with it below

@@ -73,6 +73,9 @@ from .quotas import FETCH as FETCH_QUOTA
 from .quotas import PRODUCE as PRODUCE_QUOTA
 from .quotas import ClientQuotas
 from .sessions import TOPIC_IDS_FROM, FetchSessionCache, PartitionResult
+from .share_groups import HANDLERS as _SHARE_HANDLERS
+from .share_groups import VERSIONS as _SHARE_VERSIONS
+from .share_groups import ShareCoordinator
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -220,6 +223,7 @@ class Services:
         self.logs: dict[TopicPartition, object] = {}
         self.commits: dict[TopicPartition, _GroupCommit] = {}
         self.groups = GroupCoordinator(self)
+        self.shares = ShareCoordinator(self)
         self.producers = ProducerStates(store)
         self.quotas = ClientQuotas(config, store.path / ".kafkalog-broker" / "quotas.json")
         self.fetch_sessions = FetchSessionCache(config["max.incremental.fetch.session.cache.slots"])
@@ -235,6 +239,8 @@ class Services:
         self.txn.max_timeout_ms = config["transaction.max.timeout.ms"]
         self.txn.transaction_version = config["transaction.version"]
         self.finalized_features = finalized_features(config)
+        # KIP-932's APIs exist only while share.version is finalized at 1 or more (Kafka advertises them so)
+        self.unadvertised = frozenset() if config["share.version"] >= 1 else frozenset(_SHARE_VERSIONS)
         self.features_epoch = int(time.time() * 1000)
         self._txn_expiry_s = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000.0
         self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
@@ -251,6 +257,7 @@ class Services:
         if self._sweeper is not None:
             self._sweeper.cancel()
         self.groups.close()
+        self.shares.close()
         self.fetch_sessions.close_all()
         for tp, w in self.wakers.items():
             lg = self.logs.get(tp)
@@ -264,8 +271,14 @@ class Services:
             await asyncio.sleep(0.5)
             try:
                 self.groups.sweep()
+                self.shares.sweep()
             except Exception as e:
                 log.error("group sweep failed: %r", e)
+            if self.shares.partitions:
+                try:
+                    await self.loop.run_in_executor(None, self.shares.expire_locks)
+                except Exception as e:
+                    log.error("share groups: expiring acquisition locks failed: %r", e)
             if time.monotonic() >= self._txn_expiry_due:
                 self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
                 try:
@@ -398,13 +411,15 @@ async def _drive(gen, step):
 # eligible.leader.replicas.version) name things kafkalog does not serve and are not advertised.
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "group.version": (0, 1),
+    "share.version": (0, 1),  # 1: KIP-932 share groups; Kafka 4.4's 2 adds dead-letter queues, not served
     "transaction.version": (0, 2),  # 2: transactions v2 (KIP-890 part 2)
 }
 
 
 def finalized_features(config) -> dict[str, int]:
     """The finalized level of each feature (a level of 0 is not listed, as Kafka lists none)."""
-    levels = {"group.version": 1, "transaction.version": config["transaction.version"]}
+    levels = {"group.version": 1, "transaction.version": config["transaction.version"],
+              "share.version": config["share.version"]}
     return {name: level for name, level in levels.items() if level > 0}
 
 
@@ -423,7 +438,7 @@ def api_versions(s: Services, ctx, header, frame, offset):
             return respond(header, {"error_code": code, "throttle_time_ms": ctx.throttle_time_ms, "api_keys": []})
     answer = {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
               "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
-                           for k, (lo, hi) in sorted(ADVERTISED.items())]}
+                           for k, (lo, hi) in sorted(ADVERTISED.items()) if k not in s.unadvertised]}
     if header.api_version >= 3:
         # Kafka leaves a feature whose supported minimum is 0 out of a v3 answer (older clients refused a minimum
         # of 0, KAFKA-17011); v4 lists them all
@@ -2097,5 +2112,7 @@ API_HANDLERS = {
 
 API_HANDLERS.update(_admin.HANDLERS)
 ADVERTISED.update(_admin.VERSIONS)
+API_HANDLERS.update(_SHARE_HANDLERS)
+ADVERTISED.update(_SHARE_VERSIONS)
 
 __all__ = ["ADVERTISED", "API_HANDLERS", "RequestContext", "Services"]

@@ -947,6 +947,164 @@ CONSUMER_GROUP_DESCRIBE = {
     ),
 }
 
+# KIP-932 share groups (kafkalog/broker/share_groups.py); flexible from v0, 4.4 accepts only the GA versions (v1+)
+
+_SHARE_TOPIC_PARTITIONS = (
+    ("topic_id", "uuid", "0+", {}),
+    ("partitions", "[]int32", "0+", {}),
+)
+
+SHARE_GROUP_HEARTBEAT = {
+    "key": 76, "name": "ShareGroupHeartbeat", "versions": (1, 1), "flexible": 0,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("member_id", "string", "0+", {}),
+        ("member_epoch", "int32", "0+", {}),
+        ("rack_id", "string", "0+", {"nullable": "0+", "default": None}),
+        ("subscribed_topic_names", "[]string", "0+", {"nullable": "0+", "default": None}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+        ("member_id", "string", "0+", {"nullable": "0+", "default": None}),
+        ("member_epoch", "int32", "0+", {}),
+        ("heartbeat_interval_ms", "int32", "0+", {}),
+        ("assignment", "Assignment", "0+", {"nullable": "0+", "default": None}, (
+            ("topic_partitions", "[]TopicPartitions", "0+", {}, _SHARE_TOPIC_PARTITIONS),
+        )),
+    ),
+}
+
+SHARE_GROUP_DESCRIBE = {
+    "key": 77, "name": "ShareGroupDescribe", "versions": (1, 1), "flexible": 0,
+    "request": (
+        ("group_ids", "[]string", "0+", {}),
+        ("include_authorized_operations", "bool", "0+", {}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("groups", "[]DescribedGroup", "0+", {}, (
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+            ("group_id", "string", "0+", {}),
+            ("group_state", "string", "0+", {}),
+            ("group_epoch", "int32", "0+", {}),
+            ("assignment_epoch", "int32", "0+", {}),
+            ("assignor_name", "string", "0+", {}),
+            ("members", "[]Member", "0+", {}, (
+                ("member_id", "string", "0+", {}),
+                ("rack_id", "string", "0+", {"nullable": "0+", "default": None}),
+                ("member_epoch", "int32", "0+", {}),
+                ("client_id", "string", "0+", {}),
+                ("client_host", "string", "0+", {}),
+                ("subscribed_topic_names", "[]string", "0+", {}),
+                ("assignment", "Assignment", "0+", {}, _DESCRIBED_ASSIGNMENT),
+            )),
+            ("authorized_operations", "int32", "0+", {"default": -2147483648}),
+        )),
+    ),
+}
+
+_ACK_BATCHES = ("acknowledgement_batches", "[]AcknowledgementBatch", "0+", {}, (
+    ("first_offset", "int64", "0+", {}),
+    ("last_offset", "int64", "0+", {}),
+    ("acknowledge_types", "[]int8", "0+", {}),
+))
+
+_LEADER = ("current_leader", "LeaderIdAndEpoch", "0+", {}, (
+    ("leader_id", "int32", "0+", {}),
+    ("leader_epoch", "int32", "0+", {}),
+))
+
+_NODE_ENDPOINTS = ("node_endpoints", "[]NodeEndpoint", "0+", {}, (
+    ("node_id", "int32", "0+", {}),
+    ("host", "string", "0+", {}),
+    ("port", "int32", "0+", {}),
+    ("rack", "string", "0+", {"nullable": "0+", "default": None}),
+))
+
+SHARE_FETCH = {
+    "key": 78, "name": "ShareFetch", "versions": (1, 2), "flexible": 0,
+    "request": (
+        ("group_id", "string", "0+", {"nullable": "0+", "default": None}),
+        ("member_id", "string", "0+", {"nullable": "0+"}),
+        ("share_session_epoch", "int32", "0+", {}),
+        ("max_wait_ms", "int32", "0+", {}),
+        ("min_bytes", "int32", "0+", {}),
+        ("max_bytes", "int32", "0+", {"default": 2147483647}),
+        ("max_records", "int32", "1+", {}),
+        ("batch_size", "int32", "1+", {}),
+        ("share_acquire_mode", "int8", "2+", {"default": 0}),  # KIP-1206: 0 batch_optimized, 1 record_limit
+        ("is_renew_ack", "bool", "2+", {"default": False}),  # KIP-1222
+        ("topics", "[]FetchTopic", "0+", {}, (
+            ("topic_id", "uuid", "0+", {}),
+            ("partitions", "[]FetchPartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                _ACK_BATCHES,
+            )),
+        )),
+        ("forgotten_topics_data", "[]ForgottenTopic", "0+", {}, _SHARE_TOPIC_PARTITIONS),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+        ("acquisition_lock_timeout_ms", "int32", "1+", {}),
+        ("responses", "[]ShareFetchableTopicResponse", "0+", {}, (
+            ("topic_id", "uuid", "0+", {}),
+            ("partitions", "[]PartitionData", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+                ("acknowledge_error_code", "int16", "0+", {}),
+                ("acknowledge_error_message", "string", "0+", {"nullable": "0+", "default": None}),
+                _LEADER,
+                ("records", "records", "0+", {"nullable": "0"}),
+                ("acquired_records", "[]AcquiredRecords", "0+", {}, (
+                    ("first_offset", "int64", "0+", {}),
+                    ("last_offset", "int64", "0+", {}),
+                    ("delivery_count", "int16", "0+", {}),
+                )),
+            )),
+        )),
+        _NODE_ENDPOINTS,
+    ),
+}
+
+SHARE_ACKNOWLEDGE = {
+    "key": 79, "name": "ShareAcknowledge", "versions": (1, 2), "flexible": 0,
+    "request": (
+        ("group_id", "string", "0+", {"nullable": "0+", "default": None}),
+        ("member_id", "string", "0+", {"nullable": "0+"}),
+        ("share_session_epoch", "int32", "0+", {}),
+        ("is_renew_ack", "bool", "2+", {"default": False}),
+        ("topics", "[]AcknowledgeTopic", "0+", {}, (
+            ("topic_id", "uuid", "0+", {}),
+            ("partitions", "[]AcknowledgePartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                _ACK_BATCHES,
+            )),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+        ("acquisition_lock_timeout_ms", "int32", "2+", {}),
+        ("responses", "[]ShareAcknowledgeTopicResponse", "0+", {}, (
+            ("topic_id", "uuid", "0+", {}),
+            ("partitions", "[]PartitionData", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+                _LEADER,
+            )),
+        )),
+        _NODE_ENDPOINTS,
+    ),
+}
+
 # Admin APIs (kafkalog/broker/admin.py), from Kafka's message specs; flexible versions included
 
 LIST_GROUPS = {
@@ -1519,4 +1677,8 @@ APIS = {
     75: DESCRIBE_TOPIC_PARTITIONS,
     68: CONSUMER_GROUP_HEARTBEAT,
     69: CONSUMER_GROUP_DESCRIBE,
+    76: SHARE_GROUP_HEARTBEAT,
+    77: SHARE_GROUP_DESCRIBE,
+    78: SHARE_FETCH,
+    79: SHARE_ACKNOWLEDGE,
 }

@@ -455,6 +455,13 @@ class _StateFiles:
         self.raw[i] = data[_HEAD.size:_HEAD.size + 8]
         self.sizes[i] = max(self.sizes[i], len(data))
 
+    def sync(self, i: int) -> None:
+        """fsync slot ``i`` (the broker's acknowledgements are durable before they are answered)."""
+        try:
+            os.fsync(self.fds[i])
+        except OSError as e:
+            raise storage_error(e, "fsync", self.paths[i]) from None
+
     def stamp(self) -> tuple:
         """What ``peek`` returns while nobody else has written since this object's last read or write."""
         return tuple(self.raw)
@@ -471,6 +478,50 @@ class _StateFiles:
         for fd in self.fds:
             os.close(fd)
         self.fds = []
+
+
+def reap_dead_workers(dir, me: str, st: _State, dead: list) -> bool:
+    """Fold the journals of the dead workers of the group in ``dir`` and give their leases back (state.lock held):
+    a worker is dead when someone else can flock its journal. Their journals stay flocked in ``dead`` until the
+    state that holds their acks is written, then they are unlinked. Shared by DurableQueue and the broker's share
+    partitions (share.py), which are workers of the same groups."""
+    try:
+        names = os.listdir(dir)
+    except OSError as e:
+        raise storage_error(e, "list", dir) from None
+    workers = {n[:-len(JOURNAL_SUFFIX)] for n in names if n.startswith("worker-") and n.endswith(JOURNAL_SUFFIX)}
+    workers.update(st.leases)
+    workers.discard(me)
+    workers.difference_update(w for w, _ in dead)
+    changed = False
+    for w in sorted(workers):
+        path = dir / (w + JOURNAL_SUFFIX)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = -1  # gone with its worker: only leases are left
+        except OSError as e:
+            raise storage_error(e, "open", path) from None
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue  # alive
+            dead.append((w, fd))
+            try:
+                data = os.pread(fd, JOURNAL_BYTES, 0)
+            except OSError as e:
+                raise storage_error(e, "read", path) from None
+            acked = journal_offsets(data)
+            if acked:
+                changed = st.ack_runs(_runs(acked), w) or changed
+        leases = st.leases.pop(w, None)
+        if leases:
+            for start, end, deliveries in leases.r:
+                st.redeliver.add(start, end, deliveries)
+            changed = True
+    return changed
 
 
 # ---------------------------------------------------------------------------------------------------- the queue
@@ -889,43 +940,7 @@ class DurableQueue(QueueCore):
     def _reap(self, st: _State, dead: list) -> bool:
         """Fold the journals of dead workers and give their leases back (state.lock held). Their journals stay
         flocked in ``dead`` until the state that holds their acks is written, then they are unlinked."""
-        try:
-            names = os.listdir(self._dir)
-        except OSError as e:
-            raise storage_error(e, "list", self._dir) from None
-        workers = {n[:-len(JOURNAL_SUFFIX)] for n in names if n.startswith("worker-") and n.endswith(JOURNAL_SUFFIX)}
-        workers.update(st.leases)
-        workers.discard(self._worker)
-        workers.difference_update(w for w, _ in dead)
-        changed = False
-        for w in sorted(workers):
-            path = self._journal_path(w)
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                fd = -1  # gone with its worker: only leases are left
-            except OSError as e:
-                raise storage_error(e, "open", path) from None
-            if fd >= 0:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
-                    continue  # alive
-                dead.append((w, fd))
-                try:
-                    data = os.pread(fd, JOURNAL_BYTES, 0)
-                except OSError as e:
-                    raise storage_error(e, "read", path) from None
-                acked = journal_offsets(data)
-                if acked:
-                    changed = st.ack_runs(_runs(acked), w) or changed
-            leases = st.leases.pop(w, None)
-            if leases:
-                for start, end, deliveries in leases.r:
-                    st.redeliver.add(start, end, deliveries)
-                changed = True
-        return changed
+        return reap_dead_workers(self._dir, self._worker, st, dead)
 
     def _after_advance(self, prefix: int) -> None:
         """The acked prefix moved: delete whole segments below it and below every other group's prefix (checked

@@ -1,0 +1,590 @@
+"""KIP-932 share groups on the wire: membership (ShareGroupHeartbeat, ShareGroupDescribe), share sessions and the
+share-partitions (ShareFetch, ShareAcknowledge), on the DurableQueue's state (kafkalog/client/share.py).
+
+Membership (Kafka 4.4's rules): a member names itself (a UUID, ShareGroupHeartbeat v1), joins with epoch 0 and
+the topics it subscribes to, leaves with epoch -1; the ``simple`` assignor gives every member subscribed to a topic
+all of its partitions (share groups let members overlap: the share-partition splits the records); a membership or
+subscription change bumps the group epoch, and a member's epoch follows when it is sent its new assignment. An
+epoch above the member's, or below it and not its previous one, is FENCED_MEMBER_EPOCH. A member silent for
+``group.share.session.timeout.ms`` is removed. Membership lives in the broker's memory (kafkalog writes no
+share-group records to ``__consumer_offsets``): after a restart members are UNKNOWN_MEMBER_ID and join again, as
+Kafka's clients do on that error; the share-partition state is durable.
+
+Share sessions (per broker, key = (group, member)): ShareFetch/ShareAcknowledge epoch 0 opens one (replacing the
+member's old one; acknowledgements are refused in it), each next request carries the next epoch
+(INVALID_SHARE_SESSION_EPOCH otherwise, SHARE_SESSION_NOT_FOUND with no session), -1 closes it after its
+acknowledgements and releases what the member holds. A ShareFetch's partitions join the session's set;
+ForgottenTopicsData leaves it. A ShareFetch acquires up to MaxRecords over the session's partitions, answered with
+whole record batches and the acquired ranges; with nothing to acquire it waits up to MaxWaitMs for new records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+
+from ..client.share import SharePartition
+from ..errors import (
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
+    InvalidRecordStateError,
+    InvalidRequestError,
+    InvalidShareSessionEpochError,
+    KafkaError,
+    ShareSessionLimitReachedError,
+    ShareSessionNotFoundError,
+    UnknownMemberIdError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
+from .handling import error_code, not_allowed, request_body, respond
+
+log = logging.getLogger("kafkalog.broker")
+
+GROUP_DENIED, TOPIC_DENIED = 30, 29
+SHARE = "share"
+ASSIGNOR = "simple"
+
+VERSIONS = {
+    76: (1, 1),   # ShareGroupHeartbeat (KIP-932; v0 was the early-access form, which 4.4 refuses too)
+    77: (1, 1),   # ShareGroupDescribe
+    78: (1, 2),   # ShareFetch (2: ShareAcquireMode, KIP-1206; IsRenewAck, KIP-1222)
+    79: (1, 2),   # ShareAcknowledge (2: IsRenewAck, AcquisitionLockTimeoutMs)
+}
+
+
+def _uuid(topic_id: str) -> uuid.UUID:
+    import base64
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
+
+
+class ShareMember:
+    __slots__ = ("member_id", "epoch", "previous_epoch", "rack_id", "client_id", "client_host", "topics",
+                 "last_seen", "assignment")
+
+    def __init__(self, member_id: str):
+        self.member_id = member_id
+        self.epoch = 0
+        self.previous_epoch = 0
+        self.rack_id = None
+        self.client_id = ""
+        self.client_host = ""
+        self.topics: list[str] = []
+        self.last_seen = time.monotonic()
+        self.assignment: dict[str, list[int]] = {}
+
+
+class ShareGroup:
+    def __init__(self, group_id: str):
+        self.group_id = group_id
+        self.epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, ShareMember] = {}
+
+    @property
+    def state(self) -> str:
+        return "Stable" if self.members else "Empty"
+
+
+class ShareSession:
+    __slots__ = ("epoch", "partitions")
+
+    def __init__(self):
+        self.epoch = 1  # the epoch the next request must carry
+        self.partitions: set[tuple[str, int]] = set()
+
+
+class ShareCoordinator:
+    """Share groups of one broker: members, sessions and the open share-partitions. Loop thread, except the
+    share-partitions' own methods (thread-safe, called from worker threads)."""
+
+    def __init__(self, services):
+        self.s = services
+        cfg = services.config
+        self.max_size = cfg["group.share.max.size"]
+        self.session_timeout_ms = cfg["group.share.session.timeout.ms"]
+        self.heartbeat_interval_ms = cfg["group.share.heartbeat.interval.ms"]
+        self.lock_ms = cfg["group.share.record.lock.duration.ms"]
+        self.limit = cfg["group.share.delivery.count.limit"]
+        self.max_locks = cfg["group.share.partition.max.record.locks"]
+        self.max_sessions = cfg["group.share.max.share.sessions"]
+        self.start = cfg["share.auto.offset.reset"]
+        self.groups: dict[str, ShareGroup] = {}
+        self.sessions: dict[tuple[str, str], ShareSession] = {}
+        self.partitions: dict[tuple[str, str, int], SharePartition] = {}
+
+    # -- share-partitions (worker threads) -------------------------------------------------------------------------
+
+    def partition(self, group: str, topic: str, p: int) -> SharePartition:
+        key = (group, topic, p)
+        sp = self.partitions.get(key)
+        if sp is None or sp.log.closed:
+            sp = SharePartition(self.s.store.log(topic, p), group, self.start,
+                                self.s.store.config["lock.timeout.ms"] / 1000.0)
+            sp = self.partitions.setdefault(key, sp)
+        return sp
+
+    def initialize(self, group: str, assignment: dict[str, list[int]]) -> None:
+        """Open (and so initialize at share.auto.offset.reset) the share-partitions of an assignment, as Kafka
+        initializes them when a heartbeat first assigns them."""
+        for topic, parts in assignment.items():
+            for p in parts:
+                try:
+                    self.partition(group, topic, p)
+                except KafkaError as e:
+                    log.warning("share group %s: %s-%d: %s", group, topic, p, e)
+
+    def release(self, group: str, member: str) -> None:
+        for (g, _t, _p), sp in list(self.partitions.items()):
+            if g == group:
+                sp.release_member(member, self.limit)
+
+    def expire_locks(self) -> None:
+        for sp in list(self.partitions.values()):
+            try:
+                sp.expire(self.limit)
+            except KafkaError as e:
+                log.warning("share group %s: expiring acquisition locks failed: %s", sp.group, e)
+
+    def close(self) -> None:
+        for sp in self.partitions.values():
+            try:
+                sp.close(self.limit)
+            except Exception as e:  # noqa: BLE001  (every partition gets its turn)
+                log.warning("share group %s: close failed: %s", sp.group, e)
+        self.partitions.clear()
+
+    def delete_states(self, group: str) -> None:
+        """DeleteGroups of an empty share group (worker thread): its share-partition states go, as Kafka's
+        DeleteShareGroupState; a state a live DurableQueue worker still uses stays."""
+        import shutil
+
+        from ..client.queue import JOURNAL_SUFFIX, QUEUES_DIR
+        for key in [k for k in self.partitions if k[0] == group]:
+            self.partitions.pop(key).close(self.limit)
+        for topic in self.s.store.topics():
+            for p in range(self.s.partitions(topic)):
+                try:
+                    d = self.s.store.log(topic, p).dir / QUEUES_DIR / group
+                except KafkaError:
+                    continue
+                if not d.is_dir() or any(n.endswith(JOURNAL_SUFFIX) for n in os.listdir(d)):
+                    continue
+                shutil.rmtree(d, ignore_errors=True)
+
+    # -- membership (loop) -----------------------------------------------------------------------------------------
+
+    def _assign(self, g: ShareGroup) -> None:
+        """The simple assignor: every member gets every partition of each topic it subscribes to."""
+        for m in g.members.values():
+            a = {}
+            for t in m.topics:
+                n = self.s.partitions(t)
+                if n:
+                    a[t] = list(range(n))
+            m.assignment = a
+        g.assignment_epoch = g.epoch
+
+    def heartbeat(self, ctx, req) -> tuple[dict, dict | None]:
+        """(response body, assignment to initialize or None)."""
+        gid, mid, epoch = req["group_id"], req["member_id"], req["member_epoch"]
+        topics = req["subscribed_topic_names"]
+        body = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+                "member_id": mid, "member_epoch": 0, "heartbeat_interval_ms": self.heartbeat_interval_ms,
+                "assignment": None}
+
+        def fail(code, message=None):
+            body.update(error_code=code, error_message=message, member_id=None, member_epoch=0,
+                        heartbeat_interval_ms=0)
+            return body, None
+        if not gid:
+            return fail(InvalidRequestError.code, "GroupId can't be empty.")
+        if not mid:
+            return fail(InvalidRequestError.code, "MemberId can't be empty.")
+        if epoch < -1:
+            return fail(InvalidRequestError.code, "MemberEpoch is invalid.")
+        if epoch == 0 and not topics:
+            return fail(InvalidRequestError.code, "SubscribedTopicNames must be set in first request.")
+        if self._other_type(gid):
+            return fail(GroupIdNotFoundError.code, f"Group {gid} is not a share group.")
+        g = self.groups.get(gid)
+        if epoch == -1:
+            if g is None or mid not in g.members:
+                return fail(UnknownMemberIdError.code, f"Member {mid} is not a member of group {gid}.")
+            del g.members[mid]
+            g.epoch += 1
+            self._assign(g)
+            self.release(gid, mid)
+            body["member_epoch"] = -1
+            return body, None
+        if g is None:
+            if epoch != 0:
+                return fail(UnknownMemberIdError.code, f"Member {mid} is not a member of group {gid}.")
+            g = self.groups[gid] = ShareGroup(gid)
+        m = g.members.get(mid)
+        if m is None:
+            if epoch != 0:
+                return fail(UnknownMemberIdError.code, f"Member {mid} is not a member of group {gid}.")
+            if len(g.members) >= self.max_size:
+                return fail(GroupMaxSizeReachedError.code,
+                            f"The share group has reached its maximum capacity of {self.max_size} members.")
+            m = g.members[mid] = ShareMember(mid)
+            m.client_id = ctx.client_id or ""
+            m.client_host = "/" + ctx.connection.peer_host
+            changed = True
+        elif epoch > m.epoch or (epoch < m.epoch and epoch != m.previous_epoch and epoch != 0):
+            return fail(FencedMemberEpochError.code,
+                        f"The share group member has a greater member epoch ({epoch}) than the one known by the group "
+                        f"coordinator ({m.epoch})." if epoch > m.epoch else
+                        f"The share group member has a smaller member epoch ({epoch}) than the one known by the "
+                        f"group coordinator ({m.epoch}).")
+        else:
+            changed = False
+        m.last_seen = time.monotonic()
+        if req["rack_id"] is not None:
+            m.rack_id = req["rack_id"]
+        if topics is not None and list(topics) != m.topics:
+            m.topics = list(topics)
+            changed = True
+        if changed:
+            g.epoch += 1
+            self._assign(g)
+        send = epoch == 0 or m.epoch != g.assignment_epoch
+        if send:
+            m.previous_epoch, m.epoch = m.epoch, g.assignment_epoch
+            body["assignment"] = {"topic_partitions": self._wire_assignment(m.assignment)}
+        body["member_epoch"] = m.epoch
+        return body, (m.assignment if send else None)
+
+    def _wire_assignment(self, a: dict[str, list[int]]) -> list:
+        out = []
+        for t, parts in sorted(a.items()):
+            try:
+                out.append({"topic_id": _uuid(self.s.store.topic_id(t)), "partitions": parts})
+            except KafkaError:
+                continue
+        return out
+
+    def _other_type(self, gid: str) -> bool:
+        groups = self.s.groups
+        return gid in groups.consumer.groups or groups.classic_has_members(gid)
+
+    def sweep(self) -> None:
+        now = time.monotonic()
+        for g in list(self.groups.values()):
+            gone = [mid for mid, m in g.members.items() if now - m.last_seen > self.session_timeout_ms / 1000.0]
+            for mid in gone:
+                log.info("share group %s: member %s removed: no heartbeat for %d ms", g.group_id, mid,
+                         self.session_timeout_ms)
+                del g.members[mid]
+                self.sessions.pop((g.group_id, mid), None)
+            if gone:
+                g.epoch += 1
+                self._assign(g)
+                for mid in gone:
+                    self.release(g.group_id, mid)
+
+    def describe(self, gid: str) -> dict:
+        g = self.groups[gid]
+        members = []
+        for m in g.members.values():
+            members.append({"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.epoch,
+                            "client_id": m.client_id, "client_host": m.client_host,
+                            "subscribed_topic_names": list(m.topics),
+                            "assignment": {"topic_partitions": [
+                                {"topic_id": _uuid(self.s.store.topic_id(t)), "topic_name": t, "partitions": ps}
+                                for t, ps in sorted(m.assignment.items())]}})
+        return {"group_state": g.state, "group_epoch": g.epoch, "assignment_epoch": g.assignment_epoch,
+                "assignor_name": ASSIGNOR, "members": members}
+
+    # -- sessions (loop) -------------------------------------------------------------------------------------------
+
+    def session(self, gid: str, mid: str, epoch: int, has_acks: bool) -> ShareSession | None:
+        """The session a request with ``epoch`` works in (None: -1, the session closes); raises Kafka's errors."""
+        key = (gid, mid)
+        if epoch == 0:
+            if has_acks:
+                raise InvalidRequestError("Acknowledge data present in the initial share fetch request")
+            if key not in self.sessions and len(self.sessions) >= self.max_sessions:
+                raise ShareSessionLimitReachedError("The limit of share sessions has been reached.")
+            if key in self.sessions:
+                self.release(gid, mid)
+            sess = self.sessions[key] = ShareSession()
+            return sess
+        sess = self.sessions.get(key)
+        if sess is None:
+            raise ShareSessionNotFoundError("The share session was not found.")
+        if epoch == -1:
+            return None
+        if epoch != sess.epoch:
+            raise InvalidShareSessionEpochError("The share session epoch is invalid.")
+        sess.epoch = 1 if sess.epoch == 0x7FFFFFFF else sess.epoch + 1
+        return sess
+
+
+# ---------------------------------------------------------------------------------------------------- handlers
+
+def _empty_hb(ctx, code, message=None):
+    return {"throttle_time_ms": ctx.throttle_time_ms, "error_code": code, "error_message": message,
+            "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0, "assignment": None}
+
+
+def share_group_heartbeat(s, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
+        return respond(header, _empty_hb(ctx, GROUP_DENIED))
+    denied = [t for t in req["subscribed_topic_names"] or () if not_allowed(s, ctx, "DESCRIBE", "TOPIC", t)]
+    if denied:
+        return respond(header, _empty_hb(ctx, TOPIC_DENIED, "The member is not authorized to access topics: "
+                                                            f"[{', '.join(sorted(denied))}]."))
+    body, assignment = s.shares.heartbeat(ctx, req)
+    if assignment:
+        try:
+            yield s.loop.run_in_executor(None, s.shares.initialize, req["group_id"], assignment)
+        except Exception as e:  # noqa: BLE001  (initialized again at the first ShareFetch)
+            log.warning("share group %s: initializing %s: %s", req["group_id"], assignment, e)
+    return respond(header, body)
+
+
+def share_group_describe(s, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    out = []
+    for gid in req["group_ids"]:
+        r = {"error_code": 0, "error_message": None, "group_id": gid, "group_state": "", "group_epoch": 0,
+             "assignment_epoch": 0, "assignor_name": "", "members": [], "authorized_operations": -2**31}
+        if not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
+            r["error_code"] = GROUP_DENIED
+        elif not gid:
+            r["error_code"] = 24  # INVALID_GROUP_ID
+        elif gid not in s.shares.groups:
+            known = s.shares._other_type(gid) or gid in s.store.offsets.groups()
+            r.update(error_code=GroupIdNotFoundError.code,
+                     error_message=f"Group {gid} is not a share group." if known else f"Group {gid} not found.")
+        else:
+            r.update(s.shares.describe(gid))
+            if req["include_authorized_operations"]:
+                from . import admin as _admin
+                r["authorized_operations"] = _admin._operations(s, ctx, "GROUP", gid, _admin.GROUP_OPERATIONS)
+        out.append(r)
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
+
+
+def _names_by_id(s) -> dict:
+    out = {}
+    for name in s.store.topics():
+        try:
+            out[_uuid(s.store.topic_id(name))] = name
+        except KafkaError:
+            continue
+    return out
+
+
+def _ack_batches(p) -> list:
+    return [(b["first_offset"], b["last_offset"], list(b["acknowledge_types"])) for b in p["acknowledgement_batches"]]
+
+
+def _acknowledge(s, gid, mid, acks, renew_ok: bool) -> dict:
+    """Worker thread: {(topic, partition): (error code, message)} for each partition's acknowledgements."""
+    out = {}
+    co = s.shares
+    for (topic, p), batches in acks.items():
+        try:
+            co.partition(gid, topic, p).acknowledge(mid, batches, co.limit, renew_ok, co.lock_ms)
+            out[(topic, p)] = (0, None)
+        except InvalidRecordStateError as e:
+            out[(topic, p)] = (InvalidRecordStateError.code, str(e))
+        except KafkaError as e:
+            out[(topic, p)] = (error_code(e), str(e))
+    return out
+
+
+def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool) -> dict:
+    """Worker thread: {(topic, partition): (records bytes, [(first, last, count)])} acquired for the member."""
+    out = {}
+    co = s.shares
+    left = max_records
+    for topic, p in parts:
+        if left <= 0:
+            break
+        try:
+            sp = co.partition(gid, topic, p)
+            got = sp.acquire(mid, left, co.lock_ms, co.limit, record_limit, co.max_locks)
+        except KafkaError as e:
+            log.warning("share group %s: acquiring from %s-%d: %s", gid, topic, p, e)
+            continue
+        if got:
+            left -= sum(last - first + 1 for first, last, _ in got)
+            data = b"".join(sp.records(first, last) for first, last, _ in _merged(got))
+            out[(topic, p)] = (data, got)
+    return out
+
+
+def _merged(got):
+    """Acquired ranges joined where they touch (one read of the batches they share)."""
+    out = []
+    for first, last, c in sorted(got):
+        if out and first <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], last)
+        else:
+            out.append([first, last, c])
+    return out
+
+
+def _leader(s):
+    return {"leader_id": s.node_id, "leader_epoch": 0}
+
+
+def share_fetch(s, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    v = header.api_version
+    co = s.shares
+    gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
+    top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+           "acquisition_lock_timeout_ms": co.lock_ms, "responses": [], "node_endpoints": []}
+    if not gid or not mid:
+        top.update(error_code=InvalidRequestError.code, error_message="GroupId and MemberId must be set.")
+        return respond(header, top)
+    if not_allowed(s, ctx, "READ", "GROUP", gid):
+        top["error_code"] = GROUP_DENIED
+        return respond(header, top)
+    has_acks = any(p["acknowledgement_batches"] for t in req["topics"] for p in t["partitions"])
+    try:
+        sess = co.session(gid, mid, epoch, has_acks)
+    except KafkaError as e:
+        top.update(error_code=error_code(e), error_message=str(e))
+        return respond(header, top)
+    names = yield s.loop.run_in_executor(None, _names_by_id, s)
+    results: dict[tuple[uuid.UUID, int], dict] = {}
+
+    def part(tid, p):
+        r = results.get((tid, p))
+        if r is None:
+            r = results[(tid, p)] = {"partition_index": p, "error_code": 0, "error_message": None,
+                                     "acknowledge_error_code": 0, "acknowledge_error_message": None,
+                                     "current_leader": _leader(s), "records": b"", "acquired_records": []}
+        return r
+    acks = {}
+    wanted = []
+    for t in req["topics"]:
+        name = names.get(t["topic_id"])
+        for p in t["partitions"]:
+            idx = p["partition_index"]
+            if name is None:
+                part(t["topic_id"], idx)["error_code"] = UnknownTopicIdError.code
+                continue
+            if not_allowed(s, ctx, "READ", "TOPIC", name):
+                part(t["topic_id"], idx)["error_code"] = TOPIC_DENIED
+                continue
+            if not 0 <= idx < s.partitions(name):
+                part(t["topic_id"], idx)["error_code"] = UnknownTopicOrPartitionError.code
+                continue
+            if p["acknowledgement_batches"]:
+                acks[(name, idx)] = _ack_batches(p)
+                part(t["topic_id"], idx)
+            wanted.append((name, idx))
+    if acks:
+        done = yield s.loop.run_in_executor(None, _acknowledge, s, gid, mid, acks, v >= 2 and req["is_renew_ack"])
+        for (name, idx), (code, message) in done.items():
+            r = part(_uuid(s.store.topic_id(name)), idx)
+            r["acknowledge_error_code"], r["acknowledge_error_message"] = code, message
+    if sess is None:  # epoch -1: the session ends after its acknowledgements
+        co.sessions.pop((gid, mid), None)
+        yield s.loop.run_in_executor(None, co.release, gid, mid)
+    else:
+        sess.partitions.update(wanted)
+        for t in req["forgotten_topics_data"]:
+            name = names.get(t["topic_id"])
+            for idx in t["partitions"]:
+                sess.partitions.discard((name, idx))
+        parts = sorted(sess.partitions)
+        max_records = req["max_records"] if req["max_records"] > 0 else 500
+        record_limit = v >= 2 and req["share_acquire_mode"] == 1
+        got = {}
+        if parts and req["max_wait_ms"] >= 0:
+            got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit)
+            deadline = time.monotonic() + req["max_wait_ms"] / 1000.0
+            while not got and not acks and time.monotonic() < deadline:
+                if (gid, mid) not in co.sessions or co.sessions[(gid, mid)] is not sess:
+                    break
+                yield _wait_for_data(s, co, gid, parts, deadline)
+                got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit)
+        for (name, idx), (data, ranges) in got.items():
+            r = part(_uuid(s.store.topic_id(name)), idx)
+            r["records"] = data
+            r["acquired_records"] = [{"first_offset": a, "last_offset": b, "delivery_count": c} for a, b, c in ranges]
+    by_topic: dict[uuid.UUID, list] = {}
+    for (tid, _p), r in sorted(results.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
+        by_topic.setdefault(tid, []).append(r)
+    top["responses"] = [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()]
+    return respond(header, top)
+
+
+async def _wait_for_data(s, co, gid, parts, deadline):
+    """Until new records reach one of ``parts`` or 100 ms passed (expired locks and other workers' releases are
+    looked for again then), or the deadline."""
+    end = min(deadline, time.monotonic() + 0.1)
+    while time.monotonic() < end:
+        for topic, p in parts:
+            sp = co.partitions.get((gid, topic, p))
+            if sp is not None and sp.log.log_end_offset > sp.next_offset:
+                return
+        await asyncio.sleep(min(0.005, max(0.0, end - time.monotonic())))
+
+
+def share_acknowledge(s, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    v = header.api_version
+    co = s.shares
+    gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
+    top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+           "acquisition_lock_timeout_ms": co.lock_ms, "responses": [], "node_endpoints": []}
+    if not gid or not mid:
+        top.update(error_code=InvalidRequestError.code, error_message="GroupId and MemberId must be set.")
+        return respond(header, top)
+    if not_allowed(s, ctx, "READ", "GROUP", gid):
+        top["error_code"] = GROUP_DENIED
+        return respond(header, top)
+    try:
+        if epoch == 0:
+            raise InvalidShareSessionEpochError("The share session epoch is invalid.")
+        sess = co.session(gid, mid, epoch, False)
+    except KafkaError as e:
+        top.update(error_code=error_code(e), error_message=str(e))
+        return respond(header, top)
+    names = yield s.loop.run_in_executor(None, _names_by_id, s)
+    acks = {}
+    out: dict[uuid.UUID, list] = {}
+    for t in req["topics"]:
+        name = names.get(t["topic_id"])
+        for p in t["partitions"]:
+            idx = p["partition_index"]
+            r = {"partition_index": idx, "error_code": 0, "error_message": None, "current_leader": _leader(s)}
+            out.setdefault(t["topic_id"], []).append(r)
+            if name is None:
+                r["error_code"] = UnknownTopicIdError.code
+            elif not_allowed(s, ctx, "READ", "TOPIC", name):
+                r["error_code"] = TOPIC_DENIED
+            elif not 0 <= idx < s.partitions(name):
+                r["error_code"] = UnknownTopicOrPartitionError.code
+            else:
+                acks[(name, idx)] = (_ack_batches(p), r)
+    if acks:
+        done = yield s.loop.run_in_executor(None, _acknowledge, s, gid, mid, {k: b for k, (b, _) in acks.items()},
+                                            v >= 2 and req["is_renew_ack"])
+        for k, (code, message) in done.items():
+            r = acks[k][1]
+            r["error_code"], r["error_message"] = code, message
+    if sess is None:
+        co.sessions.pop((gid, mid), None)
+        yield s.loop.run_in_executor(None, co.release, gid, mid)
+    top["responses"] = [{"topic_id": tid, "partitions": ps} for tid, ps in out.items()]
+    return respond(header, top)
+
+
+HANDLERS = {76: share_group_heartbeat, 77: share_group_describe, 78: share_fetch, 79: share_acknowledge}
+
+__all__ = ["HANDLERS", "VERSIONS", "ShareCoordinator"]

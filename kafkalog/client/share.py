@@ -1,0 +1,366 @@
+"""Share partitions (KIP-932): a share group's view of one topic partition, on the DurableQueue's own state.
+
+A share group G on topic T and ``DurableQueue(path, name=T, group=G)`` are the same group on the same data: the
+share-partition of (G, T, p) is the queue state of ``<data dir>/T-p/.kafkalog-queues/G/`` (queue.py's module
+docstring has the format), read and written under the same ``state.lock``. Kafka's share-partition states map onto
+it as follows::
+
+    Kafka (SharePartition)               the queue state
+    SPSO (share-partition start offset)  AckedPrefix: every offset below it is ACKNOWLEDGED or ARCHIVED
+    offsets never acquired (> SPEO)      [NextOffset, log end): AVAILABLE, delivery count 0
+    AVAILABLE, delivery count n          the Redeliveries set, Deliveries = n
+    ACQUIRED by a member, count n        a lease of this broker's worker, Deliveries = n (which member holds it,
+                                         and its lock deadline, are the broker's memory: they die with it)
+    ACKNOWLEDGED / ARCHIVED              not listed (done; neither comes back). The state keeps no difference
+                                         between them: both leave the in-flight window for ever
+
+The broker process is one worker of each group it serves (``worker-<pid>-<hex8>.acks``, flocked for its life,
+never written: the broker writes its acknowledgements into the state itself, fsynced before it answers). Its
+members' acquisitions are its leases. A member's acquisition lock that expires, a RELEASE, a member that leaves and
+the broker's clean stop give offsets back to the Redeliveries set with their count (ARCHIVED instead when the count
+reached ``group.share.delivery.count.limit``); a kill -9 of the broker leaves its journal unlocked, so the next
+worker that reaps (a DurableQueue, or the broker itself when it starts again) gives its leases back. A DurableQueue
+worker's ``nack`` can push a count past the limit: such offsets are archived when the broker would acquire them.
+
+Acquisition takes the Redeliveries set first (lowest offsets first), then new offsets from NextOffset, up to
+``max_records`` (batch_optimized mode: new offsets run on to the end of the record batch that holds the last one,
+as Kafka acquires whole batches; record_limit mode: exactly ``max_records``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import secrets
+import threading
+import time
+
+from .._engine.batch import RecordBatch, iter_batches
+from ..errors import InvalidRecordStateError, InvalidRequestError, OffsetOutOfRangeError, storage_error
+from ..storage.files import FileLock
+from .queue import (
+    JOURNAL_BYTES,
+    JOURNAL_SUFFIX,
+    QUEUES_DIR,
+    STATE_LOCK,
+    _Ranges,
+    _State,
+    _StateFiles,
+    reap_dead_workers,
+)
+
+__all__ = ["ACCEPT", "GAP", "REJECT", "RELEASE", "RENEW", "SharePartition"]
+
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4  # Kafka's AcknowledgeType codes (0: an offset with no record)
+
+
+class SharePartition:
+    """The share-partition of ``group`` on ``log`` (a Log of a writable store), one per broker process.
+
+    ``start``: where a group with no state begins ("latest": the log end; "earliest": the log start; an int: that
+    offset). Thread safety: every method takes the object's lock; the state file's flock orders processes."""
+
+    def __init__(self, log, group: str, start="latest", lock_timeout_s: float = 30.0):
+        self.log = log
+        self.group = group
+        self.dir = log.dir / QUEUES_DIR / group
+        self._lock = threading.Lock()
+        self._timeout = lock_timeout_s
+        self.worker = f"worker-{os.getpid()}-{secrets.token_hex(4)}"
+        # offset -> [member id, delivery count, lock deadline (monotonic s)]: who holds each of this worker's leases
+        self.acquired: dict[int, list] = {}
+        self.start_offset = 0  # SPSO as last seen
+        self.next_offset = 0
+        self._jfd = -1
+        self._jmap = None
+        self._closed = False
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise storage_error(e, "create queue directory", self.dir) from None
+        self._state_lock = FileLock(self.dir / STATE_LOCK)
+        self._files = _StateFiles(self.dir)
+        try:
+            self._update(lambda st: False, start=start, opening=True)
+        except BaseException:
+            self._release_files()
+            raise
+
+    # -- one read-modify-write of the state ------------------------------------------------------------------------
+
+    def _update(self, fn, sync: bool = False, start=None, opening: bool = False):
+        """Under state.lock: read the state, fit it to the log, reap dead workers, apply ``fn(st) -> changed`` and
+        write the state if anything changed (fsynced when ``sync``). Returns what fn left in ``self._result``."""
+        dead: list = []
+        self._state_lock.acquire(timeout=self._timeout, what=f"share group {self.group!r} on {self.log.topic}")
+        try:
+            if self._jfd < 0:
+                self._open_journal()
+            st, problems = self._files.read()
+            changed = False
+            if st is None:
+                if start == "earliest" or start is None:
+                    first = self.log.log_start_offset
+                elif start == "latest":
+                    first = self.log.log_end_offset
+                else:
+                    first = int(start)
+                seq = max((int.from_bytes(r, "big") for r in self._files.raw if len(r) == 8), default=0)
+                st = _State(first, first, seq)
+                changed = True
+            changed = st.clamp(self.log.log_start_offset, self.log.log_end_offset) or changed
+            changed = reap_dead_workers(self.dir, self.worker, st, dead) or changed
+            mine = st.leases.get(self.worker)
+            # offsets someone else settled (a power loss reverted this worker's view): no longer this worker's
+            if self.acquired:
+                for o in [o for o in self.acquired if mine is None or not _holds(mine, o)]:
+                    del self.acquired[o]
+            changed = fn(st) or changed
+            if not st.leases.get(self.worker, True):
+                del st.leases[self.worker]
+            if changed:
+                st.advance()
+                st.seq += 1
+                self._files.write(st)
+                if sync:
+                    self._files.sync(st.seq % 2)
+            self.start_offset, self.next_offset = st.prefix, st.next
+            for w, _fd in dead:
+                try:
+                    os.unlink(self.dir / (w + JOURNAL_SUFFIX))
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    raise storage_error(e, "delete", self.dir / (w + JOURNAL_SUFFIX)) from None
+        finally:
+            for _, fd in dead:
+                os.close(fd)
+            self._state_lock.release()
+
+    def _open_journal(self) -> None:
+        # created and flocked under state.lock, as a DurableQueue worker's: alive while this process is
+        path = self.dir / (self.worker + JOURNAL_SUFFIX)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as e:
+            raise storage_error(e, "create", path) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, JOURNAL_BYTES)
+            self._jmap = mmap.mmap(fd, JOURNAL_BYTES)
+        except OSError as e:
+            os.close(fd)
+            raise storage_error(e, "create", path) from None
+        self._jfd = fd
+
+    # -- Kafka's operations ----------------------------------------------------------------------------------------
+
+    def acquire(self, member: str, max_records: int, lock_ms: int, limit: int, record_limit: bool = False,
+                max_in_flight: int = 2000) -> list[tuple[int, int, int]]:
+        """Acquire up to ``max_records`` offsets for ``member``: [(first, last, delivery count)], last inclusive."""
+        out: list[tuple[int, int, int]] = []
+        with self._lock:
+            self._check_open()
+            now = time.monotonic()
+            deadline = now + lock_ms / 1000.0
+
+            def fn(st: _State) -> bool:
+                changed = self._expire(st, now, limit)
+                room = max_in_flight - len(self.acquired)
+                n = min(max_records, room)
+                if n <= 0:
+                    return changed
+                leo = self.log.log_end_offset
+                taken = []
+                while n > 0 and st.redeliver:
+                    for s, e, d in st.redeliver.take(n):
+                        if d >= limit:  # a count past the limit (a DurableQueue's nacks): archived, not delivered
+                            changed = True
+                            continue
+                        taken.append((s, e, d + 1))
+                        n -= e - s
+                if n > 0 and st.next < leo:
+                    end = min(st.next + n, leo)
+                    if not record_limit:
+                        end = max(end, min(self._batch_end(end - 1), leo))
+                    taken.append((st.next, end, 1))
+                    st.next = end
+                if not taken:
+                    return changed
+                mine = st.leases.get(self.worker)
+                if mine is None:
+                    mine = st.leases[self.worker] = _Ranges()
+                for s, e, d in taken:
+                    mine.add(s, e, d)
+                    for o in range(s, e):
+                        self.acquired[o] = [member, d, deadline]
+                    out.append((s, e - 1, d))
+                return True
+
+            self._update(fn)
+        return out
+
+    def _batch_end(self, offset: int) -> int:
+        """The offset after the record batch that holds ``offset``."""
+        try:
+            view = self.log.read(offset, 1)
+        except OffsetOutOfRangeError:
+            return offset + 1
+        if not len(view):
+            return offset + 1
+        return RecordBatch(view, 0).last_offset + 1
+
+    def acknowledge(self, member: str, batches, limit: int, renew_ok: bool = False, lock_ms: int = 30000) -> None:
+        """Apply [(first, last, types)] for ``member``, all or nothing, fsynced before it returns.
+        InvalidRequestError for a malformed batch, InvalidRecordStateError for an offset the member does not hold."""
+        with self._lock:
+            self._check_open()
+            plan = []
+            for first, last, types in batches:
+                if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
+                    raise InvalidRequestError(f"acknowledgement batch [{first}, {last}] with {len(types)} types")
+                for t in types:
+                    if not GAP <= t <= RENEW or (t == RENEW and not renew_ok):
+                        raise InvalidRequestError(f"acknowledge type {t} is not valid here")
+                for o in range(first, last + 1):
+                    held = self.acquired.get(o)
+                    if held is None or held[0] != member:
+                        raise InvalidRecordStateError(
+                            "The record state is invalid. The acknowledgement of delivery could not be completed.")
+                    plan.append((o, types[0] if len(types) == 1 else types[o - first]))
+            now = time.monotonic()
+
+            def fn(st: _State) -> bool:
+                mine = st.leases.get(self.worker)
+                changed = False
+                for o, t in plan:
+                    held = self.acquired.get(o)
+                    if held is None:
+                        continue
+                    if t == RENEW:
+                        held[2] = now + lock_ms / 1000.0
+                        continue
+                    del self.acquired[o]
+                    if mine is not None:
+                        mine.remove(o, o + 1)
+                    if t == RELEASE and held[1] < limit:
+                        st.redeliver.add(o, o + 1, held[1])
+                    changed = True  # GAP, ACCEPT, REJECT, RELEASE at the limit: done for ever
+                return changed
+
+            self._update(fn, sync=True)
+
+    def release_member(self, member: str, limit: int) -> int:
+        """Give back everything ``member`` holds (it left, its session closed); returns how many offsets."""
+        with self._lock:
+            if self._closed:
+                return 0
+            mine = [o for o, h in self.acquired.items() if h[0] == member]
+            if not mine:
+                return 0
+            self._update(lambda st: self._give_back(st, mine, limit))
+            return len(mine)
+
+    def expire(self, limit: int) -> int:
+        """Acquisition locks past their deadline: the offsets go back (or are archived at the limit)."""
+        with self._lock:
+            if self._closed:
+                return 0
+            now = time.monotonic()
+            if not any(h[2] <= now for h in self.acquired.values()):
+                return 0
+            n = []
+            self._update(lambda st: n.append(1) or self._expire(st, now, limit))
+            return len(n)
+
+    def _expire(self, st: _State, now: float, limit: int) -> bool:
+        due = [o for o, h in self.acquired.items() if h[2] <= now]
+        return self._give_back(st, due, limit) if due else False
+
+    def _give_back(self, st: _State, offsets, limit: int) -> bool:
+        mine = st.leases.get(self.worker)
+        for o in offsets:
+            held = self.acquired.pop(o)
+            if mine is not None:
+                mine.remove(o, o + 1)
+            if held[1] < limit:
+                st.redeliver.add(o, o + 1, held[1])
+        return bool(offsets)
+
+    def held_by(self, member: str) -> int:
+        return sum(1 for h in self.acquired.values() if h[0] == member)
+
+    def records(self, first: int, last: int, max_bytes: int = 1 << 20) -> bytes:
+        """The whole record batches that hold offsets [first, last]."""
+        out = []
+        pos = first
+        while pos <= last:
+            try:
+                view = self.log.read(pos, max_bytes)
+            except OffsetOutOfRangeError:
+                break
+            if not len(view):
+                break
+            end = 0
+            nxt = pos
+            for b in iter_batches(view):
+                if b.base_offset > last:
+                    break
+                end = b.position + b.size_in_bytes
+                nxt = b.last_offset + 1
+            if end == 0 or nxt <= pos:
+                break
+            out.append(bytes(view[:end]))
+            pos = nxt
+        return b"".join(out)
+
+    def state(self) -> tuple[int, int]:
+        """(SPSO, next offset never acquired) as the state holds them now."""
+        with self._lock:
+            self._check_open()
+            self._update(lambda st: False)
+            return self.start_offset, self.next_offset
+
+    # -- the end ---------------------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidRecordStateError(f"share partition {self.log.topic}-{self.log.partition} of group "
+                                          f"{self.group} is closed")
+
+    def close(self, limit: int = 1 << 30) -> None:
+        """A clean stop: every acquired offset goes back (counts kept), this worker's journal goes away."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self.acquired:
+                    self._update(lambda st: self._give_back(st, list(self.acquired), limit))
+                if self._jfd >= 0:
+                    try:
+                        os.unlink(self.dir / (self.worker + JOURNAL_SUFFIX))
+                    except OSError:
+                        pass
+            finally:
+                self._closed = True
+                self._release_files()
+
+    def _release_files(self) -> None:
+        if self._jmap is not None:
+            self._jmap.close()
+            self._jmap = None
+        if self._jfd >= 0:
+            os.close(self._jfd)
+            self._jfd = -1
+        self._state_lock.close()
+        self._files.close()
+
+
+def _holds(ranges: _Ranges, offset: int) -> bool:
+    for s, e, _ in ranges.r:
+        if s <= offset < e:
+            return True
+        if s > offset:
+            return False
+    return False
