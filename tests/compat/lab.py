@@ -58,6 +58,7 @@ KAFKA_TOOLS = {
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
     "kafka-leader-election": "org.apache.kafka.tools.LeaderElectionCommand",
     "kafka-reassign-partitions": "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+    "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
     "kafka-storage": "kafka.tools.StorageTool",
     "kafka-server-start": "kafka.Kafka",
 }

@@ -18,12 +18,16 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 /**
  * One Java KafkaShareConsumer (KIP-932) of a share group, for the share-group differential tests.
- * Usage: ShareWorker BOOTSTRAP TOPIC GROUP MODE STOP_AFTER [LOCK_MS]
- *   MODE implicit: every record is accepted by the next poll (share.acknowledgement.mode=implicit).
+ * Usage: ShareWorker BOOTSTRAP TOPIC GROUP MODE STOP_AFTER IDLE_MS MAX_POLL_RECORDS [LOCK_MS [FIRST_WAIT_MS]]
+ *   MODE implicit: every record is accepted by the next poll (share.acknowledgement.mode=implicit), the last
+ *     poll's by commitSync before close.
  *   MODE explicit: a record whose value starts with "rel" is RELEASEd at its first delivery and accepted at its next;
  *     "rej" is REJECTed; anything else is ACCEPTed; commitSync after each poll's acknowledgements.
- *   MODE hold: prints what it gets and never acknowledges (the test kills it with SIGKILL).
- * STOP_AFTER: the worker ends after it has seen this many records (or 30 s without a new one: 4 s once it saw one).
+ *   MODE hold: prints what its first non-empty poll gets, then polls no more and never acknowledges (the test kills
+ *     it with SIGKILL).
+ * STOP_AFTER: the worker ends after it has seen this many records, or FIRST_WAIT_MS (30 s) without a record before
+ * the first one,
+ * IDLE_MS after the last one.
  * First the group's configs are set (share.auto.offset.reset=earliest, share.record.lock.duration.ms=LOCK_MS when
  * given) where the broker takes group configs; a broker without them answers an error, printed, and goes on.
  * Lines (JSON): {"event":"config","ok":bool}, {"event":"record","p":p,"o":offset,"v":value,"dc":deliveryCount,
@@ -42,7 +46,10 @@ public class ShareWorker {
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1], group = args[2], mode = args[3];
         int stopAfter = Integer.parseInt(args[4]);
-        String lockMs = args.length > 5 ? args[5] : null;
+        long idleMs = Long.parseLong(args[5]);
+        String maxPoll = args[6];
+        String lockMs = args.length > 7 ? args[7] : null;
+        long firstWaitMs = args.length > 8 ? Long.parseLong(args[8]) : 30_000;
         Properties ap = new Properties();
         ap.put("bootstrap.servers", bootstrap);
         try (Admin admin = Admin.create(ap)) {
@@ -62,13 +69,14 @@ public class ShareWorker {
         p.put("bootstrap.servers", bootstrap);
         p.put("group.id", group);
         p.put("client.id", "share-" + mode);
+        p.put("max.poll.records", maxPoll);
         p.put("share.acknowledgement.mode", mode.equals("implicit") ? "implicit" : "explicit");
         int seen = 0;
         long last = System.currentTimeMillis();
         try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(p, new ByteArrayDeserializer(),
                 new ByteArrayDeserializer())) {
             c.subscribe(List.of(topic));
-            while (seen < stopAfter && System.currentTimeMillis() - last < (seen == 0 ? 30_000 : 4_000)) {
+            while (seen < stopAfter && System.currentTimeMillis() - last < (seen == 0 ? firstWaitMs : idleMs)) {
                 ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(200));
                 for (ConsumerRecord<byte[], byte[]> r : recs) {
                     seen++;
@@ -76,7 +84,11 @@ public class ShareWorker {
                     String v = new String(r.value(), StandardCharsets.UTF_8);
                     int dc = r.deliveryCount().map(Short::intValue).orElse(-1);
                     String ack = "ACCEPT";
-                    if (mode.equals("hold")) {
+                    if (mode.equals("implicit")) {
+                long errors = c.commitSync().values().stream().filter(Optional::isPresent).count();
+                emit("{\"event\":\"commit\",\"errors\":" + errors + "}");
+            }
+            if (mode.equals("hold")) {
                         ack = "NONE";
                     } else if (mode.equals("explicit")) {
                         AcknowledgeType t = AcknowledgeType.ACCEPT;
@@ -88,11 +100,16 @@ public class ShareWorker {
                     emit("{\"event\":\"record\",\"p\":" + r.partition() + ",\"o\":" + r.offset() + ",\"v\":" + q(v)
                             + ",\"dc\":" + dc + ",\"ack\":" + q(ack) + "}");
                 }
+                if (mode.equals("hold") && !recs.isEmpty()) break;
                 if (mode.equals("explicit") && !recs.isEmpty()) {
                     Map<TopicIdPartition, Optional<org.apache.kafka.common.KafkaException>> res = c.commitSync();
                     long errors = res.values().stream().filter(Optional::isPresent).count();
                     emit("{\"event\":\"commit\",\"errors\":" + errors + "}");
                 }
+            }
+            if (mode.equals("implicit")) {
+                long errors = c.commitSync().values().stream().filter(Optional::isPresent).count();
+                emit("{\"event\":\"commit\",\"errors\":" + errors + "}");
             }
             if (mode.equals("hold")) {
                 emit("{\"event\":\"holding\",\"seen\":" + seen + "}");
