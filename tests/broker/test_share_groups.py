@@ -284,7 +284,7 @@ def test_record_limit_mode_and_max_records(make_broker):
     assert acquired(m.fetch(max_records=3)) == [(3, 9, 1)]  # batch_optimized: to the end of the batch
 
 
-# ---------------------------------------------------------------------------------------------------- one state, two faces
+# ------------------------------------------------------------------------------------------------- one state, two faces
 
 def test_share_group_and_durable_queue_are_one_group(make_broker):
     b = make_broker()

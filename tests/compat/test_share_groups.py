@@ -185,8 +185,8 @@ def test_two_consumers_one_killed(brokers, worker_class):
             got = None
             result: dict = {}
 
-            def run_b(result=result):
-                result["lines"] = run_worker(worker_class, b.bootstrap, topic, group, "explicit", 20,
+            def run_b(result=result, bootstrap=b.bootstrap):
+                result["lines"] = run_worker(worker_class, bootstrap, topic, group, "explicit", 20,
                                              idle_ms=KAFKA_LOCK_MS + 10000, max_poll=4, timeout=150)
             tb = threading.Thread(target=run_b)
             tb.start()
