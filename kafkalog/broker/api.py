@@ -88,7 +88,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     3: (0, 13),   # Metadata (10+: topic ids; 13: top-level error)
     8: (2, 10),   # OffsetCommit (7: group instance id, KIP-345; 8+ flexible; 10: topic ids)
     9: (1, 10),   # OffsetFetch (7: RequireStable, KIP-447; 8: batched groups; 10: topic ids)
-    10: (0, 6),   # FindCoordinator (4+: batched keys, KIP-699; 6: share keys, answered INVALID_REQUEST)
+    10: (0, 6),   # FindCoordinator (4+: batched keys, KIP-699; 6: share-partition keys, KIP-932)
     11: (0, 9),   # JoinGroup (4: KIP-394, 5: KIP-345 static members, 7: protocol type, 9: SkipAssignment)
     12: (0, 4),   # Heartbeat
     13: (0, 5),   # LeaveGroup (3+: batched, by member or instance id)
@@ -1697,12 +1697,28 @@ def _coordinator_error(s: Services, ctx, key_type: int, key: str, version: int) 
     if key_type == _TXN_KEY:
         return security.DENIAL_ERROR_CODE["TRANSACTIONAL_ID"] \
             if not_allowed(s, ctx, "DESCRIBE", "TRANSACTIONAL_ID", key) else 0
-    # a share-group state key (KIP-932, v6+, "groupId:topicId:partition", asked by brokers' share-group persisters):
-    # no share coordinator runs here, and Kafka's answer from a broker without one is INVALID_REQUEST, after the
-    # CLUSTER_ACTION check (a denial fails the whole request)
+    # a share-group state key (KIP-932, v6+, "groupId:topicId:partition", asked by brokers' share-group persisters),
+    # after the CLUSTER_ACTION check (a denial fails the whole request): with share groups on (share.version >= 1)
+    # this node keeps every share-partition's state, as it coordinates every group; a key that is not one, or share
+    # groups off, is INVALID_REQUEST (Kafka's answer from a broker without a share coordinator)
     if version >= 6 and not_allowed(s, ctx, "CLUSTER_ACTION", "CLUSTER", security.CLUSTER_NAME):
         raise ClusterAuthorizationFailedError("CLUSTER_ACTION is needed to find a share coordinator")
+    if version >= 6 and s.finalized_features.get("share.version", 0) >= 1 and _share_key_ok(key):
+        return 0
     return InvalidRequestError.code
+
+
+def _share_key_ok(key: str) -> bool:
+    """Kafka's SharePartitionKey.validate: "groupId:topicId:partition", a base64 topic id, an int partition."""
+    parts = key.rsplit(":", 2)
+    if len(parts) != 3 or not parts[0]:
+        return False
+    try:
+        _topic_uuid(parts[1])
+        int(parts[2])
+    except (ValueError, TypeError):
+        return False
+    return len(parts[1]) == 22
 
 
 def find_coordinator(s: Services, ctx, header, frame, offset):

@@ -1105,6 +1105,39 @@ SHARE_ACKNOWLEDGE = {
     ),
 }
 
+DESCRIBE_SHARE_GROUP_OFFSETS = {
+    "key": 90, "name": "DescribeShareGroupOffsets", "versions": (0, 1), "flexible": 0,
+    "request": (
+        ("groups", "[]DescribeShareGroupOffsetsRequestGroup", "0+", {}, (
+            ("group_id", "string", "0+", {}),
+            ("topics", "[]DescribeShareGroupOffsetsRequestTopic", "0+", {"nullable": "0+", "default": None}, (
+                ("topic_name", "string", "0+", {}),
+                ("partitions", "[]int32", "0+", {}),
+            )),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("groups", "[]DescribeShareGroupOffsetsResponseGroup", "0+", {}, (
+            ("group_id", "string", "0+", {}),
+            ("topics", "[]DescribeShareGroupOffsetsResponseTopic", "0+", {}, (
+                ("topic_name", "string", "0+", {}),
+                ("topic_id", "uuid", "0+", {}),
+                ("partitions", "[]DescribeShareGroupOffsetsResponsePartition", "0+", {}, (
+                    ("partition_index", "int32", "0+", {}),
+                    ("start_offset", "int64", "0+", {}),
+                    ("leader_epoch", "int32", "0+", {}),
+                    ("lag", "int64", "1+", {"default": -1}),  # KIP-1226
+                    ("error_code", "int16", "0+", {}),
+                    ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+                )),
+            )),
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+        )),
+    ),
+}
+
 # Admin APIs (kafkalog/broker/admin.py), from Kafka's message specs; flexible versions included
 
 LIST_GROUPS = {
@@ -1681,4 +1714,5 @@ APIS = {
     77: SHARE_GROUP_DESCRIBE,
     78: SHARE_FETCH,
     79: SHARE_ACKNOWLEDGE,
+    90: DESCRIBE_SHARE_GROUP_OFFSETS,
 }

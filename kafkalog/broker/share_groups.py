@@ -41,7 +41,7 @@ from ..errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from .handling import error_code, not_allowed, request_body, respond
+from .handling import allowed, error_code, not_allowed, request_body, respond
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -54,6 +54,7 @@ VERSIONS = {
     77: (1, 1),   # ShareGroupDescribe
     78: (1, 2),   # ShareFetch (2: ShareAcquireMode, KIP-1206; IsRenewAck, KIP-1222)
     79: (1, 2),   # ShareAcknowledge (2: IsRenewAck, AcquisitionLockTimeoutMs)
+    90: (0, 1),   # DescribeShareGroupOffsets (1: Lag, KIP-1226)
 }
 
 
@@ -585,6 +586,64 @@ def share_acknowledge(s, ctx, header, frame, offset):
     return respond(header, top)
 
 
-HANDLERS = {76: share_group_heartbeat, 77: share_group_describe, 78: share_fetch, 79: share_acknowledge}
+def _share_offsets(s, gid: str, topics) -> list:
+    """Worker thread: DescribeShareGroupOffsets' topics of one group. ``topics`` None: every partition that has a
+    state of the group (the wire's or a DurableQueue's)."""
+    from ..client.queue import QUEUES_DIR
+    co = s.shares
+    if topics is None:
+        wanted = []
+        for name in sorted(s.store.topics()):
+            parts = [p for p in range(s.partitions(name))
+                     if (s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir()]
+            if parts:
+                wanted.append((name, parts))
+    else:
+        wanted = [(t["topic_name"], list(t["partitions"])) for t in topics]
+    out = []
+    for name, parts in wanted:
+        try:
+            tid = _uuid(s.store.topic_id(name))
+        except KafkaError:
+            tid = uuid.UUID(int=0)
+        rows = []
+        for p in parts:
+            r = {"partition_index": p, "start_offset": -1, "leader_epoch": -1, "lag": -1, "error_code": 0,
+                 "error_message": None}
+            if not 0 <= p < s.partitions(name):
+                r.update(error_code=UnknownTopicOrPartitionError.code,
+                         error_message="The topic-partition is not known.")
+            elif (s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir():
+                try:
+                    start, lag = co.partition(gid, name, p).summary()
+                    r.update(start_offset=start, leader_epoch=0, lag=lag)
+                except KafkaError as e:
+                    r.update(error_code=error_code(e), error_message=str(e))
+            rows.append(r)
+        out.append({"topic_name": name, "topic_id": tid, "partitions": rows})
+    return out
+
+
+def describe_share_group_offsets(s, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    out = []
+    for g in req["groups"]:
+        gid = g["group_id"]
+        r = {"group_id": gid, "topics": [], "error_code": 0, "error_message": None}
+        if not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
+            r["error_code"] = GROUP_DENIED
+        elif s.shares._other_type(gid):
+            r.update(error_code=GroupIdNotFoundError.code, error_message=f"Group {gid} is not a share group.")
+        else:
+            topics = g["topics"]
+            if topics is not None:
+                topics = [t for t in topics if allowed(s, ctx, "DESCRIBE", "TOPIC", t["topic_name"])]
+            r["topics"] = yield s.loop.run_in_executor(None, _share_offsets, s, gid, topics)
+        out.append(r)
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
+
+
+HANDLERS = {76: share_group_heartbeat, 77: share_group_describe, 78: share_fetch, 79: share_acknowledge,
+            90: describe_share_group_offsets}
 
 __all__ = ["HANDLERS", "VERSIONS", "ShareCoordinator"]

@@ -116,15 +116,20 @@ class SharePartition:
             if self.acquired:
                 for o in [o for o in self.acquired if mine is None or not _holds(mine, o)]:
                     del self.acquired[o]
-            changed = fn(st) or changed
-            if not st.leases.get(self.worker, True):
-                del st.leases[self.worker]
-            if changed:
-                st.advance()
-                st.seq += 1
-                self._files.write(st)
-                if sync:
-                    self._files.sync(st.seq % 2)
+            saved = dict(self.acquired)
+            try:
+                changed = fn(st) or changed
+                if not st.leases.get(self.worker, True):
+                    del st.leases[self.worker]
+                if changed:
+                    st.advance()
+                    st.seq += 1
+                    self._files.write(st)
+                    if sync:
+                        self._files.sync(st.seq % 2)
+            except BaseException:
+                self.acquired = saved  # the state in force is the one before fn: so is this worker's memory
+                raise
             self.start_offset, self.next_offset = st.prefix, st.next
             for w, _fd in dead:
                 try:
@@ -314,6 +319,16 @@ class SharePartition:
             out.append(bytes(view[:end]))
             pos = nxt
         return b"".join(out)
+
+    def summary(self) -> tuple[int, int]:
+        """(SPSO, lag): the share-partition start offset and how many records from it on are not done yet
+        (available, acquired, or never acquired below the log end), Kafka's DescribeShareGroupOffsets v1 Lag."""
+        with self._lock:
+            self._check_open()
+            out = []
+            self._update(lambda st: out.append((st.prefix, st.in_flight() + max(0, self.log.log_end_offset - st.next)))
+                         and False)
+            return out[0]
 
     def state(self) -> tuple[int, int]:
         """(SPSO, next offset never acquired) as the state holds them now."""

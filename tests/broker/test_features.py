@@ -22,9 +22,10 @@ def _features(port: int, version: int) -> dict:
 
 def test_api_versions_features_by_version(broker):
     v4 = _features(broker.port, 4)
-    # only what kafkalog serves: transactions (v2: KIP-890 part 2) and KIP-848 groups; no metadata/kraft/share/streams
-    assert v4["supported"] == {"group.version": (0, 1), "transaction.version": (0, 2)}
-    assert v4["finalized"] == {"group.version": (1, 1), "transaction.version": (2, 2)}
+    # only what kafkalog serves: transactions (v2: KIP-890 part 2), KIP-848 groups, KIP-932 share groups (level 1:
+    # no dead-letter queues); no metadata/kraft/streams
+    assert v4["supported"] == {"group.version": (0, 1), "transaction.version": (0, 2), "share.version": (0, 1)}
+    assert v4["finalized"] == {"group.version": (1, 1), "transaction.version": (2, 2), "share.version": (1, 1)}
     assert v4["epoch"] > 0 and v4["zk"] is False
     v3 = _features(broker.port, 3)
     # v3 leaves out features whose supported minimum is 0 (KAFKA-17011), as Kafka 4.4 does; finalized ones stay
@@ -39,7 +40,7 @@ def test_transaction_version_key_sets_the_finalized_level(tmp_path):
     try:
         f = _features(b.port, 4)
         # level 0 is not listed as finalized (Kafka after kafka-features downgrade --feature transaction.version=0)
-        assert f["finalized"] == {"group.version": (1, 1)}
+        assert f["finalized"] == {"group.version": (1, 1), "share.version": (1, 1)}
         assert f["supported"]["transaction.version"] == (0, 2)
     finally:
         b.stop()

@@ -339,3 +339,27 @@ def test_kill9_accepted_never_come_back_acquired_always_do(tmp_path, child_env):
         assert acquired(m2.fetch()) == [(5, 9, 2)]
     finally:
         s2.kill()
+
+
+def test_describe_share_group_offsets_and_share_coordinator_key(make_broker):
+    b = make_broker()
+    setup_topic(b.port, "t", [(0, [b"a", b"b", b"c"]), (0, [b"d", b"e"])], partitions=2)
+    m = Member(b.port, "g", "t")
+    m.join()
+    assert acquired(m.fetch(partitions=(0, 1))) == [(0, 4, 1)]
+    assert part(m.acknowledge({0: [(0, 2, (ACCEPT,)), (4, 4, (REJECT,))]}))["error_code"] == 0
+    with Wire(b.port) as w:
+        r = w.call(90, 1, {"groups": [{"group_id": "g", "topics": None},
+                                      {"group_id": "g", "topics": [{"topic_name": "t", "partitions": [1, 7]}]}]})
+        every, some = r["groups"]
+        # SPSO 3 (0-2 accepted); lag: offset 3 still acquired (4 is archived), partition 1 has no record
+        assert [(p["partition_index"], p["start_offset"], p["lag"]) for p in every["topics"][0]["partitions"]] == [
+            (0, 3, 1), (1, 0, 0)]
+        assert [(p["partition_index"], p["error_code"]) for p in some["topics"][0]["partitions"]] == [(1, 0), (7, 3)]
+        assert w.call(90, 0, {"groups": [{"group_id": "g", "topics": None}]})["groups"][0]["topics"][0][
+            "partitions"][0].get("lag", -1) == -1  # v0 has no Lag
+        tid = m.topic_id
+        import base64
+        key = "g:" + base64.urlsafe_b64encode(tid.bytes).decode().rstrip("=") + ":0"
+        c = w.call(10, 6, {"key_type": 2, "coordinator_keys": [key, "g:nope:0"]})["coordinators"]
+        assert [(x["error_code"], x["node_id"]) for x in c] == [(0, b.services.node_id), (INVALID_REQUEST, -1)]

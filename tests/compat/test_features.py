@@ -1,10 +1,12 @@
 """KIP-584 features, differential: ApiVersions v3/v4's tagged feature fields in raw frames and ``kafka-features
 describe``, against Apache Kafka 4.4 (the session's Kafka, at its default transaction.version=2) and kafkalog.
 
-kafkalog advertises only what it serves: ``group.version`` (KIP-848 groups) and ``transaction.version``; Kafka's
-metadata.version, kraft.version, share.version, streams.version and eligible.leader.replicas.version name things
-kafkalog does not serve and are left out. The features both list must agree field by field (transaction.version
-supported 0-2 and finalized 2 on both, as on a new Kafka 4.4 cluster).
+kafkalog advertises only what it serves: ``group.version`` (KIP-848 groups), ``transaction.version`` and
+``share.version`` (KIP-932 share groups); Kafka's metadata.version, kraft.version, streams.version and
+eligible.leader.replicas.version name things kafkalog does not serve and are left out. The features both list must
+agree field by field (transaction.version supported 0-2 and finalized 2 on both, as on a new Kafka 4.4 cluster),
+but share.version: kafkalog supports and finalizes level 1 (share groups), Kafka 4.4 level 2 (1 + dead-letter
+queues, which kafkalog does not serve).
 
 Cost: the lab's session pair, milliseconds per raw request; ``kafka-features describe`` is one tool JVM per broker
 (about 2-3 s each).
@@ -23,6 +25,8 @@ LAB_TEST_DEADLINE_S = 120
 OURS = set(SUPPORTED_FEATURES)
 SUPPORTED_TV = SUPPORTED_FEATURES["transaction.version"][1]
 assert SUPPORTED_TV == 2  # transactions v2 (KIP-890 part 2) served: nothing capped below Kafka
+SUPPORTED_SV = SUPPORTED_FEATURES["share.version"][1]
+assert SUPPORTED_SV == 1  # share groups without dead-letter queues: capped below Kafka 4.4's 2
 
 
 def _api_versions(target, version: int) -> dict:
@@ -49,6 +53,10 @@ def _ours_only(answer: dict, tv_max: int, tv_level: int) -> dict:
         out["supported"]["transaction.version"]["max"] = tv_max
     if "transaction.version" in out["finalized"]:
         out["finalized"]["transaction.version"] = {"min": tv_level, "max": tv_level}
+    if "share.version" in out["supported"]:
+        out["supported"]["share.version"]["max"] = SUPPORTED_SV
+    if "share.version" in out["finalized"]:
+        out["finalized"]["share.version"] = {"min": SUPPORTED_SV, "max": SUPPORTED_SV}
     return out
 
 
@@ -83,4 +91,6 @@ def test_kafka_features_describe(targets):
     assert set(ours) == OURS, ours
     want = {name: dict(kafka[name]) for name in OURS}
     want["transaction.version"] = {"min": "0", "max": str(SUPPORTED_TV), "level": str(SUPPORTED_TV)}
+    assert kafka["share.version"]["level"] == "2"  # Kafka 4.4: share groups and their dead-letter queues
+    want["share.version"] = {"min": "0", "max": str(SUPPORTED_SV), "level": str(SUPPORTED_SV)}
     assert_same(want, ours, what="kafka-features describe")

@@ -10,9 +10,8 @@ for (each broker's ids are mapped to their topic names, the null id to "zero", a
 purpose): those lists are sorted before the comparison. Kafka creates its coordinators' topics on first use: the
 tests ask FindCoordinator until Kafka answers (a bounded number of times).
 
-Where kafkalog answers differently on purpose, the test says so and checks kafkalog's answer on its own: a share
-coordinator key (FindCoordinator v6 key type 2) is INVALID_REQUEST here (no share coordinator runs; Kafka's answer
-from a broker without one), where Kafka 4.4 runs one.
+A share-partition key (FindCoordinator v6 key type 2) is answered by the node on both (kafkalog keeps every
+share-partition's state).
 
 Cost: one pair of brokers for the session (the lab's), then milliseconds per request; about 2 s per module run.
 """
@@ -162,16 +161,18 @@ def test_find_coordinator_every_version(sides, topic_name):
              f"malformed share keys v{v}")
 
 
-def test_find_coordinator_v6_share_key_is_invalid_request_without_a_share_coordinator(sides, topic_name):
-    """Kafka 4.4 runs a share coordinator and answers a well-formed key with it (or COORDINATOR_NOT_AVAILABLE while
-    its state topic is created); kafkalog runs none and answers as Kafka's broker without one (KafkaApis:
-    ``shareCoordinator.isEmpty`` → INVALID_REQUEST): per key, node -1, the generated empty message."""
+def test_find_coordinator_v6_share_key(sides, topic_name):
+    """A well-formed share-partition key (KIP-932): Kafka 4.4 answers its share coordinator (after
+    COORDINATOR_NOT_AVAILABLE while its state topic is created: asked until it answers), kafkalog itself, which keeps
+    every share-partition's state."""
     key = f"{topic_name('g')}:AAAAAAAAAAAAAAAAAAAAAA:0"
-    k = sides["kafka"].call(10, 6, {"key_type": 2, "coordinator_keys": [key]})["coordinators"][0]
-    assert k["error_code"] in (0, 15)  # Kafka's own answer: the difference this test documents
-    r = sides["kafkalog"].call(10, 6, {"key_type": 2, "coordinator_keys": [key, key]})
-    assert r["coordinators"] == [{"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 42,
-                                  "error_message": ""}] * 2
+    for _ in range(100):
+        if sides["kafka"].call(10, 6, {"key_type": 2, "coordinator_keys": [key]})["coordinators"][0][
+                "error_code"] == 0:
+            break
+        time.sleep(0.1)
+    r = same(sides, 10, 6, {"key_type": 2, "coordinator_keys": [key, key]}, "share keys v6")
+    assert [(c["error_code"], c["node_id"] >= 0) for c in r["coordinators"]] == [(0, True)] * 2
 
 
 # ---------------------------------------------------------------------------------------------------- OffsetFetch
