@@ -129,16 +129,6 @@ class ShareCoordinator:
             sp = self.partitions.setdefault(key, sp)
         return sp
 
-    def initialize(self, group: str, assignment: dict[str, list[int]]) -> None:
-        """Open (and so initialize at share.auto.offset.reset) the share-partitions of an assignment, as Kafka
-        initializes them when a heartbeat first assigns them."""
-        for topic, parts in assignment.items():
-            for p in parts:
-                try:
-                    self.partition(group, topic, p)
-                except KafkaError as e:
-                    log.warning("share group %s: %s-%d: %s", group, topic, p, e)
-
     def release(self, group: str, member: str) -> None:
         for (g, _t, _p), sp in list(self.partitions.items()):
             if g == group:
@@ -180,14 +170,31 @@ class ShareCoordinator:
     # -- membership (loop) -----------------------------------------------------------------------------------------
 
     def _assign(self, g: ShareGroup) -> None:
-        """The simple assignor: every member gets every partition of each topic it subscribes to."""
+        """The simple assignor, as Kafka 4.4's answers show it, topic by topic over the members subscribed to it
+        (sorted by member id): with fewer members than partitions each member gets a contiguous share (the first
+        ``partitions % members`` one more), as [0, 1] and [2] for two members and three partitions; with as many
+        members or more, member i gets partition i % partitions, so partitions are shared (a share-partition splits
+        its records between the members that have it)."""
         for m in g.members.values():
-            a = {}
-            for t in m.topics:
-                n = self.s.partitions(t)
-                if n:
-                    a[t] = list(range(n))
-            m.assignment = a
+            m.assignment = {}
+        by_topic: dict[str, list[str]] = {}
+        for mid in sorted(g.members):
+            for t in g.members[mid].topics:
+                by_topic.setdefault(t, []).append(mid)
+        for t, mids in by_topic.items():
+            n = self.s.partitions(t)
+            if not n:
+                continue
+            if len(mids) >= n:
+                for i, mid in enumerate(mids):
+                    g.members[mid].assignment[t] = [i % n]
+                continue
+            each, extra = divmod(n, len(mids))
+            start = 0
+            for i, mid in enumerate(mids):
+                k = each + (1 if i < extra else 0)
+                g.members[mid].assignment[t] = list(range(start, start + k))
+                start += k
         g.assignment_epoch = g.epoch
 
     def heartbeat(self, ctx, req) -> tuple[dict, dict | None]:
@@ -202,9 +209,11 @@ class ShareCoordinator:
             body.update(error_code=code, error_message=message, member_id=None, member_epoch=0,
                         heartbeat_interval_ms=0)
             return body, None
+        if not mid or len(mid) > 36:  # Kafka 4.4 answers these without a message (a client's id is a UUID)
+            return fail(InvalidRequestError.code)
         if not gid:
             return fail(InvalidRequestError.code, "GroupId can't be empty.")
-        if not mid:
+        if not mid.strip():
             return fail(InvalidRequestError.code, "MemberId can't be empty.")
         if epoch < -1:
             return fail(InvalidRequestError.code, "MemberEpoch is invalid.")
@@ -220,7 +229,7 @@ class ShareCoordinator:
             g.epoch += 1
             self._assign(g)
             self.release(gid, mid)
-            body["member_epoch"] = -1
+            body.update(member_epoch=-1, heartbeat_interval_ms=0)
             return body, None
         if g is None:
             if epoch != 0:
@@ -237,12 +246,15 @@ class ShareCoordinator:
             m.client_id = ctx.client_id or ""
             m.client_host = "/" + ctx.connection.peer_host
             changed = True
-        elif epoch > m.epoch or (epoch < m.epoch and epoch != m.previous_epoch and epoch != 0):
+        elif epoch > m.epoch:
             return fail(FencedMemberEpochError.code,
                         f"The share group member has a greater member epoch ({epoch}) than the one known by the group "
-                        f"coordinator ({m.epoch})." if epoch > m.epoch else
-                        f"The share group member has a smaller member epoch ({epoch}) than the one known by the "
-                        f"group coordinator ({m.epoch}).")
+                        f"coordinator ({m.epoch}). The member must abandon all its partitions and rejoin.")
+        elif epoch < m.epoch and epoch != m.previous_epoch and epoch != 0:
+            return fail(FencedMemberEpochError.code,
+                        f"The share group member has a smaller member epoch ({epoch}) than the one known by the group "
+                        f"coordinator ({m.epoch}), and it does not match the previous member epoch "
+                        f"({m.previous_epoch}). The member must abandon all its partitions and rejoin.")
         else:
             changed = False
         m.last_seen = time.monotonic()
@@ -342,12 +354,9 @@ def share_group_heartbeat(s, ctx, header, frame, offset):
     if denied:
         return respond(header, _empty_hb(ctx, TOPIC_DENIED, "The member is not authorized to access topics: "
                                                             f"[{', '.join(sorted(denied))}]."))
-    body, assignment = s.shares.heartbeat(ctx, req)
-    if assignment:
-        try:
-            yield s.loop.run_in_executor(None, s.shares.initialize, req["group_id"], assignment)
-        except Exception as e:  # noqa: BLE001  (initialized again at the first ShareFetch)
-            log.warning("share group %s: initializing %s: %s", req["group_id"], assignment, e)
+    # a share-partition's state starts (at share.auto.offset.reset) when a ShareFetch first reads it, as Kafka's
+    # share-partition leader resolves the start offset of a state that has none
+    body, _assignment = s.shares.heartbeat(ctx, req)
     return respond(header, body)
 
 
@@ -371,6 +380,8 @@ def share_group_describe(s, ctx, header, frame, offset):
                 from . import admin as _admin
                 r["authorized_operations"] = _admin._operations(s, ctx, "GROUP", gid, _admin.GROUP_OPERATIONS)
         out.append(r)
+    # Kafka answers the ids it refuses before asking the coordinator first, then the coordinator's answers
+    out.sort(key=lambda r: r["error_code"] not in (24, GROUP_DENIED))
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
 
 
@@ -396,8 +407,8 @@ def _acknowledge(s, gid, mid, acks, renew_ok: bool) -> dict:
         try:
             co.partition(gid, topic, p).acknowledge(mid, batches, co.limit, renew_ok, co.lock_ms)
             out[(topic, p)] = (0, None)
-        except InvalidRecordStateError as e:
-            out[(topic, p)] = (InvalidRecordStateError.code, str(e))
+        except (InvalidRecordStateError, InvalidRequestError) as e:
+            out[(topic, p)] = (error_code(e), str(e))
         except KafkaError as e:
             out[(topic, p)] = (error_code(e), str(e))
     return out
@@ -436,7 +447,8 @@ def _merged(got):
 
 
 def _leader(s):
-    return {"leader_id": s.node_id, "leader_epoch": 0}
+    # set only with NOT_LEADER_OR_FOLLOWER, which one node never answers: the generated defaults, as Kafka's
+    return {"leader_id": 0, "leader_epoch": 0}
 
 
 def share_fetch(s, ctx, header, frame, offset):
@@ -447,16 +459,16 @@ def share_fetch(s, ctx, header, frame, offset):
     top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
            "acquisition_lock_timeout_ms": co.lock_ms, "responses": [], "node_endpoints": []}
     if not gid or not mid:
-        top.update(error_code=InvalidRequestError.code, error_message="GroupId and MemberId must be set.")
+        top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
         return respond(header, top)
     if not_allowed(s, ctx, "READ", "GROUP", gid):
-        top["error_code"] = GROUP_DENIED
+        top.update(error_code=GROUP_DENIED, acquisition_lock_timeout_ms=0)
         return respond(header, top)
     has_acks = any(p["acknowledgement_batches"] for t in req["topics"] for p in t["partitions"])
     try:
         sess = co.session(gid, mid, epoch, has_acks)
-    except KafkaError as e:
-        top.update(error_code=error_code(e), error_message=str(e))
+    except KafkaError as e:  # Kafka answers these with no message and no lock timeout
+        top.update(error_code=error_code(e), acquisition_lock_timeout_ms=0)
         return respond(header, top)
     names = yield s.loop.run_in_executor(None, _names_by_id, s)
     results: dict[tuple[uuid.UUID, int], dict] = {}
@@ -544,17 +556,17 @@ def share_acknowledge(s, ctx, header, frame, offset):
     top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
            "acquisition_lock_timeout_ms": co.lock_ms, "responses": [], "node_endpoints": []}
     if not gid or not mid:
-        top.update(error_code=InvalidRequestError.code, error_message="GroupId and MemberId must be set.")
+        top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
         return respond(header, top)
     if not_allowed(s, ctx, "READ", "GROUP", gid):
-        top["error_code"] = GROUP_DENIED
+        top.update(error_code=GROUP_DENIED, acquisition_lock_timeout_ms=0)
         return respond(header, top)
     try:
         if epoch == 0:
             raise InvalidShareSessionEpochError("The share session epoch is invalid.")
         sess = co.session(gid, mid, epoch, False)
     except KafkaError as e:
-        top.update(error_code=error_code(e), error_message=str(e))
+        top.update(error_code=error_code(e), acquisition_lock_timeout_ms=0)
         return respond(header, top)
     names = yield s.loop.run_in_executor(None, _names_by_id, s)
     acks = {}
@@ -591,13 +603,14 @@ def _share_offsets(s, gid: str, topics) -> list:
     state of the group (the wire's or a DurableQueue's)."""
     from ..client.queue import QUEUES_DIR
     co = s.shares
-    if topics is None:
-        wanted = []
-        for name in sorted(s.store.topics()):
-            parts = [p for p in range(s.partitions(name))
-                     if (s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir()]
-            if parts:
-                wanted.append((name, parts))
+    if topics is None:  # the topics the members subscribe to, and those with a state of the group
+        g = co.groups.get(gid)
+        names = {t for m in g.members.values() for t in m.topics} if g is not None else set()
+        for name in s.store.topics():
+            if name not in names and any((s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir()
+                                         for p in range(s.partitions(name))):
+                names.add(name)
+        wanted = [(name, list(range(s.partitions(name)))) for name in sorted(names) if s.partitions(name)]
     else:
         wanted = [(t["topic_name"], list(t["partitions"])) for t in topics]
     out = []
@@ -608,7 +621,8 @@ def _share_offsets(s, gid: str, topics) -> list:
             tid = uuid.UUID(int=0)
         rows = []
         for p in parts:
-            r = {"partition_index": p, "start_offset": -1, "leader_epoch": -1, "lag": -1, "error_code": 0,
+            # a share-partition without a state yet (never fetched): no start offset, no lag, as Kafka answers
+            r = {"partition_index": p, "start_offset": -1, "leader_epoch": 0, "lag": -1, "error_code": 0,
                  "error_message": None}
             if not 0 <= p < s.partitions(name):
                 r.update(error_code=UnknownTopicOrPartitionError.code,
@@ -616,7 +630,7 @@ def _share_offsets(s, gid: str, topics) -> list:
             elif (s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir():
                 try:
                     start, lag = co.partition(gid, name, p).summary()
-                    r.update(start_offset=start, leader_epoch=0, lag=lag)
+                    r.update(start_offset=start, lag=lag)
                 except KafkaError as e:
                     r.update(error_code=error_code(e), error_message=str(e))
             rows.append(r)

@@ -228,6 +228,9 @@ class SharePartition:
                 for t in types:
                     if not GAP <= t <= RENEW or (t == RENEW and not renew_ok):
                         raise InvalidRequestError(f"acknowledge type {t} is not valid here")
+                if first >= self.next_offset:
+                    raise InvalidRequestError("Batch record not found. The first offset in request is past acquired "
+                                              "records.")
                 for o in range(first, last + 1):
                     held = self.acquired.get(o)
                     if held is None or held[0] != member:

@@ -149,21 +149,26 @@ def test_share_apis_advertised_with_share_version(make_broker):
 def test_heartbeat_membership_and_errors(make_broker):
     b = make_broker(**{"group.share.max.size": 2})
     setup_topic(b.port, "t", [], partitions=3)
-    a, c = Member(b.port, "g", "t"), Member(b.port, "g", "t")
+    ids = sorted(str(uuid.uuid4()) for _ in range(2))  # the assignor goes by member id
+    a, c = Member(b.port, "g", "t", ids[0]), Member(b.port, "g", "t", ids[1])
     ra = a.join()
     assert ra["member_epoch"] == 1 and ra["assignment"]["topic_partitions"][0]["partitions"] == [0, 1, 2]
     assert ra["heartbeat_interval_ms"] == 5000
     rc = c.join()
-    # the simple assignor: both members get every partition (a share-partition splits its records)
-    assert rc["member_epoch"] == 2 and rc["assignment"]["topic_partitions"][0]["partitions"] == [0, 1, 2]
+    # the simple assignor (as Kafka 4.4 answers): fewer members than partitions split them, in member id order
+    assert rc["member_epoch"] == 2 and rc["assignment"]["topic_partitions"][0]["partitions"] == [2]
     steady = a.heartbeat()
     assert steady["error_code"] == 0 and steady["member_epoch"] == 2  # a's epoch follows the group's
+    assert steady["assignment"]["topic_partitions"][0]["partitions"] == [0, 1]
     assert a.heartbeat()["assignment"] is None  # nothing new: no assignment sent
     # errors
     assert a.heartbeat(epoch=7)["error_code"] == FENCED_MEMBER_EPOCH
     assert a.heartbeat(epoch=3, member_id=str(uuid.uuid4()))["error_code"] == UNKNOWN_MEMBER_ID
     r = a.heartbeat(epoch=0, member_id="")
+    assert (r["error_code"], r["error_message"]) == (INVALID_REQUEST, None)  # no message, as Kafka 4.4
+    r = a.heartbeat(epoch=0, member_id=" ")
     assert (r["error_code"], r["error_message"]) == (INVALID_REQUEST, "MemberId can't be empty.")
+    assert a.heartbeat(epoch=0, member_id="a" * 37)["error_code"] == INVALID_REQUEST
     r = a.heartbeat(epoch=0, member_id=str(uuid.uuid4()), topics=None)
     assert (r["error_code"], r["error_message"]) == (INVALID_REQUEST, "SubscribedTopicNames must be set in first "
                                                                       "request.")
@@ -257,13 +262,13 @@ def test_share_session_epochs(make_broker):
     m = Member(b.port, "g", "t")
     m.join()
     r = m.fetch(epoch=3)
-    assert (r["error_code"], r["error_message"]) == (SHARE_SESSION_NOT_FOUND, "The share session was not found.")
+    # Kafka answers the session errors with no message and no lock timeout
+    assert (r["error_code"], r["error_message"], r["acquisition_lock_timeout_ms"]) == (SHARE_SESSION_NOT_FOUND, None, 0)
     r = m.fetch({0: [(0, 0, (ACCEPT,))]}, epoch=0)
     assert r["error_code"] == INVALID_REQUEST  # acknowledgements in the initial request
     assert acquired(m.fetch()) == [(0, 1, 1)]
     r = m.fetch(epoch=5)
-    assert (r["error_code"], r["error_message"]) == (INVALID_SHARE_SESSION_EPOCH,
-                                                     "The share session epoch is invalid.")
+    assert (r["error_code"], r["error_message"]) == (INVALID_SHARE_SESSION_EPOCH, None)
     assert m.acknowledge({0: [(0, 0, (ACCEPT,))]}, epoch=0)["error_code"] == INVALID_SHARE_SESSION_EPOCH
     assert part(m.acknowledge({0: [(0, 0, (ACCEPT,))]}))["error_code"] == 0
     # -1 closes the session after its acknowledgements, and what the member holds goes back

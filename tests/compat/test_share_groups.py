@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -122,6 +123,164 @@ def produce(bootstrap, topic, partitions, per_partition, prefix="m"):
 
 def _records(lines):
     return sorted((x["p"], x["o"], x["v"], x["dc"], x["ack"]) for x in lines if x["event"] == "record")
+
+
+# ---------------------------------------------------------------------------------------------------- raw frames
+
+def _numbers(text):
+    return None if text is None else re.sub(r"-?\d+", "N", text)
+
+
+def _wire_scenario(srv, topic, group) -> list:
+    """The share-group request matrix on one broker over raw frames: [(step, answer)] with member ids, topic ids,
+    epochs and numbers in messages left out (they differ by construction)."""
+    from tests.broker.wire import Wire, batch
+    out = []
+    w = Wire(srv.port, timeout=30)
+    try:
+        assert w.create_topic(topic, 3)["error_code"] == 0
+        for _ in range(100):
+            if w.produce(topic, 0, batch([b"a", b"b", b"c"]))["error_code"] == 0:
+                break
+            time.sleep(0.1)
+        if srv.name == "kafka":  # its share groups start at the earliest offset by a group config
+            r = w.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+                "validate_only": False})
+            assert r["responses"][0]["error_code"] == 0, r
+        for _ in range(100):  # Kafka's group coordinator loads its partition first
+            if w.call(10, 4, {"key_type": 0, "coordinator_keys": [group]})["coordinators"][0]["error_code"] == 0:
+                break
+            time.sleep(0.1)
+        tid = w.call(3, 12, {"topics": [{"topic_id": uuid.UUID(int=0), "name": topic}],
+                             "allow_auto_topic_creation": False,
+                             "include_topic_authorized_operations": False})["topics"][0]["topic_id"]
+        m1, m2 = sorted(str(uuid.uuid4()) for _ in range(2))  # the assignor goes by member id
+
+        def hb(mid, epoch, topics=(topic,), gid=group):
+            return w.call(76, 1, {"group_id": gid, "member_id": mid, "member_epoch": epoch, "rack_id": None,
+                                  "subscribed_topic_names": None if topics is None else list(topics)})
+
+        def step(name, r):
+            r = {k: v for k, v in r.items() if k not in ("member_id", "member_epoch", "throttle_time_ms")}
+            if "error_message" in r:
+                r["error_message"] = _numbers(r["error_message"])
+            out.append((name, r))
+        for _ in range(100):  # Kafka: COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR while its coordinator loads
+            j1 = hb(m1, 0)
+            if j1["error_code"] not in (14, 16):
+                break
+            time.sleep(0.1)
+        j2 = hb(m2, 0)
+        assert j1["error_code"] == 0 and j2["error_code"] == 0, (srv.name, j1, j2)
+        e = {m1: j1["member_epoch"], m2: j2["member_epoch"]}
+        got = {mid: sorted(p for t in j["assignment"]["topic_partitions"] for p in t["partitions"])
+               for mid, j in ((m1, j1), (m2, j2)) if j["assignment"] is not None}
+        for _ in range(50):  # Kafka computes the target assignment a moment later (group.share.assignment.interval)
+            for mid in (m1, m2):
+                r = hb(mid, e[mid], None)
+                assert r["error_code"] == 0, r
+                e[mid] = r["member_epoch"]
+                if r["assignment"] is not None:
+                    got[mid] = sorted(p for t in r["assignment"]["topic_partitions"] for p in t["partitions"])
+            if sorted(p for ps in got.values() for p in ps) == [0, 1, 2]:
+                break
+            time.sleep(0.2)
+        # which member gets which partition differs (Kafka 4.4 spreads them by a hash, kafkalog by member id); how
+        # many each gets and that each partition goes to one member do not
+        out.append(("assignment", (sorted(len(ps) for ps in got.values()),
+                                   sorted(p for ps in got.values() for p in ps))))
+        step("hb empty group", hb(m1, 0, gid=""))
+        step("hb empty member", hb("", 0))
+        step("hb blank member", hb(" ", 0))
+        step("hb member id of 37", hb("a" * 37, 0))
+        step("hb no topics at join", hb(str(uuid.uuid4()), 0, None))
+        step("hb epoch -5", hb(m1, -5, None))
+        step("hb unknown member", hb("00000000-0000-0000-0000-000000000001", 3, None))
+        step("hb greater epoch", hb(m1, e[m1] + 10, None))
+        # a third member joins and leaves: the group's epoch moves on, m1 follows (after Kafka's assignment delay)
+        m3 = str(uuid.uuid4())
+        hb(m3, 0)
+        hb(m3, -1, None)
+        before = e[m1]
+        for _ in range(50):
+            r = hb(m1, e[m1], None)
+            assert r["error_code"] == 0, r
+            e[m1] = r["member_epoch"]
+            if e[m1] >= before + 2:
+                break
+            time.sleep(0.2)
+        step("hb smaller epoch", hb(m1, e[m1] - 2, None))
+        d = w.call(77, 1, {"group_ids": [group, group + "-nope", ""], "include_authorized_operations": False})
+        out.append(("describe", [(g["error_code"], g["error_message"] and g["error_message"].replace(group, "G"),
+                                  g["group_state"], g["assignor_name"], len(g["members"])) for g in d["groups"]]))
+        lst = w.call(16, 5, {"states_filter": [], "types_filter": ["share"]})["groups"]
+        out.append(("list share", [x for x in lst if x["group_id"] == group]))
+        for v in (5, 6):
+            dg = w.call(15, v, {"groups": [group], "include_authorized_operations": False})["groups"][0]
+            out.append((f"describe groups v{v}", (dg["error_code"], dg["error_message"] and dg["error_message"]
+                                                  .replace(group, "G"), dg["group_state"])))
+        out.append(("delete non-empty", w.call(42, 2, {"groups_names": [group]})["results"][0]["error_code"]))
+
+        def sf(mid, epoch, acks=(), v=1, wait=500):
+            return w.call(78, v, {"group_id": group, "member_id": mid, "share_session_epoch": epoch,
+                                  "max_wait_ms": wait, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500,
+                                  "batch_size": 500, "share_acquire_mode": 0, "is_renew_ack": False,
+                                  "topics": [{"topic_id": tid, "partitions": [
+                                      {"partition_index": 0, "acknowledgement_batches": list(acks)}]}],
+                                  "forgotten_topics_data": []})
+
+        def ack(first, last, types):
+            return {"first_offset": first, "last_offset": last, "acknowledge_types": list(types)}
+
+        def fetched(r):
+            r = dict(r, responses=[dict(t, topic_id=None, partitions=[
+                {k: v for k, v in p.items() if k != "records"} for p in t["partitions"]]) for t in r["responses"]])
+            return r
+        holder = m1 if 0 in (got.get(m1) or ()) else m2
+        step("fetch no session", sf(holder, 4))
+        step("fetch acks in initial", sf(holder, 0, [ack(0, 0, [1])]))
+        r = {}
+        for _ in range(20):  # Kafka's share-partition is initialized on its first fetch
+            r = sf(holder, 0)
+            if r["responses"] and r["responses"][0]["partitions"][0]["acquired_records"]:
+                break
+            time.sleep(0.2)
+        step("fetch opens a session", fetched(r))
+        step("fetch wrong epoch", sf(holder, 7))
+        step("ack past acquired", fetched(sf(holder, 1, [ack(5, 5, [1])], wait=0)))
+        step("accept release reject", fetched(sf(holder, 2, [ack(0, 2, [1, 2, 3])])))
+        sa = {"group_id": group, "member_id": holder, "topics": []}
+        step("acknowledge epoch 0", w.call(79, 1, dict(sa, share_session_epoch=0)))
+        step("acknowledge closes", w.call(79, 1, dict(sa, share_session_epoch=-1)))
+        step("acknowledge after close", w.call(79, 1, dict(sa, share_session_epoch=3)))
+        unknown = w.call(78, 1, {"group_id": group, "member_id": holder, "share_session_epoch": 0, "max_wait_ms": 0,
+                                 "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500, "batch_size": 500,
+                                 "topics": [{"topic_id": uuid.uuid4(), "partitions": [
+                                     {"partition_index": 0, "acknowledgement_batches": []}]}],
+                                 "forgotten_topics_data": []})
+        step("fetch unknown topic id", fetched(unknown))
+        for mid in (m1, m2):
+            step("leave", hb(mid, -1, None))
+        out.append(("delete empty", w.call(42, 2, {"groups_names": [group]})["results"][0]["error_code"]))
+    finally:
+        w.close()
+    return out
+
+
+def test_share_group_wire_matrix(kafka, klog, compare):
+    """Heartbeat validation and fencing, the simple assignor, ShareGroupDescribe / ListGroups / DescribeGroups /
+    DeleteGroups of a share group, share-session errors, acknowledgement errors and outcomes, over raw frames on
+    both brokers, compared step by step (a few seconds, most of them Kafka's coordinator and assignment delays)."""
+    topic, group = f"share-w-{RUN}", f"share-w-{RUN}-g"
+    answers = {b.name: _wire_scenario(b, topic, group) for b in (kafka, klog)}
+    for (step, k), (_, ours) in zip(answers["kafka"], answers["kafkalog"]):
+        # the lock each broker was configured with (kafkalog's module broker: 3 s)
+        compare(k, ours, what=step, ignore=("acquisition_lock_timeout_ms",))
+        if isinstance(ours, dict) and ours.get("acquisition_lock_timeout_ms"):
+            assert (k["acquisition_lock_timeout_ms"], ours["acquisition_lock_timeout_ms"]) == (30000,
+                                                                                               KAFKALOG_LOCK_MS)
+    assert len(answers["kafka"]) == len(answers["kafkalog"])
 
 
 # ---------------------------------------------------------------------------------------------------- explicit
