@@ -326,7 +326,9 @@ def test_every_supported_version_is_tested_and_kio_knows_it():
         42: (0, 3), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 2), 75: (0, 0), 43: (0, 2), 45: (0, 1),
         46: (0, 0),
         # KIP-848 consumer groups
-        68: (0, 1), 69: (0, 1)}
+        68: (0, 1), 69: (0, 1),
+        # KIP-932 share groups
+        76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 90: (0, 1)}
     assert protocol.API_NAMES[0] == "Produce" and protocol.API_NAMES[49] == "AlterClientQuotas"
 
 
