@@ -129,10 +129,17 @@ class ShareCoordinator:
             sp = self.partitions.setdefault(key, sp)
         return sp
 
-    def release(self, group: str, member: str) -> None:
+    def release_later(self, group: str, member: str) -> None:
+        """``release`` off the loop (it reads and writes share-partition states under their file locks) of what the
+        member acquired until now: not what it acquires meanwhile (a new session, a member that joins again)."""
+        fut = self.s.loop.run_in_executor(None, self.release, group, member, time.monotonic())
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
+            "share group %s: releasing member %s's records failed: %s", group, member, f.exception()))
+
+    def release(self, group: str, member: str, before: float | None = None) -> None:
         for (g, _t, _p), sp in list(self.partitions.items()):
             if g == group:
-                sp.release_member(member, self.limit)
+                sp.release_member(member, self.limit, before)
 
     def expire_locks(self) -> None:
         for sp in list(self.partitions.values()):
@@ -228,7 +235,7 @@ class ShareCoordinator:
             del g.members[mid]
             g.epoch += 1
             self._assign(g)
-            self.release(gid, mid)
+            self.release_later(gid, mid)
             body.update(member_epoch=-1, heartbeat_interval_ms=0)
             return body, None
         if g is None:
@@ -299,7 +306,7 @@ class ShareCoordinator:
                 g.epoch += 1
                 self._assign(g)
                 for mid in gone:
-                    self.release(g.group_id, mid)
+                    self.release_later(g.group_id, mid)
 
     def describe(self, gid: str) -> dict:
         g = self.groups[gid]
@@ -325,7 +332,7 @@ class ShareCoordinator:
             if key not in self.sessions and len(self.sessions) >= self.max_sessions:
                 raise ShareSessionLimitReachedError("The limit of share sessions has been reached.")
             if key in self.sessions:
-                self.release(gid, mid)
+                self.release_later(gid, mid)
             sess = self.sessions[key] = ShareSession()
             return sess
         sess = self.sessions.get(key)

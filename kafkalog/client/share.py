@@ -68,7 +68,8 @@ class SharePartition:
         self._lock = threading.Lock()
         self._timeout = lock_timeout_s
         self.worker = f"worker-{os.getpid()}-{secrets.token_hex(4)}"
-        # offset -> [member id, delivery count, lock deadline (monotonic s)]: who holds each of this worker's leases
+        # offset -> [member id, delivery count, lock deadline, acquired at (monotonic s)]: who holds each of this
+        # worker's leases
         self.acquired: dict[int, list] = {}
         self.start_offset = 0  # SPSO as last seen
         self.next_offset = 0
@@ -199,7 +200,7 @@ class SharePartition:
                 for s, e, d in taken:
                     mine.add(s, e, d)
                     for o in range(s, e):
-                        self.acquired[o] = [member, d, deadline]
+                        self.acquired[o] = [member, d, deadline, now]
                     out.append((s, e - 1, d))
                 return True
 
@@ -259,12 +260,13 @@ class SharePartition:
 
             self._update(fn, sync=True)
 
-    def release_member(self, member: str, limit: int) -> int:
-        """Give back everything ``member`` holds (it left, its session closed); returns how many offsets."""
+    def release_member(self, member: str, limit: int, before: float | None = None) -> int:
+        """Give back everything ``member`` holds (it left, its session closed), or what it acquired up to
+        ``before`` (a monotonic time: not what it acquired since); returns how many offsets."""
         with self._lock:
             if self._closed:
                 return 0
-            mine = [o for o, h in self.acquired.items() if h[0] == member]
+            mine = [o for o, h in self.acquired.items() if h[0] == member and (before is None or h[3] <= before)]
             if not mine:
                 return 0
             self._update(lambda st: self._give_back(st, mine, limit))
