@@ -6,13 +6,15 @@ the worker sets both as GROUP configs (IncrementalAlterConfigs) where the broker
 group configs and takes them from its server keys, so this module runs a ``kafkalog serve`` of its own with
 ``share.auto.offset.reset=earliest`` and a short lock (the session's Kafka takes 15 s, its minimum).
 
-- explicit mode (default suite): ACCEPT, RELEASE (the record comes back once, delivery count 2), REJECT (never
-  comes back) on two partitions: the records, offsets, delivery counts and acknowledgements each broker gave are the
-  same.
-- slow: implicit mode; two consumers, one holding records and killed with SIGKILL, the other getting them again
-  after the lock expires (delivery count 2) and everything else once; a DurableQueue worker (in this process, on
-  kafkalog's data dir) and a Java share consumer splitting one group's messages, none lost, none twice;
-  ``kafka-share-groups --list / --describe --state / --describe --members`` compared field by field.
+- explicit mode (default suite, about 10 s: one JVM per broker): ACCEPT, RELEASE (the record comes back once,
+  delivery count 2), REJECT (never comes back) on two partitions: the records, offsets, delivery counts and
+  acknowledgements each broker gave are the same.
+- slow: the share-group request matrix over raw frames (heartbeat validation and fencing, the assignor's split,
+  describe/list/delete, share-session and acknowledgement errors), compared step by step; implicit mode; two
+  consumers, one holding records and killed with SIGKILL, the other getting them again after the lock expires
+  (delivery count 2) and everything else once; a DurableQueue worker (in this process, on kafkalog's data dir) and a
+  Java share consumer splitting one group's messages, none lost, none twice; ``kafka-share-groups --list /
+  --describe --state / --describe --members / --describe`` compared field by field.
 """
 
 from __future__ import annotations
@@ -268,10 +270,12 @@ def _wire_scenario(srv, topic, group) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_share_group_wire_matrix(kafka, klog, compare):
     """Heartbeat validation and fencing, the simple assignor, ShareGroupDescribe / ListGroups / DescribeGroups /
     DeleteGroups of a share group, share-session errors, acknowledgement errors and outcomes, over raw frames on
-    both brokers, compared step by step (a few seconds, most of them Kafka's coordinator and assignment delays)."""
+    both brokers, compared step by step (slow: about 16 s, most of them Kafka's coordinator and assignment
+    delays)."""
     topic, group = f"share-w-{RUN}", f"share-w-{RUN}-g"
     answers = {b.name: _wire_scenario(b, topic, group) for b in (kafka, klog)}
     for (step, k), (_, ours) in zip(answers["kafka"], answers["kafkalog"]):
