@@ -24,7 +24,8 @@ worker's ``nack`` can push a count past the limit: such offsets are archived whe
 
 Acquisition takes the Redeliveries set first (lowest offsets first), then new offsets from NextOffset, up to
 ``max_records`` (batch_optimized mode: new offsets run on to the end of the record batch that holds the last one,
-as Kafka acquires whole batches; record_limit mode: exactly ``max_records``).
+as Kafka acquires whole batches; record_limit mode: exactly ``max_records``). A record on its last delivery attempt
+(its count reaches the limit with this delivery) is acquired alone, as Kafka delivers it.
 """
 
 from __future__ import annotations
@@ -179,14 +180,24 @@ class SharePartition:
                     return changed
                 leo = self.log.log_end_offset
                 taken = []
+                alone = False
                 while n > 0 and st.redeliver:
-                    for s, e, d in st.redeliver.take(n):
-                        if d >= limit:  # a count past the limit (a DurableQueue's nacks): archived, not delivered
-                            changed = True
-                            continue
-                        taken.append((s, e, d + 1))
-                        n -= e - s
-                if n > 0 and st.next < leo:
+                    s, e, d = st.redeliver.r[0]
+                    if d >= limit:  # a count at the limit (a DurableQueue's nacks): archived, not delivered
+                        st.redeliver.take(e - s)
+                        changed = True
+                        continue
+                    if d + 1 >= limit:  # its last delivery attempt: delivered alone, as Kafka isolates a record
+                        if not taken:  # that may be what makes its consumers fail
+                            st.redeliver.take(1)
+                            taken.append((s, s + 1, d + 1))
+                            alone = True
+                        break
+                    k = min(n, e - s)
+                    st.redeliver.take(k)
+                    taken.append((s, s + k, d + 1))
+                    n -= k
+                if n > 0 and st.next < leo and not alone:
                     end = min(st.next + n, leo)
                     if not record_limit:
                         end = max(end, min(self._batch_end(end - 1), leo))

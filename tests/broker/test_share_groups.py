@@ -233,7 +233,9 @@ def test_delivery_count_limit_archives(make_broker):
     m = Member(b.port, "g", "t")
     m.join()
     assert acquired(m.fetch()) == [(0, 1, 1)]
-    assert acquired(m.fetch({0: [(0, 1, (RELEASE,))]})) == [(0, 1, 2)]
+    # their last delivery attempt: each record is delivered alone
+    assert acquired(m.fetch({0: [(0, 1, (RELEASE,))]})) == [(0, 0, 2)]
+    assert acquired(m.fetch()) == [(1, 1, 2)]
     r = m.fetch({0: [(0, 1, (RELEASE,))]})
     assert part(r)["acknowledge_error_code"] == 0 and acquired(r) == []  # released at the limit: archived
 
@@ -255,6 +257,23 @@ def test_acquisition_lock_expiry_redelivers(make_broker):
     assert got == [(0, 2, 2)]
     # the expired holder's acknowledgement is refused: the records are o's now
     assert part(m.acknowledge({0: [(0, 2, (ACCEPT,))]}))["error_code"] == INVALID_RECORD_STATE
+
+
+def test_member_session_timeout_releases_its_records(make_broker):
+    b = make_broker(**{"group.share.session.timeout.ms": 300})
+    setup_topic(b.port, "t", [(0, [b"a", b"b"])])
+    m, o = Member(b.port, "g", "t"), Member(b.port, "g", "t")
+    m.join()
+    assert acquired(m.fetch()) == [(0, 1, 1)]
+    o.join()
+    got = []
+    for _ in range(POLLS):  # o heartbeats (each poll waits up to 100 ms); m, silent, is removed after 300 ms
+        assert o.heartbeat(topics=None)["error_code"] == 0
+        got = acquired(o.fetch(wait=100))
+        if got:
+            break
+    assert got == [(0, 1, 2)]  # the records the removed member held, well before their 30 s lock
+    assert m.heartbeat(topics=None)["error_code"] == UNKNOWN_MEMBER_ID
 
 
 def test_share_session_epochs(make_broker):
