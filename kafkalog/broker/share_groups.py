@@ -92,11 +92,12 @@ class ShareGroup:
 
 
 class ShareSession:
-    __slots__ = ("epoch", "partitions")
+    __slots__ = ("epoch", "partitions", "turn")
 
     def __init__(self):
         self.epoch = 1  # the epoch the next request must carry
         self.partitions: set[tuple[str, int]] = set()
+        self.turn = 0  # where the next ShareFetch starts in the partitions: each gets to be first in turn
 
 
 class ShareCoordinator:
@@ -421,13 +422,15 @@ def _acknowledge(s, gid, mid, acks, renew_ok: bool) -> dict:
     return out
 
 
-def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool) -> dict:
-    """Worker thread: {(topic, partition): (records bytes, [(first, last, count)])} acquired for the member."""
+def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool, max_bytes: int = 0x7FFFFFFF) -> dict:
+    """Worker thread: {(topic, partition): (records bytes, [(first, last, count)])} acquired for the member, up to
+    ``max_records`` and, past the first partition that has records, ``max_bytes`` (Kafka's soft limits)."""
     out = {}
     co = s.shares
     left = max_records
+    size = 0
     for topic, p in parts:
-        if left <= 0:
+        if left <= 0 or (out and size >= max_bytes):
             break
         try:
             sp = co.partition(gid, topic, p)
@@ -439,6 +442,7 @@ def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool) -> dict:
             left -= sum(last - first + 1 for first, last, _ in got)
             data = b"".join(sp.records(first, last) for first, last, _ in _merged(got))
             out[(topic, p)] = (data, got)
+            size += len(data)
     return out
 
 
@@ -521,17 +525,23 @@ def share_fetch(s, ctx, header, frame, offset):
             for idx in t["partitions"]:
                 sess.partitions.discard((name, idx))
         parts = sorted(sess.partitions)
+        if parts:
+            k = sess.turn % len(parts)
+            parts = parts[k:] + parts[:k]
+            sess.turn += 1
         max_records = req["max_records"] if req["max_records"] > 0 else 500
         record_limit = v >= 2 and req["share_acquire_mode"] == 1
         got = {}
         if parts and req["max_wait_ms"] >= 0:
-            got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit)
+            got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
+                                               req["max_bytes"])
             deadline = time.monotonic() + req["max_wait_ms"] / 1000.0
             while not got and not acks and time.monotonic() < deadline:
                 if (gid, mid) not in co.sessions or co.sessions[(gid, mid)] is not sess:
                     break
                 yield _wait_for_data(s, co, gid, parts, deadline)
-                got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit)
+                got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
+                                                   req["max_bytes"])
         for (name, idx), (data, ranges) in got.items():
             r = part(_uuid(s.store.topic_id(name)), idx)
             r["records"] = data

@@ -300,6 +300,22 @@ def test_share_session_epochs(make_broker):
     assert acquired(o.fetch()) == [(1, 1, 2)]
 
 
+def test_partitions_take_turns_and_max_bytes(make_broker):
+    b = make_broker()
+    setup_topic(b.port, "t", [(0, [b"%d" % i for i in range(10)]), (1, [b"%d" % i for i in range(10)])], partitions=2)
+    m = Member(b.port, "g", "t")
+    m.join()
+    r = m.fetch(partitions=(0, 1), max_records=5, mode=1)
+    assert (acquired(r, 0), acquired(r, 1)) == ([(0, 4, 1)], [])
+    r = m.fetch(partitions=(0, 1), max_records=5, mode=1)  # partition 1 is first this time
+    assert (acquired(r, 0), acquired(r, 1)) == ([], [(0, 4, 1)])
+    body = m.w.call(78, 2, {"group_id": "g", "member_id": m.member_id, "share_session_epoch": m.session,
+                            "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1, "max_records": 100, "batch_size": 100,
+                            "share_acquire_mode": 1, "is_renew_ack": False, "topics": [], "forgotten_topics_data": []})
+    # MaxBytes is soft: the first partition with records is answered whole, no other one
+    assert [len(acquired(body, p)) for p in (0, 1)] == [1, 0]
+
+
 def test_record_limit_mode_and_max_records(make_broker):
     b = make_broker()
     setup_topic(b.port, "t", [(0, [b"%d" % i for i in range(10)])])
