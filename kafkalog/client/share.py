@@ -15,7 +15,11 @@ it as follows::
                                          between them: both leave the in-flight window for ever
 
 The broker process is one worker of each group it serves (``worker-<pid>-<hex8>.acks``, flocked for its life,
-never written: the broker writes its acknowledgements into the state itself, fsynced before it answers). Its
+never written: the broker writes its acknowledgements into the state itself, fsynced before it answers). Power
+loss: the state slots alternate, so before a write overwrites the older slot, the slot in force (newer) is fsynced
+if this process has not fsynced it yet: a torn write then leaves a durable state that holds every acknowledgement
+answered (a DurableQueue worker of the same group does not do this: its acks, and what it writes over, are
+at-least-once under power loss, as its table says). Its
 members' acquisitions are its leases. A member's acquisition lock that expires, a RELEASE, a member that leaves and
 the broker's clean stop give offsets back to the Redeliveries set with their count (ARCHIVED instead when the count
 reached ``group.share.delivery.count.limit``); a kill -9 of the broker leaves its journal unlocked, so the next
@@ -39,7 +43,7 @@ import time
 
 from .._engine.batch import RecordBatch, iter_batches
 from ..errors import InvalidRecordStateError, InvalidRequestError, OffsetOutOfRangeError, storage_error
-from ..storage.files import FileLock
+from ..storage.files import FileLock, fsync_dir, make_durable_dir
 from .queue import (
     JOURNAL_BYTES,
     JOURNAL_SUFFIX,
@@ -77,12 +81,15 @@ class SharePartition:
         self._jfd = -1
         self._jmap = None
         self._closed = False
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise storage_error(e, "create queue directory", self.dir) from None
+        self._synced = [-1, -1]  # the Sequence this object last fsynced in each slot
+        make_durable_dir(self.dir)  # the entries of a new group's directories survive a power loss
         self._state_lock = FileLock(self.dir / STATE_LOCK)
         self._files = _StateFiles(self.dir)
+        try:
+            fsync_dir(self.dir)  # and so do those of its state slots
+        except BaseException:
+            self._release_files()
+            raise
         try:
             self._update(lambda st: False, start=start, opening=True)
         except BaseException:
@@ -126,9 +133,17 @@ class SharePartition:
                 if changed:
                     st.advance()
                     st.seq += 1
+                    # the slot written now held the state before the one in force: the one in force (the other
+                    # slot) must be on disk before it, else a power loss tearing this write could bring back an
+                    # older state than an acknowledgement answered as durable
+                    other = (st.seq - 1) % 2
+                    if self._synced[other] != st.seq - 1:
+                        self._files.sync(other)
+                        self._synced[other] = st.seq - 1
                     self._files.write(st)
                     if sync:
                         self._files.sync(st.seq % 2)
+                        self._synced[st.seq % 2] = st.seq
             except BaseException:
                 self.acquired = saved  # the state in force is the one before fn: so is this worker's memory
                 raise

@@ -61,6 +61,7 @@ CASES = {
     "topics-create-delete": [("topics", 0), ("topics", 1)],
     "broker-acks-all": [("broker", 0), ("kafka_producer", 1), ("kafka_producer", 2)],
     "broker-static-group": [("broker", 0), ("static_group", 1), ("kip848_group", 2)],
+    "broker-share-group": [("broker", 0), ("share_member", 1)],
     "compaction": [("compact", 0), ("compact", 1)],
     "transactions": [("txn", 0), ("txn", 1)],
     "transactions-ending": [("txn", 0), ("txn", 1)],
@@ -69,7 +70,7 @@ CASES = {
 # are empty until a cleaning returned; "transactions-ending" loses power right after an end_txn was called, while it
 # writes its PrepareX, markers and CompleteX; "broker-static-group" right after a generation was acknowledged, before
 # the member's next commit flushes the same partition)
-NEEDS = {"compaction": "G ", "transactions-ending": "XE ", "broker-static-group": "S "}
+NEEDS = {"compaction": "G ", "transactions-ending": "XE ", "broker-static-group": "S ", "broker-share-group": "A "}
 
 
 def run_round(fs, acks: Path, workers, rng, env, min_acks: int = 0, need: str | None = None) -> None:
@@ -265,6 +266,33 @@ def check_group_generations(store, acks: Path) -> list[str]:
     return problems
 
 
+def check_share_states(store, acks: Path) -> list[str]:
+    """A lines: every offset whose ACCEPT or REJECT a ShareFetch/ShareAcknowledge answered is done in the recovered
+    share-partition state (below the acked prefix, or delivered and in no set: never to be delivered again)."""
+    from kafkalog.client.queue import QUEUES_DIR, _StateFiles
+    settled: dict[tuple[str, int], set] = collections.defaultdict(set)
+    if acks.exists():
+        for line in acks.read_text().splitlines():
+            w = line.split()
+            if len(w) == 4 and w[0] == "A":
+                settled[(w[1], int(w[2]))].add(int(w[3]))
+    problems = []
+    for (t, p), offsets in sorted(settled.items()):
+        files = _StateFiles(store.log(t, p).dir / QUEUES_DIR / "pl-share", writable=False)
+        try:
+            st, bad = files.read()
+        finally:
+            files.close()
+        if st is None:
+            problems.append(f"share group pl-share {t}-{p}: no state ({bad}), {len(offsets)} offsets were settled")
+            continue
+        back = sorted(o for o in offsets if o >= st.next or any(s <= o < e for d in st.sets() for s, e, _ in d.r))
+        if back:
+            problems.append(f"share group pl-share {t}-{p}: {len(back)} settled offsets would be delivered again "
+                            f"(first {back[:5]}; prefix {st.prefix}, next {st.next})")
+    return problems
+
+
 def check_store(data: Path, acks: Path, env) -> list[str]:
     """Everything the acknowledgements promise, as a list of problems (empty: all kept)."""
     records, starts, commits, topics = read_acks(acks)
@@ -316,6 +344,7 @@ def check_store(data: Path, acks: Path, env) -> list[str]:
             if got is None or got < off:
                 problems.append(f"group {g} {t}-{p}: committed offset {got}, acknowledged {off}")
         problems += check_compaction(store, acks)
+        problems += check_share_states(store, acks)
         problems += check_group_generations(store, acks)
         problems += check_transactions(store, acks)
     r = children.run([sys.executable, "-m", "kafkalog", "check", str(data)], capture_output=True, text=True,
