@@ -403,6 +403,16 @@ def test_the_harness_catches_a_missing_fsync(breakage, plfs, tmp_path, child_env
     assert any("lost" in p or "gone" in p for p in problems), problems
 
 
+def test_the_harness_catches_share_states_without_fsync(plfs, tmp_path, child_env):
+    """The share-group check can fail: with the fsyncs of the share-partition's state slots silently skipped by the
+    file system, offsets whose ACCEPT or REJECT was answered are not done in the recovered state."""
+    problems = run_case(plfs, tmp_path, child_env, CASES["broker-share-group"], rounds=2,
+                        flags=["--ignore-fsync", "state.0", "--ignore-fsync", "state.1"],
+                        need=NEEDS["broker-share-group"])
+    assert problems, f"unsynced share states went unnoticed (seed {SEED}): the share-group check cannot fail"
+    assert any("share group" in p for p in problems), problems
+
+
 def test_the_harness_catches_a_cleaner_without_fsync(plfs, tmp_path, child_env):
     """The compaction checks can fail: with the fsyncs of the cleaner's ``.cleaned`` files silently skipped by the
     file system, the segments it swaps in are empty after a power loss and latest records of keys are lost."""
