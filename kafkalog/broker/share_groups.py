@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 import uuid
 
@@ -118,6 +119,7 @@ class ShareCoordinator:
         self.groups: dict[str, ShareGroup] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
+        self._opening = threading.Lock()
 
     # -- share-partitions (worker threads) -------------------------------------------------------------------------
 
@@ -125,9 +127,11 @@ class ShareCoordinator:
         key = (group, topic, p)
         sp = self.partitions.get(key)
         if sp is None or sp.log.closed:
-            sp = SharePartition(self.s.store.log(topic, p), group, self.start,
-                                self.s.store.config["lock.timeout.ms"] / 1000.0)
-            sp = self.partitions.setdefault(key, sp)
+            with self._opening:  # one share-partition (one worker) per group and partition in this process
+                sp = self.partitions.get(key)
+                if sp is None or sp.log.closed:
+                    sp = self.partitions[key] = SharePartition(self.s.store.log(topic, p), group, self.start,
+                                                               self.s.store.config["lock.timeout.ms"] / 1000.0)
         return sp
 
     def release_later(self, group: str, member: str) -> None:
@@ -234,6 +238,7 @@ class ShareCoordinator:
             if g is None or mid not in g.members:
                 return fail(UnknownMemberIdError.code, f"Member {mid} is not a member of group {gid}.")
             del g.members[mid]
+            self.sessions.pop((gid, mid), None)  # a member that leaves before closing its share session
             g.epoch += 1
             self._assign(g)
             self.release_later(gid, mid)
