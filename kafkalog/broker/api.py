@@ -296,7 +296,8 @@ class Services:
                             f"{self.config['request.receive.timeout.ms']}")
 
     def connection_closed(self, conn) -> None:
-        pass
+        if self.shares.sessions:
+            self.shares.connection_closed(conn)
 
     def sasl_raw_token(self, conn, frame):
         return sasl_raw_token(self, conn, frame)

@@ -13,9 +13,11 @@ Kafka's clients do on that error; the share-partition state is durable.
 Share sessions (per broker, key = (group, member)): ShareFetch/ShareAcknowledge epoch 0 opens one (replacing the
 member's old one; acknowledgements are refused in it), each next request carries the next epoch
 (INVALID_SHARE_SESSION_EPOCH otherwise, SHARE_SESSION_NOT_FOUND with no session), -1 closes it after its
-acknowledgements and releases what the member holds. A ShareFetch's partitions join the session's set;
-ForgottenTopicsData leaves it. A ShareFetch acquires up to MaxRecords over the session's partitions, answered with
-whole record batches and the acquired ranges; with nothing to acquire it waits up to MaxWaitMs for new records.
+acknowledgements and releases what the member holds; so does the end of the connection of its last request (as
+Kafka 4.4: a killed consumer's records are delivered again at once, not after their lock). A ShareFetch's
+partitions join the session's set; ForgottenTopicsData leaves it. A ShareFetch acquires up to MaxRecords over the
+session's partitions, answered with whole record batches and the acquired ranges; with nothing to acquire it waits
+up to MaxWaitMs for new records.
 """
 
 from __future__ import annotations
@@ -93,12 +95,13 @@ class ShareGroup:
 
 
 class ShareSession:
-    __slots__ = ("epoch", "partitions", "turn")
+    __slots__ = ("epoch", "partitions", "turn", "conn")
 
-    def __init__(self):
+    def __init__(self, conn=None):
         self.epoch = 1  # the epoch the next request must carry
         self.partitions: set[tuple[str, int]] = set()
         self.turn = 0  # where the next ShareFetch starts in the partitions: each gets to be first in turn
+        self.conn = conn  # the connection of its last request: the session ends with it, as Kafka's
 
 
 class ShareCoordinator:
@@ -329,7 +332,7 @@ class ShareCoordinator:
 
     # -- sessions (loop) -------------------------------------------------------------------------------------------
 
-    def session(self, gid: str, mid: str, epoch: int, has_acks: bool) -> ShareSession | None:
+    def session(self, gid: str, mid: str, epoch: int, has_acks: bool, conn=None) -> ShareSession | None:
         """The session a request with ``epoch`` works in (None: -1, the session closes); raises Kafka's errors."""
         key = (gid, mid)
         if epoch == 0:
@@ -339,7 +342,7 @@ class ShareCoordinator:
                 raise ShareSessionLimitReachedError("The limit of share sessions has been reached.")
             if key in self.sessions:
                 self.release_later(gid, mid)
-            sess = self.sessions[key] = ShareSession()
+            sess = self.sessions[key] = ShareSession(conn)
             return sess
         sess = self.sessions.get(key)
         if sess is None:
@@ -349,7 +352,16 @@ class ShareCoordinator:
         if epoch != sess.epoch:
             raise InvalidShareSessionEpochError("The share session epoch is invalid.")
         sess.epoch = 1 if sess.epoch == 0x7FFFFFFF else sess.epoch + 1
+        sess.conn = conn
         return sess
+
+    def connection_closed(self, conn) -> None:
+        """A client's connection ended: its share sessions end with it and what their members acquired goes back at
+        once, not at its lock's end (Kafka 4.4 does the same: a killed consumer's records are delivered again within
+        a moment)."""
+        for key in [k for k, sess in self.sessions.items() if sess.conn is conn]:
+            del self.sessions[key]
+            self.release_later(*key)
 
 
 # ---------------------------------------------------------------------------------------------------- handlers
@@ -482,7 +494,7 @@ def share_fetch(s, ctx, header, frame, offset):
         return respond(header, top)
     has_acks = any(p["acknowledgement_batches"] for t in req["topics"] for p in t["partitions"])
     try:
-        sess = co.session(gid, mid, epoch, has_acks)
+        sess = co.session(gid, mid, epoch, has_acks, ctx.connection)
     except KafkaError as e:  # Kafka answers these with no message and no lock timeout
         top.update(error_code=error_code(e), acquisition_lock_timeout_ms=0)
         return respond(header, top)
@@ -586,7 +598,7 @@ def share_acknowledge(s, ctx, header, frame, offset):
     try:
         if epoch == 0:
             raise InvalidShareSessionEpochError("The share session epoch is invalid.")
-        sess = co.session(gid, mid, epoch, False)
+        sess = co.session(gid, mid, epoch, False, ctx.connection)
     except KafkaError as e:
         top.update(error_code=error_code(e), acquisition_lock_timeout_ms=0)
         return respond(header, top)

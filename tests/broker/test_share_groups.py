@@ -276,6 +276,25 @@ def test_member_session_timeout_releases_its_records(make_broker):
     assert m.heartbeat(topics=None)["error_code"] == UNKNOWN_MEMBER_ID
 
 
+def test_closed_connection_gives_its_records_back(make_broker):
+    """As Kafka 4.4: the share sessions of a connection that ends end with it, and what their members acquired is
+    delivered again at once (not after the 30 s lock)."""
+    b = make_broker()
+    setup_topic(b.port, "t", [(0, [b"a", b"b"])])
+    m, o = Member(b.port, "g", "t"), Member(b.port, "g", "t")
+    m.join()
+    o.join()
+    assert acquired(m.fetch()) == [(0, 1, 1)]
+    assert acquired(o.fetch()) == []
+    m.close()
+    got = []
+    for _ in range(POLLS):
+        got = acquired(o.fetch(wait=100))
+        if got:
+            break
+    assert got == [(0, 1, 2)]
+
+
 def test_share_session_epochs(make_broker):
     b = make_broker()
     setup_topic(b.port, "t", [(0, [b"a", b"b"])])

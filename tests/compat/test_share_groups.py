@@ -287,6 +287,77 @@ def test_share_group_wire_matrix(kafka, klog, compare):
     assert len(answers["kafka"]) == len(answers["kafkalog"])
 
 
+def _closed_connection(srv, topic, group):
+    """(acquired by A, acquired by B after A's connection closed, within 2.5 s) on one broker over raw frames."""
+    from tests.broker.wire import Wire, batch
+    w = Wire(srv.port, timeout=30)
+    assert w.create_topic(topic, 1)["error_code"] == 0
+    for _ in range(100):
+        if w.produce(topic, 0, batch([b"a", b"b"]))["error_code"] == 0:
+            break
+        time.sleep(0.1)
+    if srv.name == "kafka":
+        w.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+            {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+            "validate_only": False})
+    for _ in range(100):  # Kafka's group coordinator loads its partition first
+        if w.call(10, 4, {"key_type": 0, "coordinator_keys": [group]})["coordinators"][0]["error_code"] == 0:
+            break
+        time.sleep(0.1)
+    tid = w.call(3, 12, {"topics": [{"topic_id": uuid.UUID(int=0), "name": topic}],
+                         "allow_auto_topic_creation": False,
+                         "include_topic_authorized_operations": False})["topics"][0]["topic_id"]
+
+    def join(conn, mid):
+        for _ in range(100):  # Kafka: COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR while it loads
+            r = conn.call(76, 1, {"group_id": group, "member_id": mid, "member_epoch": 0, "rack_id": None,
+                                  "subscribed_topic_names": [topic]})
+            if r["error_code"] == 0:
+                return
+            time.sleep(0.1)
+        raise AssertionError(r)
+
+    def fetch(conn, mid, epoch, wait=500):
+        r = conn.call(78, 1, {"group_id": group, "member_id": mid, "share_session_epoch": epoch,
+                              "max_wait_ms": wait, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 500,
+                              "batch_size": 500, "topics": [{"topic_id": tid, "partitions": [
+                                  {"partition_index": 0, "acknowledgement_batches": []}]}],
+                              "forgotten_topics_data": []})
+        return [(a["first_offset"], a["last_offset"], a["delivery_count"])
+                for t in r["responses"] for p in t["partitions"] for a in p["acquired_records"]]
+    a = Wire(srv.port, timeout=30)
+    ma, mb = str(uuid.uuid4()), str(uuid.uuid4())
+    try:
+        join(a, ma)
+        join(w, mb)
+        first = []
+        for _ in range(30):  # Kafka's share-partition is initialized on its first fetch
+            first = fetch(a, ma, 0)
+            if first:
+                break
+            time.sleep(0.2)
+        assert fetch(w, mb, 0, wait=100) == []
+        a.close()
+        t0, again, epoch = time.monotonic(), [], 1
+        for _ in range(5):  # each waits up to 500 ms
+            again = fetch(w, mb, epoch)
+            epoch += 1
+            if again:
+                break
+        return first, again, time.monotonic() - t0 < 2.5
+    finally:
+        a.close()
+        w.close()
+
+
+@pytest.mark.slow
+def test_closed_connection_gives_records_back(kafka, klog):
+    """A member acquires records and its connection closes: another member gets them again (delivery count 2) well
+    before their lock expires, on both brokers (Kafka's lock is 30 s here, kafkalog's 3 s: within 2.5 s)."""
+    out = {srv.name: _closed_connection(srv, f"share-c-{RUN}", f"share-c-{RUN}-g") for srv in (kafka, klog)}
+    assert out["kafka"] == out["kafkalog"] == ([(0, 1, 1)], [(0, 1, 2)], True), out
+
+
 # ---------------------------------------------------------------------------------------------------- explicit
 
 def test_explicit_accept_release_reject(brokers, worker_class):
