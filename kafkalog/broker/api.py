@@ -56,6 +56,8 @@ from ..storage.store import validate_topic_name
 from ..structs import OffsetAndMetadata, TopicPartition
 from . import _wire, security
 from . import admin as _admin
+from .features import INVALID_UPDATE_VERSION, Features
+from .features import SUPPORTED as SUPPORTED_FEATURES
 from .groups import GroupCoordinator
 from .handling import (
     CLUSTER_ID,
@@ -76,6 +78,8 @@ from .sessions import TOPIC_IDS_FROM, FetchSessionCache, PartitionResult
 from .share_groups import HANDLERS as _SHARE_HANDLERS
 from .share_groups import VERSIONS as _SHARE_VERSIONS
 from .share_groups import ShareCoordinator
+
+_SHARE_KEYS = frozenset(_SHARE_VERSIONS)
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -98,6 +102,7 @@ ADVERTISED: dict[int, tuple[int, int]] = {
     19: (2, 7),   # CreateTopics (5+: what was made; 7: topic id)
     20: (1, 6),   # DeleteTopics (6: by topic id)
     21: (0, 2),   # DeleteRecords (2: flexible)
+    57: (0, 2),   # UpdateFeatures (kafka-features: transaction.version, group.version)
     22: (0, 5),   # InitProducerId (transactional ids; 3+: KIP-360 epoch bump)
     23: (2, 4),   # OffsetForLeaderEpoch (one leader epoch, 0, per partition)
     24: (0, 5),   # AddPartitionsToTxn (0-3: the client forms; 4+: broker to coordinator, batched, VerifyOnly)
@@ -237,15 +242,17 @@ class Services:
                                                       "allow.everyone.if.no.acl.found"])
         self.txn = store.transactions
         self.txn.max_timeout_ms = config["transaction.max.timeout.ms"]
-        self.txn.transaction_version = config["transaction.version"]
-        self.finalized_features = finalized_features(config)
-        # KIP-932's APIs exist only while share.version is finalized at 1 or more (Kafka advertises them so)
-        self.unadvertised = frozenset() if config["share.version"] >= 1 else frozenset(_SHARE_VERSIONS)
-        self.features_epoch = int(time.time() * 1000)
+        self.features = Features(config, store.path / ".kafkalog-broker" / "features.json")
+        self.txn.transaction_version = self.features.levels["transaction.version"]
         self._txn_expiry_s = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000.0
         self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
         self._sweeper = None
         self.faults = broker.faults_if_on  # a test's fault injection (broker/faults.py); None: off
+
+    @property
+    def unadvertised(self) -> frozenset:
+        """KIP-932's APIs exist only while share.version is 1 or more (kafka-features can change it while running)."""
+        return frozenset() if self.features.levels["share.version"] >= 1 else _SHARE_KEYS
 
     def advertise(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -406,24 +413,6 @@ async def _drive(gen, step):
 
 # ---------------------------------------------------------------------------------------------------- ApiVersions
 
-# KIP-584 features kafkalog serves, as ApiVersions v3+ advertises them (tagged fields 0-2): the supported range of
-# each, and its finalized level (transaction.version: the server key of that name; group.version 1: KIP-848's
-# consumer groups are served). Kafka's others (metadata.version, kraft.version, share.version, streams.version,
-# eligible.leader.replicas.version) name things kafkalog does not serve and are not advertised.
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
-    "group.version": (0, 1),
-    "share.version": (0, 1),  # 1: KIP-932 share groups; Kafka 4.4's 2 adds dead-letter queues, not served
-    "transaction.version": (0, 2),  # 2: transactions v2 (KIP-890 part 2)
-}
-
-
-def finalized_features(config) -> dict[str, int]:
-    """The finalized level of each feature (a level of 0 is not listed, as Kafka lists none)."""
-    levels = {"group.version": 1, "transaction.version": config["transaction.version"],
-              "share.version": config["share.version"]}
-    return {name: level for name, level in levels.items() if level > 0}
-
-
 def api_versions(s: Services, ctx, header, frame, offset):
     # the body (client software name/version in v3+) is parsed to reject garbage all the same
     body = request_body(ctx, header, frame, offset)
@@ -448,11 +437,42 @@ def api_versions(s: Services, ctx, header, frame, offset):
             if lo > 0 or header.api_version >= 4]
         # the epoch of the finalized levels: clients take in a feature set whose epoch is above the one they hold;
         # the server's start (ms) grows with every restart, which is when the levels can change
-        answer["finalized_features_epoch"] = s.features_epoch
+        answer["finalized_features_epoch"] = s.features.epoch
         answer["finalized_features"] = [
             {"name": name, "max_version_level": level, "min_version_level": level}
-            for name, level in s.finalized_features.items()]
+            for name, level in s.features.finalized().items()]
     return respond(header, answer)
+
+
+def update_features(s: Services, ctx, header, frame, offset):
+    """UpdateFeatures (``kafka-features upgrade / downgrade``): every update checked first, as Kafka's controller
+    checks them (one refused: INVALID_UPDATE_VERSION with Kafka's text, none applied); a downgrade needs UpgradeType
+    safe or unsafe (v1+). The new levels are durable before the answer (features.py) and take effect at once:
+    transaction.version is the level the transaction coordinator serves, group.version 0 refuses
+    ConsumerGroupHeartbeat. ALTER on the cluster."""
+    req = request_body(ctx, header, frame, offset)
+    updates = req["feature_updates"]
+    body = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None, "results": []}
+    if not_allowed(s, ctx, "ALTER", "CLUSTER", security.CLUSTER_NAME):
+        body.update(error_code=31, error_message="Cluster authorization failed.")
+        return respond(header, body)
+    why = s.features.refusal(updates, s.node_id, header.api_version)
+    if why is not None:
+        body.update(error_code=INVALID_UPDATE_VERSION, error_message=why)
+        return respond(header, body)
+    changed = {u["feature"]: u["max_version_level"] for u in updates
+               if s.features.levels[u["feature"]] != u["max_version_level"]}
+    if changed and not req.get("validate_only"):
+        try:
+            yield s.loop.run_in_executor(None, s.features.update, changed)  # written and fsynced: off the loop
+        except (KafkaError, OSError) as e:
+            body.update(error_code=error_code(e) if isinstance(e, KafkaError) else KafkaStorageError.code,
+                        error_message=str(e))
+            return respond(header, body)
+        s.txn.transaction_version = s.features.levels["transaction.version"]
+        log.info("feature levels %s set by %s", changed, ctx.peer)
+    body["results"] = [{"feature": u["feature"], "error_code": 0, "error_message": "NONE"} for u in updates]
+    return respond(header, body)
 
 
 # ---------------------------------------------------------------------------------------------------- Metadata
@@ -1704,7 +1724,7 @@ def _coordinator_error(s: Services, ctx, key_type: int, key: str, version: int) 
     # groups off, is INVALID_REQUEST (Kafka's answer from a broker without a share coordinator)
     if version >= 6 and not_allowed(s, ctx, "CLUSTER_ACTION", "CLUSTER", security.CLUSTER_NAME):
         raise ClusterAuthorizationFailedError("CLUSTER_ACTION is needed to find a share coordinator")
-    if version >= 6 and s.finalized_features.get("share.version", 0) >= 1 and _share_key_ok(key):
+    if version >= 6 and s.features.levels["share.version"] >= 1 and _share_key_ok(key):
         return 0
     return InvalidRequestError.code
 
@@ -1950,6 +1970,10 @@ def _group_offsets(s: Services, ctx, group: str, wanted, stable: bool, v: int, s
 def consumer_group_heartbeat(s: Services, ctx, header, frame, offset):
     """KIP-848's heartbeat (consumer_groups.py): join, reconcile, leave."""
     req = request_body(ctx, header, frame, offset)
+    if s.features.levels["group.version"] < 1:  # KIP-848 off (kafka-features downgrade): Kafka's answer
+        return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": UnsupportedVersionError.code,
+                                "error_message": None, "member_id": None, "member_epoch": 0,
+                                "heartbeat_interval_ms": 0, "assignment": None})
     if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED,
                                 "error_message": None, "member_id": None, "member_epoch": 0,
@@ -2124,7 +2148,7 @@ API_HANDLERS = {
     24: add_partitions_to_txn,
     25: add_offsets_to_txn, 26: end_txn, 27: write_txn_markers, 28: txn_offset_commit, 36: sasl_authenticate,
     48: describe_client_quotas, 49: alter_client_quotas, 61: describe_producers, 65: describe_transactions,
-    66: list_transactions, 68: consumer_group_heartbeat, 69: consumer_group_describe,
+    66: list_transactions, 68: consumer_group_heartbeat, 69: consumer_group_describe, 57: update_features,
 }
 
 API_HANDLERS.update(_admin.HANDLERS)

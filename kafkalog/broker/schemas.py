@@ -1412,6 +1412,30 @@ LIST_PARTITION_REASSIGNMENTS = {
     ),
 }
 
+UPDATE_FEATURES = {
+    "key": 57, "name": "UpdateFeatures", "versions": (0, 2), "flexible": 0,
+    "request": (
+        ("timeout_ms", "int32", "0+", {"default": 60000}),
+        ("feature_updates", "[]FeatureUpdateKey", "0+", {}, (
+            ("feature", "string", "0+", {}),
+            ("max_version_level", "int16", "0+", {}),
+            ("allow_downgrade", "bool", "0-0", {"default": False}),
+            ("upgrade_type", "int8", "1+", {"default": 1}),
+        )),
+        ("validate_only", "bool", "1+", {"default": False}),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+"}),
+        ("results", "[]UpdatableFeatureResult", "0-1", {}, (
+            ("feature", "string", "0+", {}),
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {"nullable": "0+"}),
+        )),
+    ),
+}
+
 DESCRIBE_CLUSTER = {
     "key": 60, "name": "DescribeCluster", "versions": (0, 2), "flexible": 0,
     "request": (
@@ -1706,6 +1730,7 @@ APIS = {
     43: ELECT_LEADERS,
     45: ALTER_PARTITION_REASSIGNMENTS,
     46: LIST_PARTITION_REASSIGNMENTS,
+    57: UPDATE_FEATURES,
     60: DESCRIBE_CLUSTER,
     75: DESCRIBE_TOPIC_PARTITIONS,
     68: CONSUMER_GROUP_HEARTBEAT,

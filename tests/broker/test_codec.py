@@ -324,7 +324,7 @@ def test_every_supported_version_is_tested_and_kio_knows_it():
         # the admin APIs (flexible versions included)
         15: (0, 6), 16: (0, 5), 29: (1, 3), 30: (1, 3), 31: (1, 3), 32: (1, 4), 33: (0, 2), 35: (1, 5), 37: (0, 3),
         42: (0, 3), 44: (0, 1), 47: (0, 0), 50: (0, 0), 51: (0, 0), 60: (0, 2), 75: (0, 0), 43: (0, 2), 45: (0, 1),
-        46: (0, 0),
+        46: (0, 0), 57: (0, 2),
         # KIP-848 consumer groups
         68: (0, 1), 69: (0, 1),
         # KIP-932 share groups

@@ -60,3 +60,49 @@ def test_transaction_state_value_version_follows_the_level(tmp_path):
             assert values == [want.to_bytes(2, "big")], (level, values)
         finally:
             store.close()
+
+
+def _update(port: int, updates, version: int = 2, validate_only: bool = False) -> dict:
+    with Wire(port) as w:
+        return w.call(57, version, {"timeout_ms": 5000, "validate_only": validate_only, "feature_updates": [
+            {"feature": f, "max_version_level": level, "upgrade_type": kind, "allow_downgrade": False}
+            for f, level, kind in updates]})
+
+
+def test_update_features_changes_the_levels_at_once_and_keeps_them(tmp_path):
+    """kafka-features downgrade / upgrade while the broker runs: the level is served at once (the transaction
+    coordinator's transaction.version; group.version 0 refuses ConsumerGroupHeartbeat with UNSUPPORTED_VERSION),
+    FinalizedFeaturesEpoch grows, and the level is kept across a restart (.kafkalog-broker/features.json, over the
+    server key); a refused or validate-only update changes nothing."""
+    data = tmp_path / "data"
+    b = Broker(data, listen="127.0.0.1:0")
+    b.start()
+    try:
+        before = _features(b.port, 4)
+        r = _update(b.port, [("transaction.version", 0, 2), ("no.such", 1, 1)])
+        assert r["error_code"] == 95 and "no.such" in r["error_message"], r
+        r = _update(b.port, [("transaction.version", 0, 2)], validate_only=True)
+        assert r["error_code"] == 0 and _features(b.port, 4) == before
+        assert not (data / ".kafkalog-broker" / "features.json").exists()
+        r = _update(b.port, [("transaction.version", 0, 2), ("group.version", 0, 2)], version=1)
+        assert (r["error_code"], [x["error_code"] for x in r["results"]]) == (0, [0, 0]), r
+        after = _features(b.port, 4)
+        assert after["finalized"] == {} and after["epoch"] > before["epoch"], after
+        assert b.store.transactions.transaction_version == 0
+        with Wire(b.port) as w:
+            r = w.call(68, 0, {"group_id": "g", "member_id": "m", "member_epoch": 0, "instance_id": None,
+                               "rack_id": None, "rebalance_timeout_ms": 30000, "subscribed_topic_names": ["t"],
+                               "server_assignor": None, "topic_partitions": []})
+        assert r["error_code"] == 35, r
+    finally:
+        b.stop()
+    b = Broker(data, listen="127.0.0.1:0", config={"transaction.version": 2})
+    b.start()
+    try:
+        assert _features(b.port, 4)["finalized"] == {}  # the kept levels win over the server key
+        assert b.store.transactions.transaction_version == 0
+        assert _update(b.port, [("transaction.version", 2, 1), ("group.version", 1, 1)])["error_code"] == 0
+        assert _features(b.port, 4)["finalized"] == {"group.version": (1, 1), "transaction.version": (2, 2)}
+        assert b.store.transactions.transaction_version == 2
+    finally:
+        b.stop()

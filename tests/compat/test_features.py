@@ -94,3 +94,41 @@ def test_kafka_features_describe(targets):
     assert kafka["share.version"]["level"] == "2"  # Kafka 4.4: share groups and their dead-letter queues
     want["share.version"] = {"min": "0", "max": str(SUPPORTED_SV), "level": str(SUPPORTED_SV)}
     assert_same(want, ours, what="kafka-features describe")
+
+
+def _update(target, version: int, updates, validate_only: bool = False) -> dict:
+    with Wire(int(target.bootstrap.rsplit(":", 1)[1]), timeout=30) as w:
+        return w.call(57, version, {"timeout_ms": 10000, "validate_only": validate_only, "feature_updates": [
+            {"feature": f, "max_version_level": level, "upgrade_type": kind, "allow_downgrade": kind is None}
+            for f, level, kind in updates]})
+
+
+def test_update_features_like_kafka(targets):
+    """UpdateFeatures v0-2 on both brokers, the same requests in the same order: downgrades need UpgradeType safe
+    or unsafe (v0 cannot downgrade at all), a level out of range, an unknown feature or a negative level is
+    INVALID_UPDATE_VERSION (95) with Kafka's text and nothing applied, validate_only applies nothing, v0-1 list each
+    feature's result ("NONE"), v2 none; ApiVersions' finalized levels follow. Both are put back (transaction.version
+    2, group.version 1) whatever happens: the session's other tests use them."""
+    steps = [(1, [("transaction.version", 0, 1)], False), (1, [("transaction.version", 0, 2)], True),
+             (2, [("transaction.version", 0, 2)], False), (1, [("transaction.version", 1, 1)], False),
+             (2, [("transaction.version", 3, 1)], False), (2, [("no.such.feature", 1, 1)], False),
+             (1, [("transaction.version", 2, 1), ("no.such.feature", 1, 1)], False),
+             (2, [("transaction.version", -1, 3)], False), (0, [("transaction.version", 0, None)], False),
+             (1, [("group.version", 0, 2)], False), (2, [], False),
+             (1, [("transaction.version", 2, 1), ("group.version", 1, 1)], False)]
+    answers = {}
+    try:
+        for name, t in targets.items():
+            seen = []
+            for version, updates, validate_only in steps:
+                r = _update(t, version, updates, validate_only)
+                finalized = _features(_api_versions(t, 4))["finalized"]
+                seen.append({"answer": r, "finalized": {k: v for k, v in finalized.items() if k in OURS}})
+            answers[name] = seen
+    finally:
+        for t in targets.values():
+            _update(t, 2, [("transaction.version", 2, 1), ("group.version", 1, 1)])
+    assert_same(answers["kafka"], answers["kafkalog"], what="UpdateFeatures, step by step")
+    codes = [s["answer"]["error_code"] for s in answers["kafkalog"]]
+    assert codes == [95, 0, 0, 0, 95, 95, 95, 95, 95, 0, 0, 0], codes
+    assert answers["kafkalog"][2]["finalized"] == {"group.version": {"min": 1, "max": 1}}  # tv 0: not listed

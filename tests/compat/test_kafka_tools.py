@@ -642,3 +642,28 @@ def test_leader_election_and_reassign_partitions_tools(targets, topic_name, comp
     compare(outputs["kafka"], outputs["kafkalog"], what="leader election and reassignment tools")
     assert [code for code, _ in outputs["kafkalog"]] == [0] * 5, outputs["kafkalog"]
     assert "Valid replica already elected" in outputs["kafkalog"][0][1], outputs["kafkalog"]
+
+
+@pytest.mark.slow  # three short JVMs a broker
+def test_kafka_features_downgrade_and_upgrade(targets, compare):
+    """kafka-features downgrade / upgrade of transaction.version prints the same on both brokers and describe shows
+    the level; put back to 2 whatever happens (the session's other tests use it)."""
+    outputs = {}
+    try:
+        for name, t in targets.items():
+            bs = t.bootstrap
+            runs = [t.tool("kafka-features", "--bootstrap-server", bs, "downgrade", "--feature",
+                           "transaction.version=0", check=False),
+                    t.tool("kafka-features", "--bootstrap-server", bs, "describe", check=False),
+                    t.tool("kafka-features", "--bootstrap-server", bs, "upgrade", "--feature",
+                           "transaction.version=2", check=False)]
+            described = [re.sub(r"Epoch: \d+", "Epoch: <n>", line)  # Kafka's is a metadata offset, ours a time
+                         for line in runs[1].stdout.splitlines() if "transaction.version" in line]
+            outputs[name] = [(runs[0].returncode, runs[0].stdout.strip()), (runs[1].returncode, described),
+                             (runs[2].returncode, runs[2].stdout.strip())]
+    finally:
+        for t in targets.values():
+            t.tool("kafka-features", "--bootstrap-server", t.bootstrap, "upgrade", "--feature",
+                   "transaction.version=2", check=False)
+    compare(outputs["kafka"], outputs["kafkalog"], what="kafka-features downgrade / describe / upgrade")
+    assert outputs["kafkalog"][0][0] == 0 and "FinalizedVersionLevel: 0" in outputs["kafkalog"][1][1][0], outputs
