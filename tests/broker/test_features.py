@@ -87,7 +87,7 @@ def test_update_features_changes_the_levels_at_once_and_keeps_them(tmp_path):
         r = _update(b.port, [("transaction.version", 0, 2), ("group.version", 0, 2)], version=1)
         assert (r["error_code"], [x["error_code"] for x in r["results"]]) == (0, [0, 0]), r
         after = _features(b.port, 4)
-        assert after["finalized"] == {} and after["epoch"] > before["epoch"], after
+        assert after["finalized"] == {"share.version": (1, 1)} and after["epoch"] > before["epoch"], after
         assert b.store.transactions.transaction_version == 0
         with Wire(b.port) as w:
             r = w.call(68, 0, {"group_id": "g", "member_id": "m", "member_epoch": 0, "instance_id": None,
@@ -99,10 +99,27 @@ def test_update_features_changes_the_levels_at_once_and_keeps_them(tmp_path):
     b = Broker(data, listen="127.0.0.1:0", config={"transaction.version": 2})
     b.start()
     try:
-        assert _features(b.port, 4)["finalized"] == {}  # the kept levels win over the server key
+        assert _features(b.port, 4)["finalized"] == {"share.version": (1, 1)}  # kept levels win over the server key
         assert b.store.transactions.transaction_version == 0
         assert _update(b.port, [("transaction.version", 2, 1), ("group.version", 1, 1)])["error_code"] == 0
-        assert _features(b.port, 4)["finalized"] == {"group.version": (1, 1), "transaction.version": (2, 2)}
+        assert _features(b.port, 4)["finalized"] == {"group.version": (1, 1), "share.version": (1, 1),
+                                                     "transaction.version": (2, 2)}
         assert b.store.transactions.transaction_version == 2
     finally:
         b.stop()
+
+
+def test_share_version_updated_while_running_takes_the_share_apis_in_and_out(broker):
+    """kafka-features downgrade --feature share.version=0 takes KIP-932's APIs out of ApiVersions at once (kafkalog
+    then serves them not at all: Kafka 4.4 still lists them and answers UNSUPPORTED_VERSION), upgrade puts them back."""
+    def keys():
+        with Wire(broker.port) as w:
+            r = w.call(18, 4, {"client_software_name": "t", "client_software_version": "1"})
+        return {k["api_key"] for k in r["api_keys"]}
+    assert {76, 77, 78, 79} <= keys()
+    try:
+        assert _update(broker.port, [("share.version", 0, 2)])["error_code"] == 0
+        assert not {76, 77, 78, 79} & keys()
+    finally:
+        assert _update(broker.port, [("share.version", 1, 1)])["error_code"] == 0
+    assert {76, 77, 78, 79} <= keys()
