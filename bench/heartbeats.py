@@ -120,6 +120,7 @@ async def kip848(port: int, protocol, topic: str, members: int, rounds: int, nco
     deadline = time.monotonic() + JOIN_TIMEOUT_S
     full = True
     joins = 0
+    t0, cpu0 = time.perf_counter(), cpu()
     while True:
         answers = await asyncio.gather(*(beat(i, full or epoch[i] == 0) for i in range(members)))
         joins += 1
@@ -147,9 +148,10 @@ async def kip848(port: int, protocol, topic: str, members: int, rounds: int, nco
         if time.monotonic() > deadline:
             raise RuntimeError(f"KIP-848 group of {members} did not settle in {JOIN_TIMEOUT_S} s")
         await asyncio.sleep(0.05)
+    form_s, form_cpu = time.perf_counter() - t0, cpu() - cpu0
     assigned = sum(len(tp["partitions"]) for o in owned for tp in (o or []))
     return dict(await steady(lambda i: beat(i, False), members, rounds, cpu, conns), join_rounds=joins,
-                assigned=assigned)
+                assigned=assigned, form_s=form_s, form_cpu_s=form_cpu, generation=max(epoch))
 
 
 async def steady(beat, members: int, rounds: int, cpu, conns) -> dict:
@@ -246,13 +248,16 @@ async def classic(port: int, protocol, topic: str, partitions: int, members: int
 
     deadline = time.monotonic() + JOIN_TIMEOUT_S
     pending = list(range(members))
+    t0, cpu0 = time.perf_counter(), cpu()
     while pending:  # until one heartbeat round finds every member in the group's generation
         await asyncio.gather(*(member(i) for i in pending))
         answers = await asyncio.gather(*(beat(i) for i in range(members)))
         pending = [i for i, a in enumerate(answers) if a["error_code"]]
         if time.monotonic() > deadline:
             raise RuntimeError(f"classic group of {members} never stable in {JOIN_TIMEOUT_S} s")
-    return dict(await steady(beat, members, rounds, cpu, conns), join_rounds=joins[0], assigned=partitions)
+    form_s, form_cpu = time.perf_counter() - t0, cpu() - cpu0
+    return dict(await steady(beat, members, rounds, cpu, conns), join_rounds=joins[0], assigned=partitions,
+                form_s=form_s, form_cpu_s=form_cpu, generation=max(gens))
 
 
 def measure(broker, args, protocol) -> dict:
@@ -261,12 +266,14 @@ def measure(broker, args, protocol) -> dict:
 
     async def run():
         await create_topic(broker.port, protocol, topic, args.partitions)
-        progress(f"{broker.name}: kip848, {args.members} members")
-        res["kip848"] = await kip848(broker.port, protocol, topic, args.members, args.rounds, args.connections,
-                                     broker.cpu)
-        progress(f"{broker.name}: classic, {args.members} members")
-        res["classic"] = await classic(broker.port, protocol, topic, args.partitions, args.members, args.rounds,
-                                       broker.cpu)
+        if "kip848" in args.protocols:
+            progress(f"{broker.name}: kip848, {args.members} members")
+            res["kip848"] = await kip848(broker.port, protocol, topic, args.members, args.rounds, args.connections,
+                                         broker.cpu)
+        if "classic" in args.protocols:
+            progress(f"{broker.name}: classic, {args.members} members")
+            res["classic"] = await classic(broker.port, protocol, topic, args.partitions, args.members, args.rounds,
+                                           broker.cpu)
 
     try:
         asyncio.run(run())
@@ -281,20 +288,28 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument("--protocols", default="kip848,classic", help="a comma-separated subset of kip848, classic")
+    ap.add_argument("--brokers", default="kafka,kafkalog", help="a comma-separated subset of kafka, kafkalog")
     args = ap.parse_args(argv)
+    args.protocols = [p for p in args.protocols.split(",") if p]
+    if set(args.protocols) - {"kip848", "classic"}:
+        ap.error(f"unknown protocols {sorted(set(args.protocols) - {'kip848', 'classic'})}")
+    brokers = tuple(b for b in args.brokers.split(",") if b)
+    if set(brokers) - {"kafka", "kafkalog"}:
+        ap.error(f"unknown brokers {sorted(set(brokers) - {'kafka', 'kafkalog'})}")
     results, notes = {}, []
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-heartbeats-") as scratch:
         snapshot = snapshot_kafkalog(str(Path(scratch) / "snapshot"))
         sys.path.insert(0, snapshot)
         from kafkalog.broker import protocol
-        for name, broker in each_broker(scratch, snapshot, notes):
+        for name, broker in each_broker(scratch, snapshot, notes, brokers):
             results[name] = measure(broker, args, protocol)
             if "error" in results[name]:
                 notes.append(broker.failure(f"{name} heartbeats", results[name].pop("error")))
     print(f"\n{args.members} members, {args.partitions} partitions, {args.rounds} steady heartbeats a member "
           f"(broker CPU µs per heartbeat; ratio = kafkalog / Kafka, goal <= 1)")
     print(f"{'protocol':<9} {'kafka':>10} {'kafkalog':>10} {'ratio':>7}   wall s (kafka / kafkalog), join rounds")
-    for proto in ("kip848", "classic"):
+    for proto in args.protocols:
         k = results.get("kafka", {}).get(proto)
         m = results.get("kafkalog", {}).get(proto)
         ratio = f"{m['us_per_hb'] / k['us_per_hb']:.2f}x" if k and m and k["us_per_hb"] else "-"
@@ -303,6 +318,17 @@ def main(argv=None) -> int:
         walls = f"{k['wall_s'] if k else float('nan'):.2f} / {m['wall_s'] if m else float('nan'):.2f}"
         rounds = f"{k['join_rounds'] if k else '-'} / {m['join_rounds'] if m else '-'}"
         print(f"{proto:<9} {ks:>10} {ms:>10} {ratio:>7}   {walls}, {rounds}")
+    print("\nformation: seconds from the first join until every member holds the final generation (broker CPU s; "
+          "the generation or epoch reached)")
+    print(f"{'protocol':<9} {'kafka':>18} {'kafkalog':>18} {'ratio':>7}")
+    for proto in args.protocols:
+        k = results.get("kafka", {}).get(proto)
+        m = results.get("kafkalog", {}).get(proto)
+        ratio = f"{m['form_s'] / k['form_s']:.2f}x" if k and m and k["form_s"] else "-"
+
+        def cell(r):
+            return f"{r['form_s']:.2f} ({r['form_cpu_s']:.2f}, g{r['generation']})" if r else "-"
+        print(f"{proto:<9} {cell(k):>18} {cell(m):>18} {ratio:>7}")
     for n in notes:
         print("note:", n)
     return 0
