@@ -146,13 +146,29 @@ def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None =
         d = describe_group(s.store, gid)
     if joined_ids is None:
         joined_ids = set(known_groups(s.store.path))
-    joined = gid in joined_ids or bool(d["members"])
+    joined = gid in joined_ids or bool(d["members"]) or bool(s.groups.groups.get(gid) and s.groups.groups[gid].members)
     if not joined and gid not in s.store.offsets.groups():
         return {"state": "Dead", "protocol_type": "", "protocol": "", "members": []}
-    stable = d["state"] == "Stable"
-    members = []
     wire = s.groups.groups.get(gid)
-    for m in d["members"] if with_members else ():
+    state = d["state"]
+    if wire is not None and wire.members:
+        # the broker's join phase (Kafka's states): joins waiting to be written, or a generation whose leader has
+        # not sent its SyncGroup yet
+        leader = wire.members.get(wire.leader) if wire.leader else None
+        if wire.preparing:
+            state = "PreparingRebalance"
+        elif state == "Stable" and leader is not None and leader.joined_generation == d["generation"] \
+                and leader.synced_generation < d["generation"]:
+            state = "CompletingRebalance"
+    stable = state == "Stable"
+    members = []
+    listed = d["members"]
+    if wire is not None and wire.preparing and with_members:  # members whose join is not written yet
+        known = {m["member_id"] for m in listed}
+        listed = listed + [{"member_id": mid, "client_id": wm.gm.client_id, "pid": None, "topics": wm.topics,
+                            "assignment": []} for mid, wm in wire.members.items()
+                           if mid not in known and wm.join_waiter is not None and not wm.join_waiter.done()]
+    for m in listed if with_members else ():
         wm = wire.members.get(m["member_id"]) if wire is not None else None
         if wm is not None:  # a wire member: the bytes it sent and the bytes it was given, as Kafka keeps them
             metadata, assignment = wm.metadata(d["protocol"]), wm.assignment
@@ -165,9 +181,11 @@ def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None =
         members.append({
             "member_id": m["member_id"], "group_instance_id": None, "client_id": m["client_id"] or "",
             "client_host": s.groups.hosts.get(m["member_id"], f"pid:{m['pid']}"),
-            "member_metadata": metadata if stable else b"", "member_assignment": assignment if stable else b""})
-    return {"state": d["state"], "protocol_type": (d.get("protocol_type") or "consumer") if joined else "",
-            "protocol": (d["protocol"] or "") if d["state"] != "Empty" else "", "members": members}
+            # Kafka's describeNoMetadata while the group is not Stable: the assignment a member holds, no metadata
+            "member_metadata": metadata if stable else b"",
+            "member_assignment": assignment if stable or wm is not None else b""})
+    return {"state": state, "protocol_type": (d.get("protocol_type") or "consumer") if joined else "",
+            "protocol": (d["protocol"] or "") if stable else "", "members": members}
 
 
 def _listed_groups(s, ids, states, types=()) -> list:

@@ -42,6 +42,7 @@ from ..client.group import (
     ASSIGNORS,
     GroupMember,
     _make_group_dir,
+    _rebalance,
     _write_state,
     describe_group,
     group_dir,
@@ -67,13 +68,12 @@ log = logging.getLogger("kafkalog.broker")
 
 _nothing = contextlib.nullcontext
 POLL_S = 0.01
-PENDING_MEMBER_S = 300.0
 
 
 class WireMember:
     __slots__ = ("gm", "protocols", "session_timeout_ms", "rebalance_timeout_ms", "last_seen", "join_waiter",
                  "join_header", "joined_generation", "synced_generation", "topics", "strategies", "joined_at",
-                 "assignment")
+                 "assignment", "dirty", "joined_wall")
 
     def __init__(self, gm: GroupMember):
         self.gm = gm
@@ -88,7 +88,9 @@ class WireMember:
         self.topics: list[str] = []
         self.strategies: list[str] = []
         self.joined_at = time.monotonic()
+        self.joined_wall = time.time()  # state.json's "joined" of a new member (the longest-standing leads)
         self.assignment = b""  # the assignment bytes this member got in its last SyncGroup (DescribeGroups)
+        self.dirty = False  # a join of it waits to be written into state.json (new, or a new subscription)
 
     def metadata(self, protocol_name: str | None) -> bytes:
         """The subscription bytes this member sent for ``protocol_name`` (else its first), as Kafka keeps them."""
@@ -99,7 +101,8 @@ class WireMember:
 
 
 class WireGroup:
-    __slots__ = ("group_id", "members", "pending_ids", "phase", "phase_started", "initial")
+    __slots__ = ("group_id", "members", "pending_ids", "phase", "phase_started", "initial", "initial_until",
+                 "new_member_added", "preparing", "pending_counts", "pending_n", "state_counts", "leader")
 
     def __init__(self, group_id: str):
         self.group_id = group_id
@@ -107,7 +110,14 @@ class WireGroup:
         self.pending_ids: dict[str, float] = {}  # KIP-394 member ids handed out, not joined yet
         self.phase: asyncio.Task | None = None
         self.phase_started = 0.0
-        self.initial = False
+        self.initial = False  # the phase began in an empty group: group.initial.rebalance.delay.ms applies
+        self.initial_until = 0.0
+        self.new_member_added = False  # a new member joined since the initial delay was last extended
+        self.preparing = False  # a join waits to change the membership (Kafka's PreparingRebalance)
+        self.pending_counts: dict[str, int] = {}  # assignor -> how many of the joins waiting to be written offer it
+        self.pending_n = 0  # the joins waiting to be written (members with ``dirty``)
+        self.state_counts: tuple[dict, dict[str, int]] | None = None  # (a state, assignor -> its members offering it)
+        self.leader: str | None = None  # the wire member answered as the leader of the last join phase
 
 
 class GroupCoordinator:
@@ -153,6 +163,9 @@ class GroupCoordinator:
         self.hosts.pop(member_id, None)
         if m is None:
             return
+        if m.dirty:
+            self._count_pending(g, m, -1)
+            m.dirty = False
         if m.join_waiter is not None and not m.join_waiter.done():
             m.join_waiter.set_result(UnknownMemberIdError.code)
         try:
@@ -278,7 +291,8 @@ class GroupCoordinator:
         if not member_id:
             member_id = self.new_member_id(ctx.client_id)
             if v >= 4:
-                g.pending_ids[member_id] = time.monotonic() + PENDING_MEMBER_S
+                # Kafka's pending member: expires after the join's session timeout; a join phase waits for it
+                g.pending_ids[member_id] = time.monotonic() + req["session_timeout_ms"] / 1000.0
                 return self._join_error(header, MemberIdRequiredError.code, member_id)
         elif member_id not in g.members and member_id not in g.pending_ids:
             return self._join_error(header, UnknownMemberIdError.code, member_id)
@@ -299,27 +313,36 @@ class GroupCoordinator:
                              session_timeout_ms=req["session_timeout_ms"], topic_partitions=self._topic_partitions)
             gm.member_id = member_id
             m = WireMember(gm)
+        gm = m.gm
+        gm.refresh()
+        state = gm.state
+        changes = fresh or m.dirty or topics != m.topics or strategies != m.strategies \
+            or member_id not in state["members"]
+        if changes and not self._assignor_in_common(g, state, member_id, strategies):
+            log.warning("group %s: member %s refused: none of its assignors %s is offered by every member", gid,
+                        member_id, strategies)
+            return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
         m.protocols = [(p["name"], bytes(p["metadata"] or b"")) for p in req["protocols"]]
         m.session_timeout_ms = req["session_timeout_ms"]
         m.rebalance_timeout_ms = req.get("rebalance_timeout_ms", req["session_timeout_ms"]) or m.session_timeout_ms
         m.last_seen = time.monotonic()
-        gm = m.gm
-        gm.refresh()
-        try:
-            if fresh or topics != m.topics or strategies != m.strategies or not gm.is_member():
-                was_empty = not [x for x in gm.state["members"] if x != member_id]
-                gm.strategies = strategies
-                gm.session_timeout_s = m.session_timeout_ms / 1000.0
-                gm.join(topics)
-                if was_empty:
-                    g.initial = True
-            else:
-                gm.heartbeat()
-        except InconsistentGroupProtocolError as e:
-            log.warning("group %s: member %s refused: %s", gid, member_id, e)
-            return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
+        if changes:
+            # applied with every other join of the phase in one write of the group (_complete_phase)
+            if m.dirty:
+                self._count_pending(g, m, -1)
+            m.topics, m.strategies, m.dirty = topics, strategies, True
+            self._count_pending(g, m, +1)
+            gm.strategies = strategies
+            gm.session_timeout_s = m.session_timeout_ms / 1000.0
+            gm.topics = topics
+            if not any(x != member_id for x in state["members"]) and not any(x != member_id for x in g.members):
+                g.initial = True  # an empty group: group.initial.rebalance.delay.ms for the others to come
+            if fresh:
+                g.new_member_added = True
+            self._prepare(g)
+        else:
+            gm.heartbeat()
         g.pending_ids.pop(member_id, None)
-        m.topics, m.strategies = topics, strategies
         g.members[member_id] = m
         self.hosts[member_id] = "/" + ctx.connection.peer_host
         if m.join_waiter is not None and not m.join_waiter.done():
@@ -328,8 +351,46 @@ class GroupCoordinator:
         m.join_header = header
         if g.phase is None or g.phase.done():
             g.phase_started = time.monotonic()
+            g.initial_until = g.phase_started + self.initial_delay_s
             g.phase = self.s.loop.create_task(self._join_phase(g))
         return self.await_join(m.join_waiter, m.rebalance_timeout_ms, member_id, header)
+
+    def _prepare(self, g: WireGroup) -> None:
+        """Kafka's PreparingRebalance: a join changed the membership; every wire member has to join again (a
+        Heartbeat or a SyncGroup is answered REBALANCE_IN_PROGRESS) before the phase completes with one generation."""
+        if not g.preparing:
+            g.preparing = True
+            g.phase_started = time.monotonic()
+            g.initial_until = g.phase_started + self.initial_delay_s
+
+    def _assignor_in_common(self, g: WireGroup, state: dict, member_id: str, strategies: list[str]) -> bool:
+        """Whether the group model can assign with one of ``strategies`` once the pending joins are in: one that
+        every other member of state.json and every other join waiting to be written offers. Counted per assignor
+        (state.json's members once per state, the pending joins as they come), not by comparing the member with
+        every member: a group of 1,000 forming compared a million pairs."""
+        known = g.state_counts
+        if known is None or known[0] is not state:
+            counts: dict[str, int] = {}
+            for info in state["members"].values():
+                for name in set(info["strategies"]):
+                    counts[name] = counts.get(name, 0) + 1
+            known = g.state_counts = (state, counts)
+        counts = known[1]
+        mine = state["members"].get(member_id)
+        own_state = set(mine["strategies"]) if mine is not None else ()
+        n_state = len(state["members"]) - (mine is not None)
+        m = g.members.get(member_id)
+        own_pending = set(m.strategies) if m is not None and m.dirty else ()
+        n_pending = g.pending_n - (m is not None and m.dirty)
+        return any(counts.get(name, 0) - (name in own_state) == n_state
+                   and g.pending_counts.get(name, 0) - (name in own_pending) == n_pending for name in set(strategies))
+
+    @staticmethod
+    def _count_pending(g: WireGroup, m: WireMember, sign: int) -> None:
+        """A join waiting to be written enters (+1) or leaves (-1) the group's count of offered assignors."""
+        g.pending_n += sign
+        for name in set(m.strategies):
+            g.pending_counts[name] = g.pending_counts.get(name, 0) + sign
 
     def classic_has_members(self, gid: str) -> bool:
         """Whether a classic group (of either coordinator) has members: a KIP-848 heartbeat cannot take it."""
@@ -398,33 +459,136 @@ class GroupCoordinator:
         return protocol.encode_response(11, header.api_version, header.correlation_id, result)
 
     async def _join_phase(self, g: WireGroup) -> None:
-        """Answer the pending joins of ``g`` once every wire member of the current generation re-joined."""
+        """Answer the pending joins of ``g`` together, as Kafka's join phase does. A phase that changes the membership
+        (``g.preparing``: a new member, a new subscription) completes once every wire member of the group joined
+        again and no KIP-394 member id handed out is still to come (Kafka's hasAllMembersJoined), or after the
+        rebalance timeout (who did not join is removed); in an empty group once ``group.initial.rebalance.delay.ms``
+        passed with no new member (Kafka's InitialDelayedJoin, extended up to the rebalance timeout). A phase that
+        changes nothing waits for the wire members the current generation has not reached yet. Either way the
+        group is written once (state.json: the joins, the removals, one new generation, the members answered
+        marked synced) and every join is answered with the one generation."""
         while True:
             await asyncio.sleep(POLL_S)
             waiting = [m for m in g.members.values() if m.join_waiter is not None and not m.join_waiter.done()]
             if not waiting:
                 g.phase = None
+                g.preparing = g.initial = False
                 return
             now = time.monotonic()
             timeout = max(m.rebalance_timeout_ms for m in waiting) / 1000.0
-            if g.initial and now - g.phase_started < min(self.initial_delay_s, timeout):
-                continue
-            any_gm = waiting[0].gm
-            any_gm.refresh()
-            state = any_gm.state
-            # wire members of the group not yet told about this generation (they learn it from a heartbeat)
-            laggards = [mid for mid, m in g.members.items() if mid in state["members"]
-                        and (m.join_waiter is None or m.join_waiter.done())
-                        and m.joined_generation < state["generation"]]
-            if laggards and now - g.phase_started < timeout:
-                continue
-            for mid in laggards:
-                self._drop(g, mid, True, "did not re-join within the rebalance timeout")
-            if laggards:
-                any_gm.refresh()
-                state = any_gm.state
-            g.initial = False
-            self._answer_joins(g, state)
+            expired = now - g.phase_started >= timeout
+            if g.initial and not expired:
+                if now < g.initial_until:
+                    continue
+                if g.new_member_added:
+                    g.new_member_added = False
+                    g.initial_until = now + self.initial_delay_s
+                    continue
+            lead = waiting[0].gm
+            lead.refresh()
+            state = lead.state
+            if g.preparing:
+                laggards = [mid for mid, m in g.members.items() if m.join_waiter is None or m.join_waiter.done()]
+                coming = any(t >= now for t in g.pending_ids.values())
+                if (laggards or coming) and not g.initial and not expired:
+                    continue
+            else:
+                # wire members not told about this generation yet (they learn it from a heartbeat)
+                laggards = [mid for mid, m in g.members.items() if mid in state["members"]
+                            and (m.join_waiter is None or m.join_waiter.done())
+                            and m.joined_generation < state["generation"]]
+                if laggards and not expired:
+                    continue
+            state = self._complete_phase(g, waiting, laggards)
+            if state is not None:
+                g.preparing = g.initial = g.new_member_added = False
+                self._answer_joins(g, state)
+
+    def _complete_phase(self, g: WireGroup, waiting: list, laggards: list) -> dict | None:
+        """The joins of a phase written in one go under the group lock: the members that did not join again
+        removed, dead ones evicted, the new and changed members in, one new generation when anything changed (or
+        a partition count did), and the members answered marked synced (an eager client revoked all it owned
+        before it joined, so the embedded members need not wait for their SyncGroups). The state written, or None
+        when the joins were answered an error."""
+        lead = waiting[0].gm
+        try:
+            _make_group_dir(lead.path, g.group_id)
+            with lead._locked():
+                for m in waiting:
+                    m.gm._hold_member_file_locked()
+                state = lead._load_locked()
+                changed = False
+                for mid in laggards:
+                    if state["members"].pop(mid, None) is not None:
+                        state["assignment"].pop(mid, None)
+                        changed = True
+                changed |= lead._evict_dead_locked(state)
+                for m in waiting:
+                    mid = m.gm.member_id
+                    if m.dirty or mid not in state["members"]:
+                        before = state["members"].get(mid)
+                        state["members"][mid] = {
+                            "client_id": m.gm.client_id, "pid": os.getpid(), "topics": m.topics,
+                            "strategies": m.strategies, "joined": before["joined"] if before else m.joined_wall,
+                            "session_timeout_s": m.session_timeout_ms / 1000.0}
+                        changed = True
+                parts = self._topic_partitions(lead._all_topics(state))
+                if changed or parts != state["partitions"]:
+                    _rebalance(state, parts)
+                    changed = True
+                synced = set(state["synced"])
+                for m in waiting:
+                    mid = m.gm.member_id
+                    if mid in state["members"] and mid not in synced:
+                        state["synced"].append(mid)
+                        synced.add(mid)
+                        changed = True
+                state["stable"] = synced >= set(state["members"])
+                if changed:
+                    lead._save_locked(state)
+        except InconsistentGroupProtocolError as e:
+            # an embedded member came meanwhile with assignors none of the joining members offer: they are refused
+            log.warning("group %s: joins refused: %s", g.group_id, e)
+            lead._stat = None
+            lead.refresh()
+            for m in waiting:
+                if m.dirty:
+                    m.join_waiter.set_result(InconsistentGroupProtocolError.code)
+                    self._count_pending(g, m, -1)
+                    m.dirty = False
+                    if m.gm.member_id not in lead.state["members"]:
+                        self._forget_member(g, m.gm.member_id)
+            return None
+        except (KafkaError, OSError) as e:
+            log.error("group %s: writing the group's joins failed: %s", g.group_id, e)
+            lead._stat = None
+            lead.refresh()
+            for m in waiting:
+                m.join_waiter.set_result(write_error_code(e))
+            return None
+        for mid in laggards:
+            self._forget_member(g, mid, "did not join again within the rebalance timeout")
+        for m in g.members.values():
+            m.dirty = False
+        g.pending_counts.clear()
+        g.pending_n = 0
+        return lead.state
+
+    def _forget_member(self, g: WireGroup, member_id: str, why: str | None = None) -> None:
+        """A wire member gone from the group's state (written already): its member file released."""
+        m = g.members.pop(member_id, None)
+        self.hosts.pop(member_id, None)
+        if m is None:
+            return
+        if m.dirty:
+            self._count_pending(g, m, -1)
+            m.dirty = False
+        if m.join_waiter is not None and not m.join_waiter.done():
+            m.join_waiter.set_result(UnknownMemberIdError.code)
+        m.gm._release_member_file()
+        m.gm.close()
+        if why:
+            log.info("group %s: member %s removed (%s)", g.group_id, member_id, why)
 
     def _answer_joins(self, g: WireGroup, state: dict) -> None:
         generation = state["generation"]
@@ -432,7 +596,7 @@ class GroupCoordinator:
         ours = [m for m in g.members.values() if m.gm.member_id in state["members"]]
         if not ours:
             return
-        leader = min(ours, key=lambda m: (m.joined_at, m.gm.member_id)).gm.member_id
+        leader = g.leader = min(ours, key=lambda m: (m.joined_at, m.gm.member_id)).gm.member_id
         members = []
         for m in ours:
             meta = next((md for name, md in m.protocols if name == protocol_name), m.protocols[0][1])
@@ -472,18 +636,25 @@ class GroupCoordinator:
     async def _sync_wait(self, m: WireMember, header, generation: int):
         gm = m.gm
         m.last_seen = time.monotonic()
-        try:
-            gm.sync(generation)
-        except UnknownMemberIdError:
-            return self._sync_answer(header, UnknownMemberIdError.code, b"")
+        g = self.groups.get(gm.group)
+        if g is not None and g.preparing:
+            return self._sync_answer(header, RebalanceInProgressError.code, b"")  # Kafka's PreparingRebalance
+        gm.refresh()
+        state = gm.state
+        if not (state["generation"] == generation and gm.member_id in state["synced"]):
+            # (the join phase marked the members it answered synced: nothing to write for them)
+            try:
+                gm.sync(generation)
+            except UnknownMemberIdError:
+                return self._sync_answer(header, UnknownMemberIdError.code, b"")
         deadline = time.monotonic() + m.rebalance_timeout_ms / 1000.0
         while True:
             gm.refresh()
             state = gm.state
             if gm.member_id not in state["members"]:
                 return self._sync_answer(header, UnknownMemberIdError.code, b"")
-            if state["generation"] != generation:
-                code = RebalanceInProgressError.code if state["generation"] > generation else \
+            if state["generation"] != generation or (g is not None and g.preparing):
+                code = RebalanceInProgressError.code if state["generation"] >= generation else \
                     IllegalGenerationError.code
                 return self._sync_answer(header, code, b"")
             if state["stable"] or self._revoked_by_all(gm.group, state, generation):
@@ -546,10 +717,14 @@ class GroupCoordinator:
         gm.refresh()
         state = gm.state
         if member_id not in state["members"]:
+            if m.join_waiter is not None and not m.join_waiter.done():
+                return RebalanceInProgressError.code  # its join is not written yet
             self._drop(g, member_id, False, "evicted from the group")
             return UnknownMemberIdError.code
         if state["generation"] != generation:
             return RebalanceInProgressError.code if state["generation"] > generation else IllegalGenerationError.code
+        if g.preparing:
+            return RebalanceInProgressError.code  # Kafka's PreparingRebalance: join again
         return 0
 
     def leave(self, group_id: str, member_id: str, instance_id: str | None = None, reason: str | None = None) -> int:

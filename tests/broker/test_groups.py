@@ -241,3 +241,37 @@ def test_a_wire_groups_liveness_costs_no_file_probe_for_the_brokers_own_members(
     # each join and sync reads the state fresh under the group lock (a few a member); the members' own refreshes
     # share one parse a change (the old code: each member parsed every change, members² for the group to form)
     assert len(parses) <= 6 * members, (len(parses), res["join_rounds"])
+
+
+@pytest.mark.parametrize("members", [60, 150])
+def test_members_joining_together_are_one_generation_and_one_write_of_the_group(broker, monkeypatch, members):
+    """Issue 24: a consumer group of raw wire members forming (bench/heartbeats.py's clients: every member joins at
+    once, the KIP-394 round included). Each JoinGroup and each SyncGroup was a locked read-modify-write of the
+    group's state.json (O(members) each) and each join a new generation: N generations and 2N writes to form
+    (1,000 members: 39 s, Apache Kafka 1.1 s). The joins that arrive together are one join phase, written once with
+    one new generation, and a SyncGroup writes nothing (the phase marked its members synced): a handful of
+    generations and as many writes, whatever the group's size. Counted, not timed."""
+    import asyncio
+    import time
+
+    from kafkalog.broker import protocol
+    from kafkalog.client import group as groupmod
+    hb = _bench_heartbeats()
+    writes = []
+    real_write = groupmod._write_state
+    monkeypatch.setattr(groupmod, "_write_state",
+                        lambda path, state: writes.append(state["generation"]) or real_write(path, state))
+
+    async def run():
+        await hb.create_topic(broker.port, protocol, "together", 8)
+        return await hb.classic(broker.port, protocol, "together", 8, members, 1, time.process_time)
+
+    res = asyncio.run(run())
+    assert res["assigned"] == 8
+    # one generation when every join comes within the initial delay's extension; a member late by a poll of the
+    # join phase (a loaded machine) makes a second phase; the old code: one generation a member
+    assert res["generation"] <= 4, res
+    assert len(writes) <= res["generation"] + 2, (writes, res)
+    state = groupmod.read_state(groupmod.group_dir(broker.data_dir, next(
+        g for g in groupmod.known_groups(broker.data_dir) if g.startswith("hbc-"))))
+    assert len(state["members"]) == members and state["stable"] and state["generation"] == res["generation"]
