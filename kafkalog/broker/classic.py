@@ -94,7 +94,9 @@ class ClassicGroup:
         self.pending_ids: dict[str, float] = {}
         self.phase: asyncio.Task | None = None
         self.phase_started = 0.0
-        self.initial = False
+        self.initial = False  # the phase began in an empty group: group.initial.rebalance.delay.ms applies
+        self.initial_until = 0.0
+        self.new_member_added = False  # a new member joined since the initial delay was last extended
         self.synced = asyncio.Event()
         self.sync_failed: tuple[int, int] | None = None  # (generation, error) when storing that generation failed
 
@@ -179,6 +181,7 @@ class ClassicGroup:
             self.state = "PreparingRebalance"
             self.synced.clear()
             self.phase_started = time.monotonic()
+            self.initial_until = self.phase_started + self.c.initial_delay_s
         if self.phase is None or self.phase.done():
             self.phase = asyncio.get_running_loop().create_task(self._join_phase())
 
@@ -192,11 +195,19 @@ class ClassicGroup:
             if not self.members:
                 return
             timeout = max(m.rebalance_timeout_ms for m in self.members.values()) / 1000.0
-            if self.initial and now - self.phase_started < min(self.c.initial_delay_s, timeout):
-                continue
+            expired = now - self.phase_started >= timeout
             lagging = [mid for mid, m in self.members.items() if m.join_fut is None or m.join_fut.done()]
-            if lagging and now - self.phase_started < timeout:
-                continue
+            if self.initial and not expired:
+                # Kafka's InitialDelayedJoin: the delay starts again while new members come (up to the rebalance
+                # timeout), then the phase completes with whoever joined
+                if now < self.initial_until:
+                    continue
+                if self.new_member_added:
+                    self.new_member_added = False
+                    self.initial_until = now + self.c.initial_delay_s
+                    continue
+            elif (lagging or any(t >= now for t in self.pending_ids.values())) and not expired:
+                continue  # Kafka's hasAllMembersJoined: every member joined again, no member id handed out to come
             for mid in lagging:
                 if self.members[mid].instance_id is not None:
                     continue  # Kafka keeps a static member that did not re-join: only its session timeout removes it
@@ -211,7 +222,7 @@ class ClassicGroup:
                 return
             if not waiting:
                 return
-            self.initial = False
+            self.initial = self.new_member_added = False
             self._complete_join()
             return
 
@@ -295,7 +306,8 @@ class ClassicGroups:
                 return self._replace_static(ctx, header, req, g, protocols)
             member_id = self.c.new_member_id(ctx.client_id)
             if instance_id is None and header.api_version >= 4:
-                g.pending_ids[member_id] = time.monotonic() + 300.0
+                # Kafka's pending member: expires after the join's session timeout; a join phase waits for it
+                g.pending_ids[member_id] = time.monotonic() + req["session_timeout_ms"] / 1000.0
                 return self.c._join_error(header, 79, member_id)
             # a static member new to the group (or a client before KIP-394) is added at once
         else:
@@ -330,6 +342,7 @@ class ClassicGroups:
         if not g.members:
             g.initial = True
             g.protocol_type = req["protocol_type"]
+        g.new_member_added = True
         g.members[member_id] = m
         if m.instance_id is not None:
             g.instances[m.instance_id] = member_id
