@@ -192,7 +192,8 @@ def protocol_subscription(topic: str) -> bytes:
     return struct.pack(">hi", 0, 1) + struct.pack(">h", len(topic)) + topic.encode() + struct.pack(">i", -1)
 
 
-async def classic(port: int, protocol, topic: str, partitions: int, members: int, rounds: int, cpu) -> dict:
+async def classic(port: int, protocol, topic: str, partitions: int, members: int, rounds: int, cpu,
+                  assignor: str = "range") -> dict:
     conns = [await Conn.open(port, protocol) for _ in range(members)]
     group = f"hbc-{uuid.uuid4().hex[:8]}"
     await coordinator_ready(conns[0], group)
@@ -211,7 +212,7 @@ async def classic(port: int, protocol, topic: str, partitions: int, members: int
             j = await conns[i].call(JOIN, 9, {
                 "group_id": group, "session_timeout_ms": 45000, "rebalance_timeout_ms": 60000,
                 "member_id": ids[i], "group_instance_id": None, "protocol_type": "consumer",
-                "protocols": [{"name": "range", "metadata": meta}], "reason": None})
+                "protocols": [{"name": assignor, "metadata": meta}], "reason": None})
             err = j["error_code"]
             if err == 79:  # KIP-394: join again with the id given
                 ids[i] = j["member_id"]
@@ -229,7 +230,7 @@ async def classic(port: int, protocol, topic: str, partitions: int, members: int
                 if j["leader"] == ids[i] else []
             sy = await conns[i].call(SYNC, 5, {"group_id": group, "generation_id": gen, "member_id": ids[i],
                                               "group_instance_id": None, "protocol_type": "consumer",
-                                              "protocol_name": "range", "assignments": plan})
+                                              "protocol_name": assignor, "assignments": plan})
             err = sy["error_code"]
             if err in (27, 22) or err in RETRY:
                 continue
@@ -273,7 +274,7 @@ def measure(broker, args, protocol) -> dict:
         if "classic" in args.protocols:
             progress(f"{broker.name}: classic, {args.members} members")
             res["classic"] = await classic(broker.port, protocol, topic, args.partitions, args.members, args.rounds,
-                                           broker.cpu)
+                                           broker.cpu, args.classic_assignor)
 
     try:
         asyncio.run(run())
@@ -290,6 +291,9 @@ def main(argv=None) -> int:
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--protocols", default="kip848,classic", help="a comma-separated subset of kip848, classic")
     ap.add_argument("--brokers", default="kafka,kafkalog", help="a comma-separated subset of kafka, kafkalog")
+    ap.add_argument("--classic-assignor", default="range",
+                    help="the protocol name the classic members offer (the leader assigns ranges under it): range is "
+                         "run by kafkalog's group model, another name (cooperative-sticky) by its classic coordinator")
     args = ap.parse_args(argv)
     args.protocols = [p for p in args.protocols.split(",") if p]
     if set(args.protocols) - {"kip848", "classic"}:
