@@ -136,10 +136,12 @@ def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None =
         members = []
         for m in cg.members.values():
             meta = next((md for n, md in m.protocols if n == cg.protocol), b"") if state == "Stable" else b""
+            # not Stable: Kafka's describeNoMetadata (the assignment a member holds, no metadata, no protocol)
             members.append({"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
                             "client_host": s.groups.hosts.get(m.member_id, ""), "member_metadata": meta,
-                            "member_assignment": m.assignment if state == "Stable" else b""})
-        return {"state": state, "protocol_type": cg.protocol_type, "protocol": cg.protocol or "", "members": members}
+                            "member_assignment": m.assignment})
+        return {"state": state, "protocol_type": cg.protocol_type,
+                "protocol": (cg.protocol or "") if state == "Stable" else "", "members": members}
     if gid == "":  # Kafka allows the empty group id for commits (and so to describe and delete): never joined
         d = {"state": "Empty", "members": [], "protocol": None}
     else:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from kafkalog.broker import protocol
 from tests.broker.wire import Wire
 
@@ -29,10 +31,10 @@ POLLS = 200  # a failure guard on the loop that waits for the broker to have tak
 WAITING_DESCRIBES = 10
 
 
-def _join_request(group: str, member_id: str, sub: bytes) -> dict:
+def _join_request(group: str, member_id: str, sub: bytes, assignor: str) -> dict:
     return {"group_id": group, "session_timeout_ms": SESSION_MS, "rebalance_timeout_ms": SESSION_MS,
             "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer", "reason": None,
-            "protocols": [{"name": "range", "metadata": sub}]}
+            "protocols": [{"name": assignor, "metadata": sub}]}
 
 
 def _answer(w: Wire, key: int, version: int) -> dict:
@@ -47,7 +49,7 @@ def _describe(w: Wire, group: str, n: Names, plan: dict | None = None) -> dict:
         m = dict(m)
         m.pop("client_host", None)
         got = bytes(m.pop("member_assignment"))
-        m["assignment"] = (protocol.decode_assignment(got)["assigned_partitions"] == plan[m["member_id"]]
+        m["assignment"] = (protocol.decode_assignment(got)["assigned_partitions"] == plan.get(m["member_id"])
                            if plan is not None and got else got)
         members.append(n(m))
     r["members"] = sorted(members, key=lambda m: m["member_id"])
@@ -65,7 +67,7 @@ def _range_plan(members: list[str], topic: str, partitions: int) -> dict:
     return out
 
 
-def formation_scenario(target, topic: str, group: str) -> list:
+def formation_scenario(target, topic: str, group: str, assignor: str) -> list:
     n = Names()
     out = []
     ws = [Wire(_port(target), client_id=f"member-{i}") for i in range(N)]
@@ -74,21 +76,21 @@ def formation_scenario(target, topic: str, group: str) -> list:
         assert a.create_topic(topic, 16)["error_code"] == 0
         _coordinator_ready(a, group)
         sub = protocol.encode_subscription([topic])
-        r = _join(a, 9, group, "", "consumer", [("range", sub)])
+        r = _join(a, 9, group, "", "consumer", [(assignor, sub)])
         out.append(("A: join, no member id", n(dict(r, member_id=n.name(r["member_id"], "A")))))
         ida = r["member_id"]
-        r = _join(a, 9, group, ida, "consumer", [("range", sub)])
+        r = _join(a, 9, group, ida, "consumer", [(assignor, sub)])
         out.append(("A: join, alone", n(r)))
         gen = r["generation_id"]
         plan = _range_plan([ida], topic, 16)
         r = _sync(a, 5, group, gen, ida, [(ida, protocol.encode_assignment(plan[ida]))], protocol_type="consumer",
-                  protocol_name="range")
+                  protocol_name=assignor)
         out.append(("A: sync", n(dict(r, assignment=protocol.decode_assignment(r["assignment"])))))
         out.append(("A: heartbeat", n(_heartbeat(a, 4, group, gen, ida))))
 
         ids = [ida]
         for w in ws[1:]:  # seven member ids handed out (pending members: no rebalance yet)
-            w.send(11, 9, _join_request(group, "", sub))
+            w.send(11, 9, _join_request(group, "", sub, assignor))
         for i, w in enumerate(ws[1:], 1):
             r = _answer(w, 11, 9)
             ids.append(n.name(r["member_id"], chr(ord("A") + i)))
@@ -96,7 +98,7 @@ def formation_scenario(target, topic: str, group: str) -> list:
         out.append(("A: heartbeat, member ids handed out", n(_heartbeat(a, 4, group, gen, ida))))
 
         for i, w in enumerate(ws[1:-1], 1):  # six join with their ids, all sent before any answer is read
-            w.send(11, 9, _join_request(group, ids[i], sub))
+            w.send(11, 9, _join_request(group, ids[i], sub, assignor))
         for _ in range(POLLS):  # until the broker took the six (Kafka's DescribeGroups lists them at once)
             d = _describe(a, group, n)
             if d["group_state"] == "PreparingRebalance" and len(d["members"]) == N - 1:
@@ -105,19 +107,19 @@ def formation_scenario(target, topic: str, group: str) -> list:
         out.append(("describe, joins waiting", d))
         out.append(("A: heartbeat while preparing", n(_heartbeat(a, 4, group, gen, ida))))
         out.append(("A: sync while preparing", n(_sync(a, 5, group, gen, ida, protocol_type="consumer",
-                                                       protocol_name="range"))))
+                                                       protocol_name=assignor))))
         r = a.call(8, 9, {"group_id": group, "generation_id_or_member_epoch": gen, "member_id": ida,
                           "group_instance_id": None, "retention_time_ms": -1, "topics": [
                               {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 0,
                                                               "committed_leader_epoch": -1,
                                                               "committed_metadata": ""}]}]})
         out.append(("A: commit on revoke while preparing", n(r)))
-        a.send(11, 9, _join_request(group, ida, sub))  # every member joined, one member id still to come
+        a.send(11, 9, _join_request(group, ida, sub, assignor))  # every member joined, one member id still to come
         for _ in range(WAITING_DESCRIBES):  # the phase goes on waiting for it (a broker that did not would be
             d = _describe(ws[-1], group, n)  # CompletingRebalance within a few of these)
             time.sleep(0.02)
         out.append(("describe, the last member id still to come", d))
-        ws[-1].send(11, 9, _join_request(group, ids[-1], sub))
+        ws[-1].send(11, 9, _join_request(group, ids[-1], sub, assignor))
         answers = [_answer(w, 11, 9) for w in ws]
         gen = answers[0]["generation_id"]
         for i, r in enumerate(answers):
@@ -131,13 +133,13 @@ def formation_scenario(target, topic: str, group: str) -> list:
         for w, r in zip(ws, answers):
             me = r["member_id"]
             w.send(14, 5, {"group_id": group, "generation_id": gen, "member_id": me, "group_instance_id": None,
-                           "protocol_type": "consumer", "protocol_name": "range",
+                           "protocol_type": "consumer", "protocol_name": assignor,
                            "assignments": [{"member_id": m, "assignment": x} for m, x in assignments]
                            if me == leader else []})
         for w, r in zip(ws, answers):
             s = _answer(w, 14, 5)
             got = protocol.decode_assignment(s["assignment"])["assigned_partitions"] if s["assignment"] else None
-            out.append((f"{n(r['member_id'])}: sync", n(dict(s, assignment=got == plan[r["member_id"]]))))
+            out.append((f"{n(r['member_id'])}: sync", n(dict(s, assignment=got == plan.get(r["member_id"])))))
         for w, r in zip(ws, answers):
             out.append((f"{n(r['member_id'])}: heartbeat", n(_heartbeat(w, 4, group, gen, r["member_id"]))))
         out.append(("describe, stable", _describe(a, group, n, plan)))
@@ -147,7 +149,10 @@ def formation_scenario(target, topic: str, group: str) -> list:
     return out
 
 
-def test_joins_that_arrive_together_are_one_generation_as_on_kafka(targets, topic_name, compare):
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_joins_that_arrive_together_are_one_generation_as_on_kafka(targets, topic_name, compare, assignor):
+    """range: kafkalog's group model (state.json, shared with embedded consumers); cooperative-sticky: its classic
+    coordinator (the leader's assignments passed through)."""
     topic, group = topic_name("formation"), topic_name("g")
-    answers = {name: formation_scenario(t, topic, group) for name, t in targets.items()}
-    compare(answers["kafka"], answers["kafkalog"], what="eight range members rebalancing at once")
+    answers = {name: formation_scenario(t, topic, group, assignor) for name, t in targets.items()}
+    compare(answers["kafka"], answers["kafkalog"], what=f"eight {assignor} members rebalancing at once")
