@@ -18,8 +18,9 @@ v3+ removes members by member id or by instance id. States as Kafka's::
     Empty -> PreparingRebalance -> CompletingRebalance -> Stable -> (join/leave/expiry) PreparingRebalance ...
 
 - JoinGroup: a new member, or a known member with new metadata, or any join while Stable starts a rebalance; the
-  join phase ends when every member re-joined (or its rebalance timeout removed it), after
-  ``group.initial.rebalance.delay.ms`` for an empty group. The generation goes up, the protocol is the first of the
+  join phase ends when every member re-joined and no KIP-394 member id handed out is still to come (or the
+  rebalance timeout removed who did not), and in an empty group once ``group.initial.rebalance.delay.ms`` passed
+  with no new member (Kafka's InitialDelayedJoin). The generation goes up, the protocol is the first of the
   leader's that every member offers, and the leader (the longest-standing member) gets every member's metadata.
 - SyncGroup: the leader's assignments are stored and sent to every member; a follower waits for them.
 - Heartbeat: REBALANCE_IN_PROGRESS (27) while a rebalance is under way, so members re-join; 25 / 22 for an unknown
