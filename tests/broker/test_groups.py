@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import types
 
 import pytest
 
@@ -275,3 +276,76 @@ def test_members_joining_together_are_one_generation_and_one_write_of_the_group(
     state = groupmod.read_state(groupmod.group_dir(broker.data_dir, next(
         g for g in groupmod.known_groups(broker.data_dir) if g.startswith("hbc-"))))
     assert len(state["members"]) == members and state["stable"] and state["generation"] == res["generation"]
+
+
+LINES = 8  # the embedded member's assignments after the wire members come: revoked, then its share (an
+# intermediate generation adds two)
+
+
+def _line(child, guard_s: float = 30.0) -> str:
+    """The child's next line (a failure guard, not a bound: it prints within a poll of each change)."""
+    import select
+    if not select.select([child.stdout], [], [], guard_s)[0]:
+        raise TimeoutError("the embedded member printed nothing")
+    return child.stdout.readline().strip()
+
+
+_EMBEDDED_MEMBER = """
+import sys, kafkalog
+c = kafkalog.KafkaConsumer(sys.argv[3], store=sys.argv[1], group_id=sys.argv[2], session_timeout_ms=6000,
+                           heartbeat_interval_ms=200)
+last = None
+while True:
+    c.poll(timeout_ms=50)
+    mine = sorted(tp.partition for tp in c.assignment())
+    if mine != last:
+        print(" ".join(map(str, mine)) or "-", flush=True)
+        last = mine
+"""
+
+
+def test_wire_members_joining_together_beside_an_embedded_member_of_another_process(broker, child_env, monkeypatch,
+                                                                                     wait_for):
+    """The phase's one write goes through the shared state.json under the group lock: an embedded consumer in
+    another process, already a member, keeps its place; it rebalances with the forty wire members that join at once
+    (it revokes and syncs itself, the wire members' SyncGroups wait for it), and the generation's assignment covers
+    every partition once, its share included."""
+    import asyncio
+    import time
+
+    from kafkalog.broker import protocol
+    from kafkalog.client import group as groupmod
+    hb = _bench_heartbeats()
+    with Wire(broker.port) as w:
+        assert w.create_topic("beside", 64)["error_code"] == 0
+    child = subprocess.Popen([sys.executable, "-c", _EMBEDDED_MEMBER, str(broker.data_dir), "hbc-beside", "beside"],
+                             stdout=subprocess.PIPE, text=True, env=child_env)
+    try:
+        assert _line(child) == " ".join(str(p) for p in range(64))  # alone: all 64
+        path = groupmod.group_dir(broker.data_dir, "hbc-beside")
+        before = groupmod.read_state(path)["generation"]
+        writes = []
+        real_write = groupmod._write_state
+        monkeypatch.setattr(groupmod, "_write_state",
+                            lambda p, state: writes.append(state["generation"]) or real_write(p, state))
+        monkeypatch.setattr(hb, "uuid", types.SimpleNamespace(uuid4=lambda: types.SimpleNamespace(hex="beside")))
+
+        async def run():
+            return await hb.classic(broker.port, protocol, "beside", 64, 40, 1, time.process_time)
+
+        res = asyncio.run(run())
+        state = wait_for(lambda: (s := groupmod.read_state(path))["stable"] and s, timeout=30, what="a stable group")
+        assert len(state["members"]) == 41 and state["generation"] == res["generation"]
+        owned = sorted((t, p) for tps in state["assignment"].values() for t, p in tps)
+        assert owned == [("beside", p) for p in range(64)]
+        embedded = [m for m, info in state["members"].items() if info["pid"] == child.pid]
+        assert len(embedded) == 1 and state["assignment"][embedded[0]]
+        share = " ".join(str(p) for _, p in sorted(state["assignment"][embedded[0]]))
+        seen: list[str] = []  # what it held at each change (revoked: "-"), up to its share of this generation
+        while share not in seen and len(seen) < LINES:
+            seen.append(_line(child))
+        assert share in seen, (share, seen)
+        assert res["generation"] - before <= 4 and len(writes) <= res["generation"] - before + 2, (before, res, writes)
+    finally:
+        child.kill()
+        child.wait(30)
