@@ -164,7 +164,7 @@ def _group_view(s, gid: str, with_members: bool = True, joined_ids: set | None =
             state = "CompletingRebalance"
     stable = state == "Stable"
     members = []
-    listed = d["members"]
+    listed = [m for m in d["members"] if m["member_id"] not in wire.departed] if wire is not None else d["members"]
     if wire is not None and wire.preparing and with_members:  # members whose join is not written yet
         known = {m["member_id"] for m in listed}
         listed = listed + [{"member_id": mid, "client_id": wm.gm.client_id, "pid": None, "topics": wm.topics,

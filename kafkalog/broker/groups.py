@@ -108,7 +108,8 @@ class WireMember:
 
 class WireGroup:
     __slots__ = ("group_id", "members", "pending_ids", "phase", "phase_started", "initial", "initial_until",
-                 "new_member_added", "preparing", "pending_counts", "pending_n", "state_counts", "leader")
+                 "new_member_added", "preparing", "pending_counts", "pending_n", "state_counts", "leader",
+                 "departed")
 
     def __init__(self, group_id: str):
         self.group_id = group_id
@@ -124,6 +125,8 @@ class WireGroup:
         self.pending_n = 0  # the joins waiting to be written (members with ``dirty``)
         self.state_counts: tuple[dict, dict[str, int]] | None = None  # (a state, assignor -> its members offering it)
         self.leader: str | None = None  # the wire member answered as the leader of the last join phase
+        # members that left or expired while other wire members remain: removed from state.json by the phase's write
+        self.departed: dict[str, WireMember] = {}
 
 
 class GroupCoordinator:
@@ -156,7 +159,7 @@ class GroupCoordinator:
         for g in self.groups.values():
             if g.phase is not None:
                 g.phase.cancel()
-            for m in g.members.values():
+            for m in (*g.members.values(), *g.departed.values()):
                 m.gm.close()
         self.groups.clear()
 
@@ -184,6 +187,32 @@ class GroupCoordinator:
         except KafkaError as e:
             log.warning("group %s: member %s: %s", g.group_id, member_id, e)
         log.info("group %s: member %s removed (%s)", g.group_id, member_id, why)
+
+    def _depart(self, g: WireGroup, member_id: str, why: str) -> None:
+        """A member leaves (LeaveGroup, its session timeout). With other wire members in the group it is Kafka's
+        PreparingRebalance: they join again and the phase's one write removes it with one new generation (a
+        restarted consumer, a leave and a join, is one generation as on Kafka, and a thousand members leaving are
+        not a thousand writes of the group); alone among the wire members it is written at once, so the embedded
+        members rebalance without it."""
+        m = g.members.get(member_id)
+        if m is None:
+            return
+        m.gm.refresh()
+        if not any(x != member_id for x in g.members) or member_id not in m.gm.state["members"]:
+            self._drop(g, member_id, True, why)
+            return
+        del g.members[member_id]
+        self.hosts.pop(member_id, None)
+        if m.dirty:
+            self._count_pending(g, m, -1)
+            m.dirty = False
+        if m.join_waiter is not None and not m.join_waiter.done():
+            m.join_waiter.set_result(UnknownMemberIdError.code)
+        g.departed[member_id] = m
+        self._prepare(g)
+        if g.phase is None or g.phase.done():
+            g.phase = self.s.loop.create_task(self._join_phase(g))
+        log.info("group %s: member %s leaves (%s)", g.group_id, member_id, why)
 
     def load_model_group(self, gid: str, rec) -> None:
         """A group-model group's GroupMetadata record at broker start (groupstate.py): its wire members come back
@@ -476,12 +505,12 @@ class GroupCoordinator:
         while True:
             await asyncio.sleep(POLL_S)
             waiting = [m for m in g.members.values() if m.join_waiter is not None and not m.join_waiter.done()]
-            if not waiting:
+            if not waiting and not g.departed:
                 g.phase = None
                 g.preparing = g.initial = False
                 return
             now = time.monotonic()
-            timeout = max(m.rebalance_timeout_ms for m in waiting) / 1000.0
+            timeout = max(m.rebalance_timeout_ms for m in waiting or g.members.values() or g.departed.values()) / 1000.0
             expired = now - g.phase_started >= timeout
             if g.initial and not expired:
                 if now < g.initial_until:
@@ -516,7 +545,8 @@ class GroupCoordinator:
         a partition count did), and the members answered marked synced (an eager client revoked all it owned
         before it joined, so the embedded members need not wait for their SyncGroups). The state written, or None
         when the joins were answered an error."""
-        lead = waiting[0].gm
+        lead = (waiting or list(g.members.values()) or list(g.departed.values()))[0].gm
+        departed = list(g.departed)
         try:
             _make_group_dir(lead.path, g.group_id)
             with lead._locked():
@@ -524,7 +554,7 @@ class GroupCoordinator:
                     m.gm._hold_member_file_locked()
                 state = lead._load_locked()
                 changed = False
-                for mid in laggards:
+                for mid in laggards + departed:
                     if state["members"].pop(mid, None) is not None:
                         state["assignment"].pop(mid, None)
                         changed = True
@@ -574,10 +604,16 @@ class GroupCoordinator:
             return None
         for mid in laggards:
             self._forget_member(g, mid, "did not join again within the rebalance timeout")
+        for mid in departed:
+            m = g.departed.pop(mid)
+            m.gm._release_member_file()
+            m.gm.close()
         for m in g.members.values():
             m.dirty = False
         g.pending_counts.clear()
         g.pending_n = 0
+        if departed and not lead.state["members"]:  # the last ones left: stored Empty, as Kafka stores it
+            self.state.write_model(g.group_id, lead.state, None)
         return lead.state
 
     def _forget_member(self, g: WireGroup, member_id: str, why: str | None = None) -> None:
@@ -740,7 +776,7 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if g is None or member_id not in g.members:
             return UnknownMemberIdError.code  # (static members live in classic groups only)
-        self._drop(g, member_id, True, "left the group" + (f" ({reason})" if reason else ""))
+        self._depart(g, member_id, "left the group" + (f" ({reason})" if reason else ""))
         return 0
 
     def check_commit(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None,
@@ -798,6 +834,6 @@ class GroupCoordinator:
                 if m.join_waiter is not None and not m.join_waiter.done():
                     continue
                 if now - m.last_seen > m.session_timeout_ms / 1000.0:
-                    self._drop(g, mid, True, f"no heartbeat for {m.session_timeout_ms} ms (session timeout)")
-            if not g.members and not g.pending_ids and (g.phase is None or g.phase.done()):
+                    self._depart(g, mid, f"no heartbeat for {m.session_timeout_ms} ms (session timeout)")
+            if not g.members and not g.pending_ids and not g.departed and (g.phase is None or g.phase.done()):
                 del self.groups[g.group_id]

@@ -349,3 +349,58 @@ def test_wire_members_joining_together_beside_an_embedded_member_of_another_proc
     finally:
         child.kill()
         child.wait(30)
+
+
+def test_members_leaving_together_are_one_generation_and_one_write_of_the_group(tmp_path, monkeypatch):
+    """Thirty members of a formed group, twenty-nine of them leave at once (LeaveGroup v5, pipelined): the leaves
+    are Kafka's PreparingRebalance (the remaining member's Heartbeat answers REBALANCE_IN_PROGRESS, it joins again)
+    and one write of state.json with one new generation removes them all; the old code wrote the group (O(members))
+    and made a generation for each leave. Counted, not timed; the initial delay (0.3 s) gathers the formation into
+    one phase."""
+    from kafkalog.broker import protocol
+    from kafkalog.client import group as groupmod
+    b = Broker(tmp_path / "data", listen="127.0.0.1:0", config=dict(CONFIG, **{
+        "group.initial.rebalance.delay.ms": 300}))
+    b.start()
+    n = 30
+    ws = [Wire(b.port, client_id=f"leaver-{i}") for i in range(n)]
+    try:
+        assert ws[0].create_topic("apart", 8)["error_code"] == 0
+        sub = protocol.encode_subscription(["apart"])
+
+        def join(member_id):
+            return {"group_id": "apart", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+                    "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+                    "protocols": [{"name": "range", "metadata": sub}]}
+
+        def answers(key, version):
+            return [protocol.decode_response(key, version, w.recv_frame())[1] for w in ws]
+        for w in ws:
+            w.send(11, 9, join(""))
+        ids = [r["member_id"] for r in answers(11, 9)]
+        for w, mid in zip(ws, ids):
+            w.send(11, 9, join(mid))
+        joined = answers(11, 9)
+        assert {r["error_code"] for r in joined} == {0} and len({r["generation_id"] for r in joined}) == 1
+        gen = joined[0]["generation_id"]
+        writes = []
+        real_write = groupmod._write_state
+        monkeypatch.setattr(groupmod, "_write_state",
+                            lambda p, state: writes.append(state["generation"]) or real_write(p, state))
+        for w, mid in zip(ws[1:], ids[1:]):
+            w.send(13, 5, {"group_id": "apart", "members": [{"member_id": mid, "group_instance_id": None,
+                                                             "reason": "done"}]})
+        for w in ws[1:]:
+            assert protocol.decode_response(13, 5, w.recv_frame())[1]["error_code"] == 0
+        hb = ws[0].call(12, 4, {"group_id": "apart", "generation_id": gen, "member_id": ids[0],
+                                "group_instance_id": None})
+        assert hb["error_code"] == 27  # PreparingRebalance: join again
+        r = ws[0].call(11, 9, join(ids[0]))
+        assert (r["error_code"], r["generation_id"], [m["member_id"] for m in r["members"]]) == (0, gen + 1, [ids[0]])
+        state = groupmod.read_state(groupmod.group_dir(b.data_dir, "apart"))
+        assert list(state["members"]) == [ids[0]] and state["generation"] == gen + 1
+        assert writes == [gen + 1]
+    finally:
+        for w in ws:
+            w.close()
+        b.stop()

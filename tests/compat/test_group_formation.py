@@ -8,7 +8,8 @@ is read; the group is then PreparingRebalance (DescribeGroups lists the members)
 SyncGroup are answered REBALANCE_IN_PROGRESS, its commit at generation 1 is taken; it joins again and the phase still
 waits for the seventh member id handed out (Kafka's hasAllMembersJoined); the seventh joins and all eight are
 answered generation 2 with one leader, the member that led generation 1. Then SyncGroup and Heartbeat at generation 2,
-and DescribeGroups of the Stable group. Member ids are named by role, and assignments are compared as "what the member
+DescribeGroups of the Stable group, and a member's restart (LeaveGroup, a new member, the others joining again):
+generation 3 for all. Member ids are named by role, and assignments are compared as "what the member
 got is what the leader planned for it" (the two brokers' random ids sort differently).
 
 Cost: a few dozen round trips per broker, no client library (the lab's session brokers).
@@ -143,6 +144,24 @@ def formation_scenario(target, topic: str, group: str, assignor: str) -> list:
         for w, r in zip(ws, answers):
             out.append((f"{n(r['member_id'])}: heartbeat", n(_heartbeat(w, 4, group, gen, r["member_id"]))))
         out.append(("describe, stable", _describe(a, group, n, plan)))
+
+        # a member restarts (it leaves, a new one comes): one rebalance, one generation
+        r = ws[1].call(13, 5, {"group_id": group, "members": [{"member_id": answers[1]["member_id"],
+                                                                "group_instance_id": None, "reason": "restart"}]})
+        out.append(("B: leave", n(r)))
+        out.append(("A: heartbeat after a leave", n(_heartbeat(a, 4, group, gen, ida))))
+        ws[1].close()
+        ws[1] = Wire(_port(target), client_id="member-1")
+        r = _join(ws[1], 9, group, "", "consumer", [(assignor, sub)])
+        out.append(("B': join, no member id", n(dict(r, member_id=n.name(r["member_id"], "B'")))))
+        ws[1].send(11, 9, _join_request(group, r["member_id"], sub, assignor))
+        for i, w in enumerate(ws):
+            if i != 1:
+                w.send(11, 9, _join_request(group, answers[i]["member_id"], sub, assignor))
+        for w in ws:
+            r = _answer(w, 11, 9)
+            r["members"] = sorted(n(r["members"]), key=lambda m: m["member_id"])
+            out.append((f"{n(r['member_id'])}: join answered after the restart", n(r)))
     finally:
         for w in ws:
             w.close()
