@@ -169,13 +169,15 @@ class ClassicGroup:
         self._forget(m)
         log.info("group %s: member %s removed (%s)", self.group_id, member_id, why)
         if self.members:
+            # published when the rebalance completes (its member file is gone already, so the file view shows it
+            # gone): a thousand members leaving are not a thousand writes of the group's state.json
             self.prepare_rebalance()
         else:
             self.state = "Empty"
             self.generation += 1
             self.leader = self.protocol = None
             self.c.state.write_classic(self)  # as Kafka stores an empty group (generation kept)
-        self.publish()
+            self.publish()
 
     def prepare_rebalance(self) -> None:
         if self.state != "PreparingRebalance":

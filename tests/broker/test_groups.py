@@ -351,12 +351,15 @@ def test_wire_members_joining_together_beside_an_embedded_member_of_another_proc
         child.wait(30)
 
 
-def test_members_leaving_together_are_one_generation_and_one_write_of_the_group(tmp_path, monkeypatch):
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_members_leaving_together_are_one_generation_and_one_write_of_the_group(tmp_path, monkeypatch, assignor):
     """Thirty members of a formed group, twenty-nine of them leave at once (LeaveGroup v5, pipelined): the leaves
     are Kafka's PreparingRebalance (the remaining member's Heartbeat answers REBALANCE_IN_PROGRESS, it joins again)
     and one write of state.json with one new generation removes them all; the old code wrote the group (O(members))
-    and made a generation for each leave. Counted, not timed; the initial delay (0.3 s) gathers the formation into
-    one phase."""
+    and made a generation for each leave (range: the group model), or wrote it for each leave (cooperative-sticky:
+    the classic coordinator's published view). Counted, not timed; the initial delay (0.3 s) gathers the formation
+    into one phase."""
+    from kafkalog.broker import classic as classicmod
     from kafkalog.broker import protocol
     from kafkalog.client import group as groupmod
     b = Broker(tmp_path / "data", listen="127.0.0.1:0", config=dict(CONFIG, **{
@@ -371,7 +374,7 @@ def test_members_leaving_together_are_one_generation_and_one_write_of_the_group(
         def join(member_id):
             return {"group_id": "apart", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
                     "member_id": member_id, "group_instance_id": None, "protocol_type": "consumer", "reason": None,
-                    "protocols": [{"name": "range", "metadata": sub}]}
+                    "protocols": [{"name": assignor, "metadata": sub}]}
 
         def answers(key, version):
             return [protocol.decode_response(key, version, w.recv_frame())[1] for w in ws]
@@ -385,8 +388,9 @@ def test_members_leaving_together_are_one_generation_and_one_write_of_the_group(
         gen = joined[0]["generation_id"]
         writes = []
         real_write = groupmod._write_state
-        monkeypatch.setattr(groupmod, "_write_state",
-                            lambda p, state: writes.append(state["generation"]) or real_write(p, state))
+        for module in (groupmod, classicmod):
+            monkeypatch.setattr(module, "_write_state",
+                                lambda p, state: writes.append(state["generation"]) or real_write(p, state))
         for w, mid in zip(ws[1:], ids[1:]):
             w.send(13, 5, {"group_id": "apart", "members": [{"member_id": mid, "group_instance_id": None,
                                                              "reason": "done"}]})
