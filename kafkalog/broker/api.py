@@ -79,8 +79,6 @@ from .share_groups import HANDLERS as _SHARE_HANDLERS
 from .share_groups import VERSIONS as _SHARE_VERSIONS
 from .share_groups import ShareCoordinator
 
-_SHARE_KEYS = frozenset(_SHARE_VERSIONS)
-
 log = logging.getLogger("kafkalog.broker")
 
 ADVERTISED: dict[int, tuple[int, int]] = {
@@ -248,11 +246,6 @@ class Services:
         self._txn_expiry_due = time.monotonic() + self._txn_expiry_s
         self._sweeper = None
         self.faults = broker.faults_if_on  # a test's fault injection (broker/faults.py); None: off
-
-    @property
-    def unadvertised(self) -> frozenset:
-        """KIP-932's APIs exist only while share.version is 1 or more (kafka-features can change it while running)."""
-        return frozenset() if self.features.levels["share.version"] >= 1 else _SHARE_KEYS
 
     def advertise(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -428,7 +421,7 @@ def api_versions(s: Services, ctx, header, frame, offset):
             return respond(header, {"error_code": code, "throttle_time_ms": ctx.throttle_time_ms, "api_keys": []})
     answer = {"error_code": 0, "throttle_time_ms": ctx.throttle_time_ms,
               "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
-                           for k, (lo, hi) in sorted(ADVERTISED.items()) if k not in s.unadvertised]}
+                           for k, (lo, hi) in sorted(ADVERTISED.items())]}
     if header.api_version >= 3:
         # Kafka leaves a feature whose supported minimum is 0 out of a v3 answer (older clients refused a minimum
         # of 0, KAFKA-17011); v4 lists them all

@@ -500,7 +500,7 @@ class Connection(asyncio.BufferedProtocol):
             raise InvalidRequestError(f"{name} request before SASL authentication completed")
         self.ctx.client_id = header.client_id
         handler = API_HANDLERS.get(key)
-        rng = ADVERTISED.get(key) if key not in self.services.unadvertised else None
+        rng = ADVERTISED.get(key)
         if key == 18 and (version < rng[0] or version > rng[1]):
             # KIP-511: an ApiVersions version we do not know is answered as v0 with UNSUPPORTED_VERSION and our
             # ApiVersions range, so the client can retry with one we support

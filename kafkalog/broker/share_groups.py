@@ -43,6 +43,7 @@ from ..errors import (
     UnknownMemberIdError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
 )
 from .handling import allowed, error_code, not_allowed, request_body, respond
 
@@ -371,8 +372,16 @@ def _empty_hb(ctx, code, message=None):
             "member_id": None, "member_epoch": 0, "heartbeat_interval_ms": 0, "assignment": None}
 
 
+def _off(s) -> bool:
+    """share.version 0 (server key or kafka-features): Kafka 4.4 keeps the share APIs listed and answers each with
+    UNSUPPORTED_VERSION and nothing else (checked in the lab)."""
+    return s.features.levels["share.version"] < 1
+
+
 def share_group_heartbeat(s, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
+    if _off(s):
+        return respond(header, _empty_hb(ctx, UnsupportedVersionError.code))
     if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
         return respond(header, _empty_hb(ctx, GROUP_DENIED))
     denied = [t for t in req["subscribed_topic_names"] or () if not_allowed(s, ctx, "DESCRIBE", "TOPIC", t)]
@@ -391,7 +400,9 @@ def share_group_describe(s, ctx, header, frame, offset):
     for gid in req["group_ids"]:
         r = {"error_code": 0, "error_message": None, "group_id": gid, "group_state": "", "group_epoch": 0,
              "assignment_epoch": 0, "assignor_name": "", "members": [], "authorized_operations": -2**31}
-        if not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
+        if _off(s):
+            r["error_code"] = UnsupportedVersionError.code
+        elif not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
             r["error_code"] = GROUP_DENIED
         elif not gid:
             r["error_code"] = 24  # INVALID_GROUP_ID
@@ -486,6 +497,9 @@ def share_fetch(s, ctx, header, frame, offset):
     gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
     top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
            "acquisition_lock_timeout_ms": co.lock_ms, "responses": [], "node_endpoints": []}
+    if _off(s):
+        top.update(error_code=UnsupportedVersionError.code, acquisition_lock_timeout_ms=0)
+        return respond(header, top)
     if not gid or not mid:
         top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
         return respond(header, top)
@@ -589,6 +603,9 @@ def share_acknowledge(s, ctx, header, frame, offset):
     gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
     top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
            "acquisition_lock_timeout_ms": co.lock_ms, "responses": [], "node_endpoints": []}
+    if _off(s):
+        top.update(error_code=UnsupportedVersionError.code, acquisition_lock_timeout_ms=0)
+        return respond(header, top)
     if not gid or not mid:
         top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
         return respond(header, top)
@@ -678,7 +695,9 @@ def describe_share_group_offsets(s, ctx, header, frame, offset):
     for g in req["groups"]:
         gid = g["group_id"]
         r = {"group_id": gid, "topics": [], "error_code": 0, "error_message": None}
-        if not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
+        if _off(s):
+            r["error_code"] = UnsupportedVersionError.code
+        elif not_allowed(s, ctx, "DESCRIBE", "GROUP", gid):
             r["error_code"] = GROUP_DENIED
         elif s.shares._other_type(gid):
             r.update(error_code=GroupIdNotFoundError.code, error_message=f"Group {gid} is not a share group.")

@@ -109,17 +109,16 @@ def test_update_features_changes_the_levels_at_once_and_keeps_them(tmp_path):
         b.stop()
 
 
-def test_share_version_updated_while_running_takes_the_share_apis_in_and_out(broker):
-    """kafka-features downgrade --feature share.version=0 takes KIP-932's APIs out of ApiVersions at once (kafkalog
-    then serves them not at all: Kafka 4.4 still lists them and answers UNSUPPORTED_VERSION), upgrade puts them back."""
-    def keys():
-        with Wire(broker.port) as w:
-            r = w.call(18, 4, {"client_software_name": "t", "client_software_version": "1"})
-        return {k["api_key"] for k in r["api_keys"]}
-    assert {76, 77, 78, 79} <= keys()
+def test_share_version_updated_while_running_turns_share_groups_off_and_on(broker):
+    """kafka-features downgrade --feature share.version=0 turns KIP-932's APIs off at once (still listed, each
+    answered UNSUPPORTED_VERSION, as Kafka 4.4), upgrade turns them on again."""
+    from .test_share_groups import assert_share_apis_refused
     try:
         assert _update(broker.port, [("share.version", 0, 2)])["error_code"] == 0
-        assert not {76, 77, 78, 79} & keys()
+        assert_share_apis_refused(broker.port)
     finally:
         assert _update(broker.port, [("share.version", 1, 1)])["error_code"] == 0
-    assert {76, 77, 78, 79} <= keys()
+    with Wire(broker.port) as w:
+        r = w.call(76, 1, {"group_id": "g-on", "member_id": "m-on", "member_epoch": 0, "rack_id": None,
+                           "subscribed_topic_names": ["t"]})
+    assert r["error_code"] == 0 and r["member_epoch"] == 1, r

@@ -136,13 +136,30 @@ def test_share_apis_advertised_with_share_version(make_broker):
         assert (keys[76], keys[77], keys[78], keys[79]) == ((1, 1), (1, 1), (1, 2), (1, 2))
         assert {"name": "share.version", "min_version": 0, "max_version": 1} in r["supported_features"]
         assert {f["name"]: f["max_version_level"] for f in r["finalized_features"]}["share.version"] == 1
-    with Wire(off.port) as w:
+    assert_share_apis_refused(off.port)
+
+
+def assert_share_apis_refused(port):
+    """share.version 0: the share APIs stay listed and each is answered UNSUPPORTED_VERSION (35) and nothing else,
+    as Kafka 4.4 answers after kafka-features downgrade --feature share.version=0 (checked in the lab)."""
+    with Wire(port) as w:
         r = w.call(18, 4, {"client_software_name": "t", "client_software_version": "1"})
-        assert not {76, 77, 78, 79} & {k["api_key"] for k in r["api_keys"]}
+        assert {76, 77, 78, 79, 90} <= {k["api_key"] for k in r["api_keys"]}
         assert "share.version" not in {f["name"] for f in r["finalized_features"]}
-        w.send(76, 1, {"group_id": "g", "member_id": "m", "member_epoch": 0, "rack_id": None,
-                       "subscribed_topic_names": ["t"]})
-        assert w.recv_frame() is None  # an API the broker does not advertise closes the connection, as Kafka's
+        r = w.call(76, 1, {"group_id": "g", "member_id": str(uuid.uuid4()), "member_epoch": 0, "rack_id": None,
+                           "subscribed_topic_names": ["t"]})
+        assert (r["error_code"], r["member_id"], r["assignment"]) == (35, None, None), r
+        r = w.call(77, 1, {"group_ids": ["g"], "include_authorized_operations": False})
+        assert [(g["error_code"], g["members"]) for g in r["groups"]] == [(35, [])], r
+        fetch = {"max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10, "batch_size": 10,
+                 "share_acquire_mode": 0, "forgotten_topics_data": []}
+        for key in (78, 79):
+            body = {"group_id": "g", "member_id": str(uuid.uuid4()), "share_session_epoch": 0, "is_renew_ack": False,
+                    "topics": [], **(fetch if key == 78 else {})}
+            r = w.call(key, 2, body)
+            assert (r["error_code"], r["responses"], r["acquisition_lock_timeout_ms"]) == (35, [], 0), (key, r)
+        r = w.call(90, 1, {"groups": [{"group_id": "g", "topics": None}]})
+        assert [(g["error_code"], g["topics"]) for g in r["groups"]] == [(35, [])], r
 
 
 # ---------------------------------------------------------------------------------------------------- membership
