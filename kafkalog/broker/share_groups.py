@@ -512,7 +512,9 @@ def share_fetch(s, ctx, header, frame, offset):
     except KafkaError as e:  # Kafka answers these with no message and no lock timeout
         top.update(error_code=error_code(e), acquisition_lock_timeout_ms=0)
         return respond(header, top)
-    names = yield s.loop.run_in_executor(None, _names_by_id, s)
+    names = s.store.topics_by_id()  # the registry's map: one stat while no topic changed
+    if any(t["topic_id"] not in names for t in req["topics"]):
+        names = yield s.loop.run_in_executor(None, _names_by_id, s)  # a topic without its id on record yet
     results: dict[tuple[uuid.UUID, int], dict] = {}
 
     def part(tid, p):
@@ -619,7 +621,9 @@ def share_acknowledge(s, ctx, header, frame, offset):
     except KafkaError as e:
         top.update(error_code=error_code(e), acquisition_lock_timeout_ms=0)
         return respond(header, top)
-    names = yield s.loop.run_in_executor(None, _names_by_id, s)
+    names = s.store.topics_by_id()  # the registry's map: one stat while no topic changed
+    if any(t["topic_id"] not in names for t in req["topics"]):
+        names = yield s.loop.run_in_executor(None, _names_by_id, s)  # a topic without its id on record yet
     acks = {}
     out: dict[uuid.UUID, list] = {}
     for t in req["topics"]:
