@@ -147,17 +147,19 @@ class Side:
     def group_log(self, group: str) -> dict:
         """What this producer wrote to the group's __consumer_offsets partition (Kafka's partitionFor over the
         broker's own partition count: 50 on Kafka, 1 on kafkalog), in order: its transactional offset batches and
-        their markers, and the aborted transactions of it the first fetch lists. Other groups' records (other
+        their markers, and the aborted transactions of it the first fetch lists. Other producers' records (other
         tests of the session share the partition) are left out."""
         md = self.call(3, 12, {"topics": [{"topic_id": _zero(), "name": "__consumer_offsets"}],
                                "allow_auto_topic_creation": False,
                                "include_topic_authorized_operations": False})["topics"][0]
         partition = partition_for(group, len(md["partitions"]))
         first, batches = self.batches("__consumer_offsets", partition=partition)
+        # this producer's alone ("P"): other producers' transactional offsets (Kafka Streams' on the session
+        # kafkalog, say) land in the same partition on kafkalog
         mine = [(b["control"], b["txn"], b["id"], b["seq"], None if b["values"] is None else len(b["values"]))
-                for b in batches if isinstance(b["id"][0], str)]
+                for b in batches if b["id"][0] == "P"]
         return {"error_code": first["error_code"], "batches": mine,
-                "aborted": [a[0] for a in first["aborted"] if isinstance(a[0], str)]}
+                "aborted": [a[0] for a in first["aborted"] if a[0] == "P"]}
 
     def batches(self, topic, partition=0, isolation=0) -> list:
         """Every batch up to the fetchable end, fetched from the next offset until there (both brokers answer

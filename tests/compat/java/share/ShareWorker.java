@@ -60,10 +60,24 @@ public class ShareWorker {
                 ops.add(new AlterConfigOp(new ConfigEntry("share.record.lock.duration.ms", lockMs),
                         AlterConfigOp.OpType.SET));
             }
-            admin.incrementalAlterConfigs(Map.of(res, ops)).all().get();
-            emit("{\"event\":\"config\",\"ok\":true}");
-        } catch (Exception e) {
-            emit("{\"event\":\"config\",\"ok\":false,\"error\":" + q(String.valueOf(e.getCause())) + "}");
+            // a broker without group configs refuses at once (INVALID_REQUEST): said, and the worker goes on; a
+            // timeout (a busy machine) is tried again, up to 5 times, before the worker goes on without the config
+            for (int attempt = 1; ; attempt++) {
+                try {
+                    admin.incrementalAlterConfigs(Map.of(res, ops)).all().get();
+                    emit("{\"event\":\"config\",\"ok\":true}");
+                    break;
+                } catch (java.util.concurrent.ExecutionException e) {
+                    boolean refused = e.getCause() instanceof org.apache.kafka.common.errors.InvalidRequestException
+                            || e.getCause() instanceof org.apache.kafka.common.errors.InvalidConfigurationException;
+                    if (refused || attempt >= 5) {
+                        emit("{\"event\":\"config\",\"ok\":false,\"attempts\":" + attempt + ",\"error\":"
+                                + q(String.valueOf(e.getCause())) + "}");
+                        break;
+                    }
+                    Thread.sleep(1000);
+                }
+            }
         }
         Properties p = new Properties();
         p.put("bootstrap.servers", bootstrap);
