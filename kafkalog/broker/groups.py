@@ -167,16 +167,24 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         return g.members.get(member_id) if g is not None else None
 
-    def _drop(self, g: WireGroup, member_id: str, leave: bool, why: str) -> None:
+    def _detach(self, g: WireGroup, member_id: str) -> WireMember | None:
+        """Take a wire member out of the broker's view of ``g`` (its pending join uncounted, a join waiting for an
+        answer answered UNKNOWN_MEMBER_ID); its files are the caller's."""
         m = g.members.pop(member_id, None)
         self.hosts.pop(member_id, None)
         if m is None:
-            return
+            return None
         if m.dirty:
             self._count_pending(g, m, -1)
             m.dirty = False
         if m.join_waiter is not None and not m.join_waiter.done():
             m.join_waiter.set_result(UnknownMemberIdError.code)
+        return m
+
+    def _drop(self, g: WireGroup, member_id: str, leave: bool, why: str) -> None:
+        m = self._detach(g, member_id)
+        if m is None:
+            return
         try:
             if leave:
                 m.gm.leave()
@@ -618,15 +626,9 @@ class GroupCoordinator:
 
     def _forget_member(self, g: WireGroup, member_id: str, why: str | None = None) -> None:
         """A wire member gone from the group's state (written already): its member file released."""
-        m = g.members.pop(member_id, None)
-        self.hosts.pop(member_id, None)
+        m = self._detach(g, member_id)
         if m is None:
             return
-        if m.dirty:
-            self._count_pending(g, m, -1)
-            m.dirty = False
-        if m.join_waiter is not None and not m.join_waiter.done():
-            m.join_waiter.set_result(UnknownMemberIdError.code)
         m.gm._release_member_file()
         m.gm.close()
         if why:

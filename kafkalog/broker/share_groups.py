@@ -490,21 +490,25 @@ def _leader(s):
     return {"leader_id": 0, "leader_epoch": 0}
 
 
+def _session_answer(s, ctx, gid, mid) -> dict:
+    """ShareFetch's and ShareAcknowledge's top level, with the checks both make first (share groups on, a group and
+    a member named, READ on the group): an error is answered with no lock timeout, as Kafka answers it."""
+    top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
+           "acquisition_lock_timeout_ms": s.shares.lock_ms, "responses": [], "node_endpoints": []}
+    code = UnsupportedVersionError.code if _off(s) else InvalidRequestError.code if not gid or not mid else \
+        GROUP_DENIED if not_allowed(s, ctx, "READ", "GROUP", gid) else 0
+    if code:
+        top.update(error_code=code, acquisition_lock_timeout_ms=0)
+    return top
+
+
 def share_fetch(s, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     v = header.api_version
     co = s.shares
     gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
-    top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
-           "acquisition_lock_timeout_ms": co.lock_ms, "responses": [], "node_endpoints": []}
-    if _off(s):
-        top.update(error_code=UnsupportedVersionError.code, acquisition_lock_timeout_ms=0)
-        return respond(header, top)
-    if not gid or not mid:
-        top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
-        return respond(header, top)
-    if not_allowed(s, ctx, "READ", "GROUP", gid):
-        top.update(error_code=GROUP_DENIED, acquisition_lock_timeout_ms=0)
+    top = _session_answer(s, ctx, gid, mid)
+    if top["error_code"]:
         return respond(header, top)
     has_acks = any(p["acknowledgement_batches"] for t in req["topics"] for p in t["partitions"])
     try:
@@ -603,16 +607,8 @@ def share_acknowledge(s, ctx, header, frame, offset):
     v = header.api_version
     co = s.shares
     gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
-    top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
-           "acquisition_lock_timeout_ms": co.lock_ms, "responses": [], "node_endpoints": []}
-    if _off(s):
-        top.update(error_code=UnsupportedVersionError.code, acquisition_lock_timeout_ms=0)
-        return respond(header, top)
-    if not gid or not mid:
-        top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
-        return respond(header, top)
-    if not_allowed(s, ctx, "READ", "GROUP", gid):
-        top.update(error_code=GROUP_DENIED, acquisition_lock_timeout_ms=0)
+    top = _session_answer(s, ctx, gid, mid)
+    if top["error_code"]:
         return respond(header, top)
     try:
         if epoch == 0:

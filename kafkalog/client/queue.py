@@ -480,6 +480,23 @@ class _StateFiles:
         self.fds = []
 
 
+def create_journal(path) -> tuple[int, mmap.mmap]:
+    """A new worker journal at ``path`` (state.lock held: a reaper never finds it unlocked): created, flocked for
+    the worker's lifetime, sized and mapped. Returns (fd, mapping). Shared by DurableQueue and the broker's share
+    partitions (share.py)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as e:
+        raise storage_error(e, "create", path) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, JOURNAL_BYTES)
+        return fd, mmap.mmap(fd, JOURNAL_BYTES)
+    except OSError as e:
+        os.close(fd)
+        raise storage_error(e, "create", path) from None
+
+
 def reap_dead_workers(dir, me: str, st: _State, dead: list) -> bool:
     """Fold the journals of the dead workers of the group in ``dir`` and give their leases back (state.lock held):
     a worker is dead when someone else can flock its journal. Their journals stay flocked in ``dead`` until the
@@ -922,20 +939,8 @@ class DurableQueue(QueueCore):
 
     def _open_journal(self) -> None:
         # created and flocked under state.lock: a reaper never finds it unlocked
-        path = self._journal_path(self._worker)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError as e:
-            raise storage_error(e, "create", path) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.ftruncate(fd, JOURNAL_BYTES)
-            self._jmap = mmap.mmap(fd, JOURNAL_BYTES)
-            self._journal_attach(self._jmap)
-        except OSError as e:
-            os.close(fd)
-            raise storage_error(e, "create", path) from None
-        self._jfd = fd
+        self._jfd, self._jmap = create_journal(self._journal_path(self._worker))
+        self._journal_attach(self._jmap)
 
     def _reap(self, st: _State, dead: list) -> bool:
         """Fold the journals of dead workers and give their leases back (state.lock held). Their journals stay

@@ -34,8 +34,6 @@ as Kafka acquires whole batches; record_limit mode: exactly ``max_records``). A 
 
 from __future__ import annotations
 
-import fcntl
-import mmap
 import os
 import secrets
 import threading
@@ -45,13 +43,13 @@ from .._engine.batch import RecordBatch, iter_batches
 from ..errors import InvalidRecordStateError, InvalidRequestError, OffsetOutOfRangeError, storage_error
 from ..storage.files import FileLock, fsync_dir, make_durable_dir
 from .queue import (
-    JOURNAL_BYTES,
     JOURNAL_SUFFIX,
     QUEUES_DIR,
     STATE_LOCK,
     _Ranges,
     _State,
     _StateFiles,
+    create_journal,
     reap_dead_workers,
 )
 
@@ -162,19 +160,7 @@ class SharePartition:
 
     def _open_journal(self) -> None:
         # created and flocked under state.lock, as a DurableQueue worker's: alive while this process is
-        path = self.dir / (self.worker + JOURNAL_SUFFIX)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        except OSError as e:
-            raise storage_error(e, "create", path) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.ftruncate(fd, JOURNAL_BYTES)
-            self._jmap = mmap.mmap(fd, JOURNAL_BYTES)
-        except OSError as e:
-            os.close(fd)
-            raise storage_error(e, "create", path) from None
-        self._jfd = fd
+        self._jfd, self._jmap = create_journal(self.dir / (self.worker + JOURNAL_SUFFIX))
 
     # -- Kafka's operations ----------------------------------------------------------------------------------------
 
