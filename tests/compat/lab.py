@@ -351,6 +351,8 @@ class KafkaBroker:
             "transaction.state.log.num.partitions": 1,
             "share.coordinator.state.topic.replication.factor": 1,
             "share.coordinator.state.topic.min.isr": 1,
+            # one partition (default 50): the first share group on a busy 2-core machine otherwise waits for 50
+            "share.coordinator.state.topic.num.partitions": 1,
             # a small machine: few threads
             "num.network.threads": 2,
             "num.io.threads": 4,

@@ -77,8 +77,8 @@ def _lines(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-def run_worker(worker_class, bootstrap, topic, group, mode, stop_after, idle_ms=3000, max_poll=500, timeout=90,
-               first_wait_ms=30000):
+def run_worker(worker_class, bootstrap, topic, group, mode, stop_after, idle_ms=3000, max_poll=500, timeout=150,
+               first_wait_ms=60000):
     classes, main = worker_class
     r = run_java(main, [bootstrap, topic, group, mode, stop_after, idle_ms, max_poll, KAFKA_LOCK_MS, first_wait_ms],
                  timeout=timeout, classpath_extra=[classes])

@@ -25,7 +25,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *     "rej" is REJECTed; anything else is ACCEPTed; commitSync after each poll's acknowledgements.
  *   MODE hold: prints what its first non-empty poll gets, then polls no more and never acknowledges (the test kills
  *     it with SIGKILL).
- * STOP_AFTER: the worker ends after it has seen this many records, or FIRST_WAIT_MS (30 s) without a record before
+ * STOP_AFTER: the worker ends after it has seen this many records, or FIRST_WAIT_MS (default 30 s) without a record before
  * the first one,
  * IDLE_MS after the last one.
  * First the group's configs are set (share.auto.offset.reset=earliest, share.record.lock.duration.ms=LOCK_MS when
@@ -98,11 +98,7 @@ public class ShareWorker {
                     String v = new String(r.value(), StandardCharsets.UTF_8);
                     int dc = r.deliveryCount().map(Short::intValue).orElse(-1);
                     String ack = "ACCEPT";
-                    if (mode.equals("implicit")) {
-                long errors = c.commitSync().values().stream().filter(Optional::isPresent).count();
-                emit("{\"event\":\"commit\",\"errors\":" + errors + "}");
-            }
-            if (mode.equals("hold")) {
+                    if (mode.equals("hold")) {
                         ack = "NONE";
                     } else if (mode.equals("explicit")) {
                         AcknowledgeType t = AcknowledgeType.ACCEPT;
