@@ -21,6 +21,7 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.ref cimport Py_INCREF
 from cpython.sequence cimport PySequence_Fast, PySequence_Fast_GET_SIZE, PySequence_Fast_ITEMS
+from cpython.tuple cimport PyTuple_GET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.stdlib cimport free, malloc, realloc
@@ -1029,10 +1030,62 @@ cdef extern from *:
     static inline void kl_own(PyObject *t, Py_ssize_t i, PyObject *v) {
         Py_XSETREF(((PyTupleObject *)t)->ob_item[i], v);
     }
+    /* Slot i of a tuple being refilled takes the int v (kl_put_i64) or a copy of n bytes at p, or None when n < 0
+       (kl_put_bytes). When the slot holds an exact int of v's digit count, or exact bytes of length n > 1, that
+       only the tuple references (reference count 1: the app dropped it, nobody can see it), its value is
+       rewritten in place, as CPython's own in-place concatenation reuses a string only it holds; else a new object
+       is made (NULL: allocation failed, the slot is left as it was). Saves an allocation and a deallocation per
+       field of a refilled record. The int layout is CPython 3.11's (30-bit digits, ob_size = +digit count); on
+       other versions the in-place path is compiled out. A bytes object's cached hash is reset. */
+    static inline int kl_put_i64(PyObject *t, Py_ssize_t i, long long v) {
+        PyObject **slot = &((PyTupleObject *)t)->ob_item[i];
+        PyObject *o = *slot;
+    #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && PYLONG_BITS_IN_DIGIT == 30
+        if (o != NULL && v > 256 && Py_REFCNT(o) == 1 && PyLong_CheckExact(o)) {
+            unsigned long long u = (unsigned long long)v;
+            Py_ssize_t nd = 0;
+            digit d[3];
+            while (u) { d[nd++] = (digit)(u & PyLong_MASK); u >>= PyLong_SHIFT; }
+            if (Py_SIZE(o) == nd) {
+                for (Py_ssize_t k = 0; k < nd; k++) ((PyLongObject *)o)->ob_digit[k] = d[k];
+                return 0;
+            }
+        }
+    #endif
+        PyObject *v2 = PyLong_FromLongLong(v);
+        if (v2 == NULL) return -1;
+        Py_XSETREF(*slot, v2);
+        return 0;
+    }
+    static inline int kl_put_bytes(PyObject *t, Py_ssize_t i, const char *p, Py_ssize_t n) {
+        PyObject **slot = &((PyTupleObject *)t)->ob_item[i];
+        PyObject *o = *slot;
+        PyObject *v2;
+        if (n < 0) {
+            if (o != Py_None) { Py_INCREF(Py_None); Py_XSETREF(*slot, Py_None); }
+            return 0;
+        }
+        if (n > 1 && o != NULL && Py_REFCNT(o) == 1 && PyBytes_CheckExact(o) && PyBytes_GET_SIZE(o) == n) {
+            memcpy(PyBytes_AS_STRING(o), p, (size_t)n);
+    #if PY_VERSION_HEX < 0x030D0000
+    #pragma GCC diagnostic push
+    #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+            ((PyBytesObject *)o)->ob_shash = -1;  /* 3.11-3.12 cache a bytes object's hash here */
+    #pragma GCC diagnostic pop
+    #endif
+            return 0;
+        }
+        v2 = PyBytes_FromStringAndSize(p, n);
+        if (v2 == NULL) return -1;
+        Py_XSETREF(*slot, v2);
+        return 0;
+    }
     """
     object kl_new_tuple(object tp, Py_ssize_t n)
     void kl_put(object t, Py_ssize_t i, object v) noexcept
     void _kl_own "kl_own"(object t, Py_ssize_t i, PyObject *v) noexcept
+    int kl_put_i64(object t, Py_ssize_t i, long long v) noexcept
+    int kl_put_bytes(object t, Py_ssize_t i, const char *p, Py_ssize_t n) noexcept
     PyObject *PyList_GET_ITEM(object l, Py_ssize_t i) noexcept
     Py_ssize_t _refcnt "Py_REFCNT"(PyObject *o) noexcept
     PyObject *_type "(PyObject *)Py_TYPE"(PyObject *o) noexcept
@@ -1044,13 +1097,6 @@ cdef inline int _own(object t, Py_ssize_t i, PyObject *o) except -1:
         raise MemoryError()
     _kl_own(t, i, o)
     return 0
-
-
-cdef inline PyObject *_bytes_or_none_raw(const unsigned char *p, int32_t n) noexcept:
-    if n < 0:
-        Py_INCREF(None)
-        return <PyObject *>None
-    return _bytes(<const char *>p, n)
 
 
 cdef extern from "Python.h":
@@ -1209,14 +1255,19 @@ def take_consumer_records(RecordStream stream, list out, Py_ssize_t limit, type 
         kl_put(t, 0, topic)
         kl_put(t, 1, partition)
         kl_put(t, 2, leader_epoch)
-        _own(t, 3, _long(off))
-        if ts_obj is None or ts != last_ts:
-            ts_obj = ts  # records of one batch often share a millisecond: one int for a run of them
+        if kl_put_i64(t, 3, off) < 0:
+            raise MemoryError()
+        if ts_obj is not None and ts == last_ts:
+            kl_put(t, 4, ts_obj)  # records of one batch often share a millisecond: one int for a run of them
+        else:
+            if kl_put_i64(t, 4, ts) < 0:
+                raise MemoryError()
+            ts_obj = <object>PyTuple_GET_ITEM(t, 4)
             last_ts = ts
-        kl_put(t, 4, ts_obj)
         kl_put(t, 5, ts_type)
-        _own(t, 6, _bytes_or_none_raw(r.key, r.key_len))
-        _own(t, 7, _bytes_or_none_raw(r.value, r.value_len))
+        if (kl_put_bytes(t, 6, <const char *>r.key, r.key_len) < 0
+                or kl_put_bytes(t, 7, <const char *>r.value, r.value_len) < 0):
+            raise MemoryError()
         kl_put(t, 8, headers)
         kl_put(t, 9, None)
         _own(t, 10, _long(-1 if r.key_len < 0 else r.key_len))

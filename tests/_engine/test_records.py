@@ -897,6 +897,44 @@ def test_a_record_pool_refills_only_records_nobody_else_holds():
         assert (value, headers) == (want[7], want[8])
 
 
+def test_a_refilled_record_takes_new_values_in_place_only_where_nobody_else_holds_them():
+    """A refilled record's offset, timestamp, key and value objects that only the record references are rewritten
+    in place (same digit count, same length); any the app still holds (a field kept after the record was dropped)
+    stay as they were; a rewritten bytes object hashes as its new value."""
+    ts0 = 1_700_000_000_000
+
+    def value(i):
+        return b"value-%06d" % i
+
+    def key(i):
+        return None if i % 9 == 0 else b"k%05d" % i
+
+    buf = b"".join(R.build_batch([value(i) for i in range(b, b + 10)], keys=[key(i) for i in range(b, b + 10)],
+                                 timestamps=[ts0 + 1000 * i for i in range(b, b + 10)], base_offset=b)
+                   for b in range(0, 600, 10))
+    stream = R.iter_records(buf)
+    pool = R.RecordPool()
+    held = []  # (object, a copy made by value): fields the app kept
+    for call in range(60):
+        recs = _consumer_tuples(stream, 10, pool)
+        want = [(10 * call + j, ts0 + 1000 * (10 * call + j), key(10 * call + j), value(10 * call + j))
+                for j in range(10)]
+        assert [(r.offset, r.timestamp, r.key, r.value) for r in recs] == want
+        for r in recs:
+            assert hash(r.value) == hash(bytes(bytearray(r.value)))  # a cached hash of the old value is not kept
+        if call % 3 == 0:
+            r = recs[call % 10]
+            held += [(r.offset, int(str(r.offset))), (r.timestamp, int(str(r.timestamp))),
+                     (r.value, bytes(bytearray(r.value)))]
+            if r.key is not None:
+                held.append((r.key, bytes(bytearray(r.key))))
+        for r in recs:
+            hash(r.value)  # caches the hash in the bytes object that a later call may rewrite
+        del recs, r
+    assert len(held) >= 60
+    assert all(obj == copy for obj, copy in held)
+
+
 def test_a_record_pool_does_not_keep_large_records():
     big = b"x" * 4096
     stream = R.iter_records(R.build_batch([big, b"small", big]))
