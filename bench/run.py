@@ -113,6 +113,7 @@ MEASUREMENTS = {
     "kafkalog.KafkaProducer.send[value]": producer.m_producer_send,
     "kafkalog.DurableQueue": queues.m_queue_ours,
     "kafkalog.DurableQueue[messages]": queues.m_queue_ours,
+    "raw.queue_cycle+fdatasync": queues.m_queue_ours,
     "persistqueue.SQLiteQueue[cycle]": queues.m_queue_pq,
     "persistqueue.SQLiteAckQueue[cycle]": queues.m_queue_pq_ack,
     "diskcache.Deque[cycle]": queues.m_queue_diskcache,

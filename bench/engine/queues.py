@@ -67,7 +67,39 @@ def m_queue_ours(ctx):
 
     return _queue_rows(ctx, "kafkalog.DurableQueue", "kafkalog", "put_many(100) + 100 x (get + ack) per cycle",
                        make, cycle, finish, "durable=True: put_many fsyncs before it returns; ack is journaled "
-                       "in the page cache (survives kill -9, not a power loss)", msgs_row=True)
+                       "in the page cache (survives kill -9, not a power loss)", msgs_row=True) + [_queue_floor(ctx)]
+
+
+def _queue_floor(ctx):
+    """The device's floor under a DurableQueue cycle: os.write of the very bytes put_many(100) appends (one record
+    batch of the cycle's 100 values, built beforehand) to an O_APPEND file + fdatasync, per cycle. A queue whose
+    cycle costs only this reaches peer cycle time / this time: the highest ratio any g8 row can show here."""
+    from kafkalog._engine.batch import build_batch
+    values = ctx.data.values
+    cycles = ctx.p.queue_cycles
+
+    def run(c):
+        batches = [build_batch(values[i * QUEUE_BATCH:(i + 1) * QUEUE_BATCH]) for i in range(c)]
+        d = ctx.tmpdir("queue-floor")
+        fd = os.open(os.path.join(d, "f"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            t0 = perf()
+            for b in batches:
+                os.write(fd, b)
+                os.fdatasync(fd)
+            el = perf() - t0
+        finally:
+            os.close(fd)
+            rmtree(d)
+        return el
+
+    sec, times, method = repeat(ctx, run, cycles, "median", reps=ctx.p.slow_reps, warm_n=max(5, cycles // 10))
+    nbytes = len(build_batch(values[:QUEUE_BATCH]))
+    return row("raw.queue_cycle+fdatasync", "floor", f"os.write of one cycle's record batch ({nbytes:,} B) + "
+               "fdatasync per cycle", n=cycles, seconds=sec, nbytes=cycles * QUEUE_BATCH * VALUE_BYTES,
+               method=method.replace(" discarded)", " cycles discarded)"), runs=times, cyc_s=cycles / sec,
+               note="info: the device's floor under a DurableQueue cycle; a g8 ratio cannot exceed peer cycles/s "
+                    "divided by this row's cycles/s")
 
 
 def _sqlite_sync(conn, level):
