@@ -646,3 +646,34 @@ def assert_same(kafka_answer, kafkalog_answer, ignore=(), what: str = "") -> Non
     if diffs:
         head = f"kafka and kafkalog answer differently{' (' + what + ')' if what else ''}: {len(diffs)} field(s)"
         raise AssertionError("\n  ".join([head, *diffs[:60]]) + ("\n  ..." if len(diffs) > 60 else ""))
+
+
+# -- the Go and JavaScript clients ------------------------------------------------------------------------------------
+
+LAB_CLIENTS_SCRIPT = REPO / ".ci" / "lab-clients"
+
+
+def lab_client_commands() -> dict:
+    """{client: argv prefix} of the lab's Go programs (franz-go, sarama) and kafkajs, built and installed by
+    .ci/lab-clients into LAB_DIR (quick when done). LabError names what is missing or what failed."""
+    missing = [tool for tool in ("go", "node", "npm") if shutil.which(tool) is None]
+    if missing:
+        raise LabError(f"the Go/JavaScript compatibility tests need {', '.join(missing)} on PATH (Go 1.26+ from "
+                       f"go.dev, Node 18+ and npm: apt-get install nodejs npm)")
+    env = dict(os.environ, KAFKALOG_LAB_DIR=str(LAB_DIR))
+    try:
+        r = subprocess.run(["bash", str(LAB_CLIENTS_SCRIPT)], capture_output=True, text=True, env=env, timeout=900,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as e:
+        raise LabError(f"{LAB_CLIENTS_SCRIPT} ran over 900 s:\n{e.stdout}\n{e.stderr}") from None
+    if r.returncode != 0:
+        raise LabError(f"{LAB_CLIENTS_SCRIPT} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    lines = r.stdout.split()
+    if len(lines) != 2:
+        raise LabError(f"{LAB_CLIENTS_SCRIPT} printed {r.stdout!r}, not the bin and kafkajs paths")
+    bin_dir, js_dir = lines
+    return {
+        "franz": [os.path.join(bin_dir, "franz")],
+        "sarama": [os.path.join(bin_dir, "sarama")],
+        "kafkajs": [shutil.which("node"), os.path.join(js_dir, "client.js")],
+    }

@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -32,11 +31,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from .lab import LAB_DIR, REPO, assert_same
+from .lab import LabError, assert_same, lab_client_commands
 
 LAB_TEST_DEADLINE_S = 60   # test bodies only assert on cached runs; the runs themselves are bounded below
 CLIENTS = ("franz", "sarama", "kafkajs")
-CLIENT_SCRIPT = REPO / ".ci" / "lab-clients"
 RUN_TIMEOUT_S = 120        # one program run (each program also stops itself after 90 s)
 FIRST, SECOND = 6, 4       # records of the first and second produce
 
@@ -45,30 +43,11 @@ FIRST, SECOND = 6, 4       # records of the first and second produce
 
 @pytest.fixture(scope="module")
 def client_commands():
-    """{client: argv prefix}; builds the Go programs and installs kafkajs with .ci/lab-clients (quick when done)."""
-    missing = [tool for tool in ("go", "node", "npm") if shutil.which(tool) is None]
-    if missing:
-        pytest.fail(f"the Go/JavaScript compatibility tests need {', '.join(missing)} on PATH (Go 1.26+ from go.dev, "
-                    f"Node 18+ and npm: apt-get install nodejs npm)", pytrace=False)
-    env = dict(os.environ, KAFKALOG_LAB_DIR=str(LAB_DIR))
-    t0 = time.monotonic()
+    """{client: argv prefix}: the Go programs and kafkajs of .ci/lab-clients (lab.lab_client_commands)."""
     try:
-        r = subprocess.run(["bash", str(CLIENT_SCRIPT)], capture_output=True, text=True, env=env, timeout=900,
-                           stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"{CLIENT_SCRIPT} ran over 900 s:\n{e.stdout}\n{e.stderr}", pytrace=False)
-    if r.returncode != 0:
-        pytest.fail(f"{CLIENT_SCRIPT} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}",
-                    pytrace=False)
-    lines = r.stdout.split()
-    assert len(lines) == 2, f"{CLIENT_SCRIPT} printed {r.stdout!r}, not the bin and kafkajs paths"
-    bin_dir, js_dir = lines
-    print(f"lab clients ready in {time.monotonic() - t0:.1f} s: {bin_dir}, {js_dir}")
-    return {
-        "franz": [os.path.join(bin_dir, "franz")],
-        "sarama": [os.path.join(bin_dir, "sarama")],
-        "kafkajs": [shutil.which("node"), os.path.join(js_dir, "client.js")],
-    }
+        return lab_client_commands()
+    except LabError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 # -- running the scenario ----------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ group configs and takes them from its server keys, so this module runs a ``kafka
 - explicit mode (default suite, about 10 s: one JVM per broker): ACCEPT, RELEASE (the record comes back once,
   delivery count 2), REJECT (never comes back) on two partitions: the records, offsets, delivery counts and
   acknowledgements each broker gave are the same.
+- franz-go's share consumer (default suite, about 7 s, mostly Kafka's): the same ACCEPT / RELEASE / REJECT run
+  through kgo.ShareGroup (tests/compat/go/franz/share.go), compared record by record.
 - slow: the share-group request matrix over raw frames (heartbeat validation and fencing, the assignor's split,
   describe/list/delete, share-session and acknowledgement errors), compared step by step; implicit mode; two
   consumers, one holding records and killed with SIGKILL, the other getting them again after the lock expires
@@ -35,7 +37,7 @@ import pytest
 
 from kafkalog.client.queue import DurableQueue
 
-from .lab import KafkalogServer, LabError, children, compile_java, run_java
+from .lab import KafkalogServer, LabError, children, compile_java, lab_client_commands, run_java
 
 LAB_TEST_DEADLINE_S = 240
 WORKER = Path(__file__).resolve().parent / "java" / "share" / "ShareWorker.java"
@@ -64,6 +66,15 @@ def klog():
 def worker_class():
     try:
         return compile_java(WORKER)
+    except LabError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def franz():
+    """franz-go's lab program (tests/compat/go/franz), built by .ci/lab-clients."""
+    try:
+        return lab_client_commands()["franz"]
     except LabError as e:
         pytest.fail(str(e), pytrace=False)
 
@@ -376,6 +387,30 @@ def test_explicit_accept_release_reject(brokers, worker_class):
     expected = [(0, 0, "m0-0", 1, "ACCEPT"), (0, 1, "m0-1", 1, "ACCEPT"), (0, 2, "m0-2", 1, "ACCEPT"),
                 (0, 3, "rel-a", 1, "RELEASE"), (0, 3, "rel-a", 2, "ACCEPT"), (0, 4, "rej-b", 1, "REJECT"),
                 (0, 5, "ok-c", 1, "ACCEPT"), (1, 0, "m1-0", 1, "ACCEPT"), (1, 1, "m1-1", 1, "ACCEPT")]
+    assert answers["kafka"] == expected, answers["kafka"]
+    assert answers["kafkalog"] == answers["kafka"]
+
+
+def test_franz_go_share_consumer_accept_release_reject(brokers, franz):
+    """franz-go's share consumer (kgo.ShareGroup, v1.22.3: tests/compat/go/franz/share.go): ACCEPT, RELEASE and
+    REJECT per record, acknowledgements flushed after each poll; the records, offsets, delivery counts and
+    acknowledgements each broker gave are the same (a Go program per broker: about 6 s on Kafka, 0.5 s here)."""
+    topic, group = f"share-f-{RUN}", f"share-f-{RUN}-g"
+    per = {0: [[b"f0-0", b"rel-x"], [b"rej-y", b"f0-3"]], 1: [[b"f1-0", b"rel-z", b"f1-2"]]}
+    answers = {}
+    for name, b in brokers.items():
+        produce(b.bootstrap, topic, 2, per)
+        r = subprocess.run([*franz, b.bootstrap, topic, group, "share", "9"], capture_output=True,
+                           text=True, timeout=120, stdin=subprocess.DEVNULL)
+        lines = _lines(r.stdout)
+        assert r.returncode == 0 and lines and lines[-1]["op"] == "share_result", (name, r.stdout, r.stderr[-3000:])
+        assert all("error" not in x for x in lines if x["op"] == "flush"), (name, lines)
+        if name == "kafka":  # Kafka takes the group's config (share.auto.offset.reset=earliest): else it reads none
+            assert [x for x in lines if x["op"] == "config"] == [{"op": "config"}], lines
+        answers[name] = sorted((x["p"], x["o"], x["v"], x["dc"], x["ack"]) for x in lines if x["op"] == "record")
+    expected = [(0, 0, "f0-0", 1, "ACCEPT"), (0, 1, "rel-x", 1, "RELEASE"), (0, 1, "rel-x", 2, "ACCEPT"),
+                (0, 2, "rej-y", 1, "REJECT"), (0, 3, "f0-3", 1, "ACCEPT"), (1, 0, "f1-0", 1, "ACCEPT"),
+                (1, 1, "rel-z", 1, "RELEASE"), (1, 1, "rel-z", 2, "ACCEPT"), (1, 2, "f1-2", 1, "ACCEPT")]
     assert answers["kafka"] == expected, answers["kafka"]
     assert answers["kafkalog"] == answers["kafka"]
 

@@ -13,6 +13,7 @@
 //	delete-offsets   delete GROUP's committed offset of partition 0 (OffsetDelete), then fetch its offsets
 //	delete-group     delete GROUP, then list groups
 //	txn              transactions: commit, abort, fencing, a GroupTransactSession round in GROUP (txn.go)
+//	share N          a share consumer (KIP-932) of GROUP: ACCEPT, RELEASE, REJECT by value (share.go)
 package main
 
 import (
@@ -118,6 +119,8 @@ func main() {
 		fetchOffsets(ctx, adm, "after_delete")
 	case "txn":
 		runTxn(ctx) // txn.go
+	case "share":
+		share(ctx, intArg(5, 6)) // share.go
 	case "delete-group":
 		cl := newClient()
 		defer cl.Close()
