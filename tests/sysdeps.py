@@ -47,6 +47,9 @@ class Need:
         return self.commands[0] if self.commands else f"lib{self.library}"
 
 
+# .ci/lab-clients builds the Go programs and installs KafkaJS (lab.lab_client_commands) for these
+_GO_JS = ("compat/lab.py", "compat/test_go_js_clients.py", "compat/test_share_groups.py")
+
 NEEDS: tuple[Need, ...] = (
     # Debian packages installed when missing (.ci/run installs the same)
     Need("kcat", "a real librdkafka client of the broker facade", ("broker/", "compat/"),
@@ -71,11 +74,10 @@ NEEDS: tuple[Need, ...] = (
          ("compat/",), commands=("javac",), apt=False),
     Need("maven", "fetches the lab's Apache Kafka and Spark's Kafka connector from Maven Central",
          ("compat/", "spark/cluster/"), commands=("mvn",), apt=False),
-    Need(None, "builds the lab's franz-go and sarama programs", ("compat/test_go_js_clients.py",),
-         commands=("go",), apt=False, hint="Go 1.26+, the machine's toolchain"),
-    Need("nodejs", "runs the lab's KafkaJS program", ("compat/test_go_js_clients.py",), commands=("node",),
-         apt=False),
-    Need("npm", "installs KafkaJS for the lab", ("compat/test_go_js_clients.py",), commands=("npm",), apt=False),
+    Need(None, "builds the lab's franz-go and sarama programs", _GO_JS, commands=("go",), apt=False,
+         hint="Go 1.26+, the machine's toolchain"),
+    Need("nodejs", "runs the lab's KafkaJS program", _GO_JS, commands=("node",), apt=False),
+    Need("npm", "installs KafkaJS for the lab", _GO_JS, commands=("npm",), apt=False),
 )
 
 

@@ -307,8 +307,7 @@ class LocalBroker:
 
     def _read_line(self, timeout: float) -> str:
         out = self._proc.stdout
-        ready, _, _ = select.select([out], [], [], timeout)
-        if not ready:
+        if not _readable(out, timeout):
             return ""
         return out.readline().decode(errors="replace").rstrip("\n")
 
@@ -485,6 +484,14 @@ class LocalBroker:
         from ..broker import security
         security.Authorizer(security.default_paths(self.data_dir)[1]).add(
             security.AclBinding(principal, host, operation, resource_type, name, pattern, permission))
+
+
+def _readable(f, timeout: float) -> bool:
+    """Whether ``f`` has something to read (or its end) within ``timeout`` s. poll(), not select(): select() refuses
+    a descriptor numbered 1,024 or more, which a test process that holds many files and sockets reaches."""
+    p = select.poll()
+    p.register(f, select.POLLIN | select.POLLPRI)
+    return bool(p.poll(max(0, int(timeout * 1000))))
 
 
 def _str(v) -> str:

@@ -267,8 +267,9 @@ class Serve:
         raise AssertionError("no VmRSS")
 
     def _read_line(self, timeout: float) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
+        poller = select.poll()  # not select(): it refuses descriptors numbered 1,024 or more
+        poller.register(self.proc.stdout, select.POLLIN | select.POLLPRI)
+        if not poller.poll(max(0, int(timeout * 1000))):
             self.kill()
             raise TimeoutError(f"kafkalog serve printed nothing in {timeout} s")
         return self.proc.stdout.readline().decode().rstrip("\n")
