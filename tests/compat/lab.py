@@ -517,7 +517,9 @@ class KafkalogServer:
         self._err = []
         self._drain = threading.Thread(target=self._read_stderr, args=(self.proc,), daemon=True)
         self._drain.start()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        poller = select.poll()  # not select(): it refuses descriptors numbered 1,024 or more
+        poller.register(self.proc.stdout, select.POLLIN | select.POLLPRI)
+        ready = poller.poll(max(0, int(timeout * 1000)))
         line = self.proc.stdout.readline().decode(errors="replace").rstrip("\n") if ready else ""
         m = KAFKALOG_READY.match(line)
         if not m:
