@@ -56,6 +56,7 @@ from ..storage.store import validate_topic_name
 from ..structs import OffsetAndMetadata, TopicPartition
 from . import _wire, security
 from . import admin as _admin
+from .consumer_groups import write_error_code
 from .features import INVALID_UPDATE_VERSION, Features
 from .features import SUPPORTED as SUPPORTED_FEATURES
 from .groups import GroupCoordinator
@@ -1793,14 +1794,29 @@ def leave_group(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED, "members": []})
+    # v3+ (KIP-345): a batch of members, each by member id or by a static member's instance id, each answered
+    asked = [{"member_id": req["member_id"]}] if header.api_version < 3 else req["members"]
+    members, writes = [], []
+    for m in asked:
+        code = s.groups.leave(req["group_id"], m["member_id"], m.get("group_instance_id"), m.get("reason"))
+        if isinstance(code, tuple):  # a member of a KIP-848 consumer group: answered once its removal is durable
+            code, written = code
+            if written is not None:
+                writes.append(written)
+        members.append({"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
+                        "error_code": code})
+    top = 0
+    for written in writes:
+        try:
+            yield written
+        except Exception as e:  # noqa: BLE001  (the group is back as it was: Kafka's mapping of a failed append)
+            log.error("LeaveGroup of group %s: %s", req["group_id"], e)
+            top = write_error_code(e)
     if header.api_version < 3:
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
-                                "error_code": s.groups.leave(req["group_id"], req["member_id"])})
-    # v3+ (KIP-345): a batch of members, each by member id or by a static member's instance id, each answered
-    members = [{"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
-                "error_code": s.groups.leave(req["group_id"], m["member_id"], m.get("group_instance_id"),
-                                             m.get("reason"))} for m in req["members"]]
-    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "members": members})
+                                "error_code": top or members[0]["error_code"]})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": top,
+                            "members": [] if top else members})
 
 
 def offset_commit(s: Services, ctx, header, frame, offset):

@@ -19,8 +19,12 @@ What is written (formats: storage/groupformat.py), when, as Kafka 4.4's GroupMet
   ConsumerGroupTargetAssignmentMetadata (assignment epoch), ConsumerGroupCurrentMemberAssignment per member (epoch,
   previous epoch, state, assigned and pending partitions, the epoch each partition was assigned at). A member that
   leaves or is fenced gets tombstones (current assignment, target, metadata: Kafka's order); a group converted to
-  a classic one loses all its records. ConsumerGroupPartitionMetadata is not written (4.1+ replaced it by the hash);
-  ConsumerGroupRegularExpression neither: the broker resolves a regex again when it loads the group.
+  a classic one loses all its records (an empty one when a JoinGroup replaces it; one whose last consumer-protocol
+  member left, KIP-848's online downgrade: in the same write as its GroupMetadata). A member that uses the classic
+  protocol has its ClassicMemberMetadata (session timeout, the protocols of its JoinGroup); a classic group
+  upgraded by a ConsumerGroupHeartbeat has its GroupMetadata tombstoned in the write of its first records.
+  ConsumerGroupPartitionMetadata is not written (4.1+ replaced it by the hash); ConsumerGroupRegularExpression
+  neither: the broker resolves a regex again when it loads the group.
 
 The MetadataHash is kafkalog's own 64-bit hash of (topic name, topic id, partition count) of the subscribed topics,
 not Kafka's (KIP-1101's Murmur3 over its metadata image): a loader compares it with what it computes itself, so a
@@ -262,7 +266,7 @@ class GroupStateStore:
             out.append((key(gf.CONSUMER_GROUP_MEMBER_METADATA, gid, m.member_id), gf.encode_member_metadata(
                 instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
                 topic_names=m.topic_names, topic_regex=m.topic_regex, rebalance_timeout_ms=m.rebalance_timeout_ms,
-                server_assignor=m.server_assignor)))
+                server_assignor=m.server_assignor, classic=m.classic)))
         out.append((key(gf.CONSUMER_GROUP_METADATA, gid),
                     gf.encode_consumer_group_metadata(g.group_epoch, metadata_hash(g.metadata))))
         for m in live:
@@ -277,8 +281,23 @@ class GroupStateStore:
                                                      assigned_at=m.assigned_at)))
         return out
 
-    def write_consumer(self, g: ConsumerGroup, members=(), removed=(), chain=None) -> asyncio.Future:
-        return self._submit(g.group_id, self.consumer_records(g, members, removed), chain=chain)
+    def write_consumer(self, g: ConsumerGroup, members=(), removed=(), chain=None,
+                       drop_classic: bool = False) -> asyncio.Future:
+        """``drop_classic``: the group was a classic one until this write (KIP-848's online upgrade): its
+        GroupMetadata is tombstoned in the same write, first, as Kafka's conversion writes it."""
+        records = self.consumer_records(g, members, removed)
+        if drop_classic:
+            self.generations.pop(g.group_id, None)
+            self._model_writes.pop(g.group_id, None)
+            records.insert(0, (gf.encode_group_key(gf.GROUP_METADATA, g.group_id), None))
+        return self._submit(g.group_id, records, chain=chain)
+
+    def write_downgrade(self, group: str, cg: ClassicGroup, chain=None) -> asyncio.Future:
+        """A consumer group that became the classic group ``cg`` (KIP-848's online downgrade): every record of the
+        consumer group tombstoned and the classic group's GroupMetadata, in one write."""
+        self.generations[group] = max(self.generations.get(group, 0), cg.generation)
+        return self._submit(group, [(gf.encode_group_key(gf.GROUP_METADATA, group), self.classic_value(cg))],
+                            _CONSUMER_TYPES, chain=chain)
 
     def drop_consumer(self, group: str) -> asyncio.Future:
         """A consumer group that goes (converted to a classic one): every record of it tombstoned."""
@@ -374,6 +393,8 @@ class GroupStateStore:
             m.client_id, m.client_host = d["client_id"], d["client_host"]
             m.topic_names, m.topic_regex = d["topic_names"], d["topic_regex"]
             m.rebalance_timeout_ms, m.server_assignor = d["rebalance_timeout_ms"], d["server_assignor"]
+            if d["classic"] is not None:  # a member that uses the classic protocol (KIP-848's online migration)
+                m.classic = (d["classic"][0], tuple(d["classic"][1]))
             m.last_seen = now  # the session timer starts at load
             g.members[m.member_id] = m
             if m.instance_id is not None:

@@ -65,8 +65,8 @@ def test_kafkas_consumer_group_records_decode_and_encode_back():
     d = gf.decode_member_metadata(KAFKA_MEMBER_METADATA)
     assert d == {"instance_id": None, "rack_id": None, "client_id": "records", "client_host": "/127.0.0.1",
                  "topic_names": ["test-dbg-t-800f48c1"], "topic_regex": None, "rebalance_timeout_ms": 30000,
-                 "server_assignor": None, "classic": False}
-    assert gf.encode_member_metadata(**{k: v for k, v in d.items() if k != "classic"}) == KAFKA_MEMBER_METADATA
+                 "server_assignor": None, "classic": None}
+    assert gf.encode_member_metadata(**d) == KAFKA_MEMBER_METADATA
     assert gf.decode_target_member(KAFKA_TARGET_MEMBER) == {TOPIC: {0, 1}}
     assert gf.encode_target_member({TOPIC: {1, 0}}) == KAFKA_TARGET_MEMBER
     c = gf.decode_current_assignment(KAFKA_CURRENT)
@@ -98,3 +98,18 @@ def test_keys():
 def test_bytes_that_are_not_a_record_are_refused(decode, data):
     with pytest.raises(ValueError):
         decode(data)
+
+
+def test_a_classic_members_metadata_round_trips():
+    """ClassicMemberMetadata (KIP-848's online migration: a member of a consumer group that uses the classic
+    protocol): the tagged nullable struct, a presence byte 1 before SessionTimeoutMs and SupportedProtocols."""
+    classic = (45000, [("range", b"\x00\x00sub"), ("cooperative-sticky", b"")])
+    data = gf.encode_member_metadata(instance_id=None, rack_id=None, client_id="c", client_host="/h",
+                                     topic_names=["t"], topic_regex=None, rebalance_timeout_ms=300000,
+                                     server_assignor=None, classic=classic)
+    tag = bytes.fromhex("01" "0000afc8" "03" "0672616e6765" "06" "00007375 62" "00"
+                        "13" "636f6f70657261746976652d737469636b79" "01" "00" "00")
+    assert data.endswith(bytes([1, 0, len(tag)]) + tag), data.hex()
+    d = gf.decode_member_metadata(data)
+    assert d["classic"] == classic and d["topic_names"] == ["t"] and d["rebalance_timeout_ms"] == 300000
+    assert gf.encode_member_metadata(**d) == data
