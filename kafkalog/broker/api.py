@@ -1519,6 +1519,9 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
         member, generation = req.get("member_id") or "", req.get("generation_id", -1)
         if not code and (member or generation >= 0):  # KIP-447: a group member's commit is fenced by generation
             code = s.groups.check_commit(group, member, generation, req.get("group_instance_id"))
+    per_partition = code if callable(code) else None  # a KIP-848 member at an older epoch: checked per partition
+    if per_partition is not None:
+        code = 0
     topics, offsets = [], {}
     by_id = None
     if header.api_version >= 6:  # KIP-1319: topics by id (an id no topic has: UNKNOWN_TOPIC_ID)
@@ -1540,7 +1543,9 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
             pc = topic_code
             if not pc and not 0 <= idx < n:
                 pc = UnknownTopicOrPartitionError.code
-            elif not pc:
+            elif not pc and per_partition is not None:
+                pc = per_partition(name, idx)
+            if not pc:
                 try:
                     offsets[TopicPartition(name, idx)] = s.store.offsets.check_offset(
                         OffsetAndMetadata(p["committed_offset"], p.get("committed_metadata") or "", None),
@@ -1856,7 +1861,7 @@ def offset_commit(s: Services, ctx, header, frame, offset):
             code = topic_code
             if not code and not 0 <= idx < n:
                 code = UnknownTopicOrPartitionError.code  # Kafka's answer for a partition it does not have
-            code = code or err
+            code = code or (err(name, idx) if callable(err) else err)
             if not code:
                 try:
                     # Kafka stores any int64 offset (KafkaJS commits -1/-2 to reset a group); the metadata is

@@ -816,9 +816,11 @@ class ConsumerGroups:
 
     @staticmethod
     def _set_epoch(m: ConsumerMember, epoch: int) -> None:
-        if epoch != m.epoch:
-            m.previous_epoch = m.epoch
-            m.epoch = epoch
+        """Kafka's ConsumerGroupMember.Builder.updateMemberEpoch: every new assignment state of a member moves its
+        epoch, the one it had becoming the previous one (the same epoch too: a member whose withheld partitions came
+        free is STABLE at its epoch, its previous epoch that epoch)."""
+        m.previous_epoch = m.epoch
+        m.epoch = epoch
 
     def _leave(self, req) -> dict:
         gid, member_id, epoch, instance_id = (req["group_id"], req["member_id"], req["member_epoch"],
@@ -927,22 +929,34 @@ class ConsumerGroups:
                 "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
                 "assignor_name": g.assignor or self.assignors[0], "members": members}
 
-    def check_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None) -> int:
-        """Kafka's ConsumerGroup.validateOffsetCommit (``api_version`` None: TxnOffsetCommit)."""
+    def check_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None):
+        """Kafka 4.4's ConsumerGroup.validateOffsetCommit (``api_version`` None: TxnOffsetCommit): an error code, or,
+        for a commit at an older epoch than the member's, a check of each partition (topic name, partition) -> code:
+        the partition must be the member's (assigned or pending revocation) since that epoch or before. A member
+        that uses the classic protocol commits with its generation (its member epoch) and is answered
+        ILLEGAL_GENERATION where a consumer-protocol member is answered STALE_MEMBER_EPOCH."""
         if epoch < 0 and not member_id:
             return UnknownMemberIdError.code if g.members else 0
         m = g.members.get(member_id)
         if m is None:
             return UnknownMemberIdError.code
-        if m.classic is not None:  # a classic member commits with its generation, which is its member epoch
-            return 0 if epoch == m.epoch else IllegalGenerationError.code
-        if api_version is not None and api_version < 9:
+        if m.classic is None and api_version is not None and api_version < 9:
             return UnsupportedVersionError.code
+        bad = IllegalGenerationError.code if m.classic is not None else StaleMemberEpochError.code
+        if epoch == m.epoch:
+            return 0
         if epoch > m.epoch:
-            return StaleMemberEpochError.code
-        if epoch < m.epoch:
-            return StaleMemberEpochError.code
-        return 0
+            return bad
+
+        def partition_check(topic: str, partition: int) -> int:
+            meta = (g.metadata or {}).get(topic) or self._topic_meta(topic)
+            if meta is None:
+                return bad
+            tid = meta[0]
+            if partition not in m.assigned.get(tid, ()) and partition not in m.pending_revocation.get(tid, ()):
+                return bad
+            return 0 if m.assigned_at.get((tid, partition), -1) <= epoch else bad
+        return partition_check
 
     def check_fetch(self, g: ConsumerGroup, member_id: str | None, epoch: int) -> int:
         """OffsetFetch v9+'s member check (Kafka's ConsumerGroup.validateOffsetFetch)."""

@@ -795,8 +795,10 @@ class GroupCoordinator:
         return 0
 
     def check_commit(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None,
-                     api_version: int | None = None) -> int:
-        """``api_version``: OffsetCommit's (a KIP-848 member must use v9+), None for TxnOffsetCommit."""
+                     api_version: int | None = None):
+        """An error code, or a check of each partition (a KIP-848 member committing at an older epoch:
+        ConsumerGroups.check_commit). ``api_version``: OffsetCommit's (a KIP-848 member must use v9+), None for
+        TxnOffsetCommit."""
         kg = self.consumer.groups.get(group_id)
         if kg is not None:
             return self.consumer.check_commit(kg, member_id, generation, api_version)

@@ -96,34 +96,36 @@ def _of_the_group_model(rec: gf.ClassicGroupRecord) -> bool:
             and all(m.instance_id is None for m in rec.members))
 
 
-def _write_job(offsets, group: str, records: list, delete_types=None, chain=None) -> None:
+def _write_job(offsets, group: str, records: list, delete_types=None, chain=None, tombstones=()) -> None:
     """Worker thread: append the records of ``records`` whose value differs from the store's (and, with
-    ``delete_types``, tombstones for every record of those types the group has), fsynced. ``chain`` (a consumer
-    group's WriteChain): refused without writing once an earlier write of the chain failed, and marked failed when
-    this one fails."""
+    ``delete_types``, tombstones for every record of those types the group has; ``tombstones``: keys tombstoned
+    whether the store has them or not, as Kafka writes some), fsynced. ``chain`` (a consumer group's WriteChain):
+    refused without writing once an earlier write of the chain failed, and marked failed when this one fails."""
     if chain is not None and chain.failed:
         raise NotCoordinatorError(f"group {group}: an earlier write of its records failed")
     try:
-        _write(offsets, group, records, delete_types)
+        _write(offsets, group, records, delete_types, tombstones)
     except BaseException:
         if chain is not None:
             chain.failed = True
         raise
 
 
-def _write(offsets, group: str, records: list, delete_types=None) -> None:
+def _write(offsets, group: str, records: list, delete_types=None, tombstones=()) -> None:
     current = offsets.group_records(group)
     out = []
     if delete_types is not None:
-        doomed = []
+        doomed = {}
         for key in current:
             try:
                 k = gf.decode_group_key(key)
             except ValueError:
                 continue
             if k.type in delete_types:
-                doomed.append((_DELETE_ORDER.get(k.type, 0), key))
-        out += [(key, None) for _, key in sorted(doomed)]
+                doomed[key] = _DELETE_ORDER.get(k.type, 0)
+        for key in tombstones:
+            doomed[key] = _DELETE_ORDER.get(gf.decode_group_key(key).type, 0)
+        out += [(key, None) for key, _ in sorted(doomed.items(), key=lambda x: (x[1], x[0]))]
     for key, value in records:
         if value is None:
             if key in current:
@@ -157,9 +159,9 @@ class GroupStateStore:
         pending write could land before it)."""
         return asyncio.wrap_future(self._worker.submit(lambda: None), loop=self.c.s.loop)
 
-    def _submit(self, group: str, records: list, delete_types=None, chain=None) -> asyncio.Future:
-        fut = asyncio.wrap_future(self._worker.submit(_write_job, self.offsets, group, records, delete_types, chain),
-                                  loop=self.c.s.loop)
+    def _submit(self, group: str, records: list, delete_types=None, chain=None, tombstones=()) -> asyncio.Future:
+        fut = asyncio.wrap_future(self._worker.submit(_write_job, self.offsets, group, records, delete_types, chain,
+                                                      tombstones), loop=self.c.s.loop)
         fut.add_done_callback(lambda f, g=group: self._done(f, g))
         return fut
 
@@ -296,8 +298,11 @@ class GroupStateStore:
         """A consumer group that became the classic group ``cg`` (KIP-848's online downgrade): every record of the
         consumer group tombstoned and the classic group's GroupMetadata, in one write."""
         self.generations[group] = max(self.generations.get(group, 0), cg.generation)
+        # Kafka's ConsumerGroup.createGroupTombstoneRecords tombstones its ConsumerGroupPartitionMetadata too, written
+        # or not (4.1+ no longer writes it)
         return self._submit(group, [(gf.encode_group_key(gf.GROUP_METADATA, group), self.classic_value(cg))],
-                            _CONSUMER_TYPES, chain=chain)
+                            _CONSUMER_TYPES, chain=chain,
+                            tombstones=[gf.encode_group_key(gf.CONSUMER_GROUP_PARTITION_METADATA, group)])
 
     def drop_consumer(self, group: str) -> asyncio.Future:
         """A consumer group that goes (converted to a classic one): every record of it tombstoned."""

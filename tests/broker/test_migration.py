@@ -153,9 +153,12 @@ def test_a_classic_group_upgrades_and_downgrades(broker, assignor, tmp_path):
         assert r["error_code"] == 0 and len(theirs) == 2 and not set(theirs) & set(mine), r
         d = cg_describe(w, group)
         assert d["group_state"] == "Stable", d
-        # commits: the classic member's generation is its member epoch
+        # commits: the classic member's generation is its member epoch; at an older one, a partition it has held
+        # since then (Kafka 4.4's per-partition check), at a newer one nothing
         assert commit(w, group, a, gen + 1) == 0
-        assert commit(w, group, a, gen) == ILLEGAL_GENERATION
+        assert [commit(w, group, a, gen, p) for p in range(4)] == [0 if ("t", p) in mine else ILLEGAL_GENERATION
+                                                                   for p in range(4)]
+        assert commit(w, group, a, gen + 2) == ILLEGAL_GENERATION
         # the other doors: ListGroups says consumer, DescribeGroups knows no classic group
         listed = [x for x in w.call(LIST, 5, {"states_filter": [], "types_filter": []})["groups"]
                   if x["group_id"] == group]
@@ -188,10 +191,10 @@ def test_a_classic_group_upgrades_and_downgrades(broker, assignor, tmp_path):
     assert types == [gf.GROUP_METADATA], types
 
 
-def commit(w, group, member, generation) -> int:
+def commit(w, group, member, generation, partition=0) -> int:
     r = w.call(COMMIT, 8, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
                            "group_instance_id": None, "retention_time_ms": -1, "topics": [
-                               {"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 1,
+                               {"name": "t", "partitions": [{"partition_index": partition, "committed_offset": 1,
                                                              "committed_leader_epoch": -1,
                                                              "committed_metadata": ""}]}]})
     return r["topics"][0]["partitions"][0]["error_code"]

@@ -75,10 +75,10 @@ def _cg(w, ids, group) -> dict:
     return ids(r)
 
 
-def _commit(w, group, member, generation, topic) -> int:
-    r = w.call(8, 8, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
-                      "group_instance_id": None, "retention_time_ms": -1, "topics": [
-                          {"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 1,
+def _commit(w, group, member, generation, topic, partition=0, version=8) -> int:
+    r = w.call(8, version, {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
+                            "group_instance_id": None, "retention_time_ms": -1, "topics": [
+                          {"name": topic, "partitions": [{"partition_index": partition, "committed_offset": 1,
                                                           "committed_leader_epoch": -1, "committed_metadata": ""}]}]})
     return r["topics"][0]["partitions"][0]["error_code"]
 
@@ -130,7 +130,11 @@ def migration_scenario(target, group: str, assignor: str) -> list:
         out.append(("A heartbeats", ids(_heartbeat(w, 4, group, gen_a, a))))
         out.append(("described", _cg(w, ids, group)))
         out.append(("A commits at its generation", _commit(w, group, a, gen_a, topic)))
-        out.append(("A commits at the generation before", _commit(w, group, a, gen, topic)))
+        # Kafka 4.4: a commit at an older epoch is checked per partition (held since that epoch or before)
+        for p in range(4):
+            out.append(("A commits at the generation before", p in mine, _commit(w, group, a, gen, topic, p)))
+            out.append(("B commits at its epoch before", p in theirs, _commit(w, group, B, eb - 1, topic, p, 9)))
+        out.append(("A commits at a newer generation", _commit(w, group, a, gen_a + 1, topic)))
         listed = w.call(16, 5, {"states_filter": [], "types_filter": []})["groups"]
         out.append(("ListGroups", [x for x in listed if x["group_id"] == group]))
         d = w.call(15, 6, {"groups": [group], "include_authorized_operations": False})["groups"][0]
