@@ -11,6 +11,8 @@ round trips only: bounded by the steps of each scenario.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from kafkalog import LogStore
@@ -57,13 +59,14 @@ def create(w, topic: str, partitions: int):
 
 
 def join(w, group, member_id, assignor="range", topics=("t",), owned=None, version=9, instance=None,
-         protocol_type="consumer", metadata=None, session_ms=10000):
+         protocol_type="consumer", metadata=None, session_ms=10000, rebalance_ms=10000):
     sub = metadata if metadata is not None else (
         protocol.encode_subscription(list(topics)) if owned is None else
         protocol.encode_subscription(list(topics), version=1, owned_partitions=owned))
-    return w.call(JOIN, version, {"group_id": group, "session_timeout_ms": session_ms, "rebalance_timeout_ms": 10000,
-                                  "member_id": member_id, "group_instance_id": instance, "protocol_type": protocol_type,
-                                  "reason": None, "protocols": [{"name": assignor, "metadata": sub}]})
+    return w.call(JOIN, version, {"group_id": group, "session_timeout_ms": session_ms,
+                                  "rebalance_timeout_ms": rebalance_ms, "member_id": member_id,
+                                  "group_instance_id": instance, "protocol_type": protocol_type, "reason": None,
+                                  "protocols": [{"name": assignor, "metadata": sub}]})
 
 
 def sync(w, group, generation, member_id, assignments=(), version=5, assignor="range"):
@@ -97,12 +100,12 @@ def assigned(r) -> list:
     return sorted((t, p) for t, ps in a.items() for p in ps)
 
 
-def classic_member(w, group, assignor, partitions=4):
+def classic_member(w, group, assignor, partitions=4, rebalance_ms=10000):
     """A classic member alone in ``group``, holding every partition of ``t``: its member id and generation."""
-    r = join(w, group, "", assignor)
+    r = join(w, group, "", assignor, rebalance_ms=rebalance_ms)
     assert r["error_code"] == MEMBER_ID_REQUIRED, r
     a = r["member_id"]
-    r = join(w, group, a, assignor)
+    r = join(w, group, a, assignor, rebalance_ms=rebalance_ms)
     assert r["error_code"] == 0 and r["leader"] == a, r
     gen = r["generation_id"]
     mine = protocol.encode_assignment({"t": list(range(partitions))})
@@ -111,10 +114,10 @@ def classic_member(w, group, assignor, partitions=4):
     return a, gen
 
 
-def upgraded(w, group, assignor):
+def upgraded(w, group, assignor, rebalance_ms=10000):
     """A classic member A (all 4 partitions of t), then B joins with ConsumerGroupHeartbeat: the group is a
     consumer group. (A's id and generation, B's answer, t's id.)"""
-    a, gen = classic_member(w, group, assignor)
+    a, gen = classic_member(w, group, assignor, rebalance_ms=rebalance_ms)
     r = hb(w, group, B, 0, topics=["t"], owned=[])
     assert r["error_code"] == 0, r
     return a, gen, r
@@ -253,45 +256,50 @@ def test_no_downgrade_unless_the_policy_allows_it(broker):
         assert d["error_code"] == 0 and [(m["member_id"], m["member_type"]) for m in d["members"]] == [(a, 0)], d
 
 
+def refused(w, group):
+    r = hb(w, group, B, 0, topics=["t"], owned=[])
+    return r["error_code"], r["error_message"].removeprefix(f"Cannot upgrade classic group {group} to consumer group "
+                                                            "because ")
+
+
 def test_upgrade_refusals(broker):
     """Kafka's refusals (GROUP_ID_NOT_FOUND and its message): a group of another kind, a member's metadata that is
-    not the consumer protocol, a custom assignor's user data in an assignment, more members than
-    group.consumer.max.size."""
-    b = broker.start(**{"group.consumer.max.size": 1, "group.initial.rebalance.delay.ms": 300})
+    not the consumer protocol, a custom assignor's user data in an assignment."""
+    b = broker.start()
     with Wire(b.port) as w:
         create(w, "t", 4)
-
-        def refused(group):
-            r = hb(w, group, B, 0, topics=["t"], owned=[])
-            return r["error_code"], r["error_message"].removeprefix(f"Cannot upgrade classic group {group} to consumer "
-                                                                    "group because ")
         r = join(w, "connect", "", "sessioned", protocol_type="connect", metadata=b"x")
         r = join(w, "connect", r["member_id"], "sessioned", protocol_type="connect", metadata=b"x")
         assert r["error_code"] == 0, r
-        assert refused("connect") == (GROUP_ID_NOT_FOUND, "the group does not use the consumer embedded protocol.")
+        assert refused(w, "connect") == (GROUP_ID_NOT_FOUND, "the group does not use the consumer embedded protocol.")
         r = join(w, "bad", "", "cooperative-sticky", metadata=b"\x00\x00garbage")
         r = join(w, "bad", r["member_id"], "cooperative-sticky", metadata=b"\x00\x00garbage")
         assert r["error_code"] == 0, r
-        assert refused("bad") == (GROUP_ID_NOT_FOUND, "the embedded consumer protocol is malformed.")
+        assert refused(w, "bad") == (GROUP_ID_NOT_FOUND, "the embedded consumer protocol is malformed.")
         a = join(w, "custom", "", "cooperative-sticky")["member_id"]
         gen = join(w, "custom", a, "cooperative-sticky")["generation_id"]
         r = sync(w, "custom", gen, a, [(a, protocol.encode_assignment({"t": [0]}, b"user data"))],
                  assignor="cooperative-sticky")
         assert r["error_code"] == 0, r
-        code, message = refused("custom")
+        code, message = refused(w, "custom")
         assert code == GROUP_ID_NOT_FOUND and message.startswith("an unsupported custom assignor is in use."), message
-        # two members (joining together: the group's initial delay holds the first join for the second), at most one
-        # in a consumer group
-        with Wire(b.port) as w2:
-            ids = [join(x, "two", "", "cooperative-sticky")["member_id"] for x in (w, w2)]
-            for x, m in zip((w, w2), ids):
-                x.send(JOIN, 9, {"group_id": "two", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
-                                 "member_id": m, "group_instance_id": None, "protocol_type": "consumer",
-                                 "reason": None, "protocols": [{"name": "cooperative-sticky",
-                                                                "metadata": protocol.encode_subscription(["t"])}]})
-            for x in (w, w2):
-                assert protocol.decode_response(JOIN, 9, x.recv_frame())[1]["error_code"] == 0
-        assert refused("two") == (GROUP_ID_NOT_FOUND, "the group size exceeds the consumer group maximum size.")
+
+
+def test_no_upgrade_past_the_consumer_groups_size_limit(broker):
+    """Two classic members (joining together: the group's initial delay holds the first join for the second), at
+    most one in a consumer group (group.consumer.max.size)."""
+    b = broker.start(**{"group.consumer.max.size": 1, "group.initial.rebalance.delay.ms": 300})
+    with Wire(b.port) as w, Wire(b.port) as w2:
+        create(w, "t", 4)
+        ids = [join(x, "two", "", "cooperative-sticky")["member_id"] for x in (w, w2)]
+        for x, m in zip((w, w2), ids):
+            x.send(JOIN, 9, {"group_id": "two", "session_timeout_ms": 10000, "rebalance_timeout_ms": 10000,
+                             "member_id": m, "group_instance_id": None, "protocol_type": "consumer", "reason": None,
+                             "protocols": [{"name": "cooperative-sticky",
+                                            "metadata": protocol.encode_subscription(["t"])}]})
+        for x in (w, w2):
+            assert protocol.decode_response(JOIN, 9, x.recv_frame())[1]["error_code"] == 0
+        assert refused(w, "two") == (GROUP_ID_NOT_FOUND, "the group size exceeds the consumer group maximum size.")
 
 
 def test_a_classic_member_joins_a_consumer_group(broker):
@@ -328,3 +336,37 @@ def test_a_classic_member_joins_a_consumer_group(broker):
         d = cg_describe(w, "g")
         assert [m["member_id"] for m in d["members"]] == [B], d
 
+
+
+def test_members_fenced_by_their_timers(broker):
+    """The broker's sweep (every 0.5 s) fences a consumer-protocol member silent for group.consumer.session.timeout.ms
+    (the last one: the group becomes classic again), and a classic member told to join again that does not within
+    its rebalance timeout (Kafka's join timer). Bounded by heartbeat counts (each 0.1 s apart, at most 50): about
+    2.5 s (the two timeouts and the sweep's period)."""
+    b = broker.start(**{"group.consumer.session.timeout.ms": 1000})
+    with Wire(b.port) as w:
+        create(w, "t", 4)
+        a, gen, _ = upgraded(w, "silent-b", "range")
+        for _ in range(50):  # A heartbeats (told to join again, its join timer is 10 s); B says nothing
+            code = heartbeat(w, "silent-b", gen, a)
+            if cg_describe(w, "silent-b")["error_code"] == GROUP_ID_NOT_FOUND:
+                break
+            assert code == REBALANCE_IN_PROGRESS
+            time.sleep(0.1)
+        assert cg_describe(w, "silent-b")["error_code"] == GROUP_ID_NOT_FOUND  # a classic group again
+        # A's generation was its member epoch, the classic group's is the group epoch
+        assert heartbeat(w, "silent-b", gen, a) == ILLEGAL_GENERATION
+        assert join(w, "silent-b", a)["generation_id"] == gen + 2
+        # a classic member (rebalance timeout 600 ms) told to join again that does not: fenced, B goes on
+        a, gen, r = upgraded(w, "lazy-a", "range", rebalance_ms=600)
+        eb = r["member_epoch"]
+        assert heartbeat(w, "lazy-a", gen, a) == REBALANCE_IN_PROGRESS
+        for _ in range(50):
+            r = hb(w, "lazy-a", B, eb, owned=[])
+            assert r["error_code"] == 0, r
+            eb = r["member_epoch"]
+            if [m["member_id"] for m in cg_describe(w, "lazy-a")["members"]] == [B]:
+                break
+            time.sleep(0.1)
+        assert [m["member_id"] for m in cg_describe(w, "lazy-a")["members"]] == [B]
+        assert heartbeat(w, "lazy-a", gen, a) == 25  # UNKNOWN_MEMBER_ID
