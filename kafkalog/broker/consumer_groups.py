@@ -875,9 +875,10 @@ class ConsumerGroups:
         self.c.hosts.pop(member_id, None)
         self._resolve(g, force=True)
         g.group_epoch += 1
-        # Kafka 4.4 computes the target assignment without the member at once (an empty group's assignment epoch
-        # follows its group epoch)
-        self._assign(g)
+        # Kafka 4.4's consumerGroupFenceMembers: the target assignment is computed by the next heartbeat (the group
+        # is Assigning meanwhile), except in a group left empty, whose assignment epoch follows its group epoch
+        if not g.members:
+            self._assign(g)
         log.info("group %s: member %s removed (%s), group epoch %d", g.group_id, member_id, why, g.group_epoch)
 
     def sweep(self) -> None:

@@ -172,6 +172,42 @@ def migration_scenario(target, group: str, assignor: str) -> list:
     return out
 
 
+def static_scenario(target, group: str) -> list:
+    """A static classic member (group.instance.id) in a group that is upgraded: it restarts (JoinGroup with no member
+    id and its instance id) and takes its old incarnation's place; the old member id is fenced; it leaves by
+    instance id, which downgrades nothing (the consumer-protocol member stays)."""
+    ids = Roles()
+    out = []
+    topic = f"{group}-t"
+    with Wire(_port(target), client_id="migration") as w:
+        _coordinator_ready(w, group)
+        _create(w, ids, topic, 4)
+        _seen_by_coordinator(w, group, topic)
+        sub = protocol.encode_subscription([topic])
+        r = _join(w, 9, group, "", "consumer", [("range", sub)], instance_id="i-1")
+        s1 = r["member_id"]
+        ids.roles[s1] = "S1"
+        out.append(("S1 joins", ids(r)))
+        gen = r["generation_id"]
+        out.append(("S1 syncs", _sync_view(ids(_sync(w, 5, group, gen, s1, [
+            (s1, protocol.encode_assignment({topic: [0, 1, 2, 3]}))], "i-1", "consumer", "range")))))
+        r = join(w, group, B, [topic])
+        out.append(("B joins: the upgrade", r["error_code"], r["member_epoch"]))
+        out.append(("described", _cg(w, ids, group)))
+        r = _join(w, 9, group, "", "consumer", [("range", sub)], instance_id="i-1")
+        s2 = r["member_id"]
+        ids.roles[s2] = "S2"
+        out.append(("S1 restarts as S2", ids(r)))
+        out.append(("described after it", _cg(w, ids, group)))
+        out.append(("S1's heartbeat", ids(_heartbeat(w, 4, group, gen, s1, "i-1"))))
+        out.append(("S2's heartbeat", ids(_heartbeat(w, 4, group, r["generation_id"], s2, "i-1"))))
+        r = w.call(13, 5, {"group_id": group, "members": [{"member_id": "", "group_instance_id": "i-1",
+                                                           "reason": None}]})
+        out.append(("S2 removed by instance id", ids(r)))
+        out.append(("described after it", _cg(w, ids, group)))
+    return out
+
+
 def refusals_scenario(target, group: str) -> list:
     """Upgrades Kafka refuses (GROUP_ID_NOT_FOUND and its message)."""
     ids = Roles()
@@ -203,6 +239,12 @@ def test_online_migration_as_kafka(targets, topic_name, compare, assignor):
     group = topic_name("g")
     answers = {name: migration_scenario(t, group, assignor) for name, t in targets.items()}
     compare(answers["kafka"], answers["kafkalog"], what=f"KIP-848 online migration ({assignor})")
+
+
+def test_static_classic_member_in_a_consumer_group_as_kafka(targets, topic_name, compare):
+    group = topic_name("g")
+    answers = {name: static_scenario(t, group) for name, t in targets.items()}
+    compare(answers["kafka"], answers["kafkalog"], what="a static classic member of a consumer group")
 
 
 def test_upgrade_refusals_as_kafka(targets, topic_name, compare):
