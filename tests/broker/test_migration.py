@@ -370,3 +370,44 @@ def test_members_fenced_by_their_timers(broker):
             time.sleep(0.1)
         assert [m["member_id"] for m in cg_describe(w, "lazy-a")["members"]] == [B]
         assert heartbeat(w, "lazy-a", gen, a) == 25  # UNKNOWN_MEMBER_ID
+
+
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+def test_a_conversion_whose_write_fails_is_taken_back(broker, assignor):
+    """The disk refuses the write of a conversion (failpoint groups:before-store, an EIO): the heartbeat that would
+    upgrade the group is answered NOT_COORDINATOR and the classic group goes on as before (its member heartbeats at
+    its generation); the heartbeat that would downgrade it likewise, the consumer group with both members back. Once
+    the disk takes writes again, both conversions go through."""
+    from kafkalog.storage import failpoints
+    b = broker.start()
+    group = f"fail-{assignor}"
+    with Wire(b.port) as w:
+        create(w, "t", 4)
+        a, gen = classic_member(w, group, assignor)
+        failpoints.enable("groups:before-store", "raise")
+        try:
+            r = hb(w, group, B, 0, topics=["t"], owned=[])
+        finally:
+            failpoints.disable("groups:before-store")
+        assert r["error_code"] == 16, r  # NOT_COORDINATOR
+        assert heartbeat(w, group, gen, a) == 0
+        d = w.call(DESCRIBE, 5, {"groups": [group], "include_authorized_operations": False})["groups"][0]
+        assert (d["group_state"], [m["member_id"] for m in d["members"]]) == ("Stable", [a]), d
+        assert cg_describe(w, group)["error_code"] == GROUP_ID_NOT_FOUND
+        r = hb(w, group, B, 0, topics=["t"], owned=[])
+        assert r["error_code"] == 0 and r["member_epoch"] == gen + 1, r
+        assert heartbeat(w, group, gen, a) == REBALANCE_IN_PROGRESS
+        r = join(w, group, a, assignor)
+        assert r["generation_id"] == gen + 1, r
+        before = cg_describe(w, group)
+        failpoints.enable("groups:before-store", "raise")
+        try:
+            r = hb(w, group, B, -1)
+        finally:
+            failpoints.disable("groups:before-store")
+        assert r["error_code"] == 16, r
+        assert cg_describe(w, group) == before  # still a consumer group of both
+        assert heartbeat(w, group, gen + 1, a) == 0
+        assert hb(w, group, B, -1)["error_code"] == 0
+        assert heartbeat(w, group, gen + 1, a) == REBALANCE_IN_PROGRESS  # the classic group's rebalance
+        assert cg_describe(w, group)["error_code"] == GROUP_ID_NOT_FOUND
