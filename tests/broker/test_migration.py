@@ -244,6 +244,11 @@ def test_no_upgrade_unless_the_policy_allows_it(broker, policy):
         assert (r["error_code"], r["error_message"]) == (GROUP_ID_NOT_FOUND, "Cannot upgrade classic group g to "
                                                          "consumer group because online upgrade is disabled."), r
         assert heartbeat(w, "g", gen, a) == 0  # the classic group goes on
+        # a classic consumer joining a consumer group: refused only when the migration is disabled (Kafka 4.4's
+        # throwIfClassicMemberCannotJoinConsumerGroup: INCONSISTENT_GROUP_PROTOCOL)
+        assert hb(w, "k", B, 0, topics=["t"], owned=[])["error_code"] == 0
+        r = join(w, "k", "", "range")
+        assert r["error_code"] == (INCONSISTENT if policy == "disabled" else MEMBER_ID_REQUIRED), r
 
 
 def test_no_downgrade_unless_the_policy_allows_it(broker):
