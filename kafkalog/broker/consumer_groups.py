@@ -966,7 +966,10 @@ class ConsumerGroups:
         m = g.members.get(member_id)
         if m is None:
             return UnknownMemberIdError.code
-        return 0 if epoch == m.epoch else StaleMemberEpochError.code
+        if epoch == m.epoch:
+            return 0
+        # Kafka's validateMemberEpoch: a member that uses the classic protocol sent its generation
+        return IllegalGenerationError.code if m.classic is not None else StaleMemberEpochError.code
 
     def close(self) -> None:
         self.groups.clear()

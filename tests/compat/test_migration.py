@@ -135,6 +135,11 @@ def migration_scenario(target, group: str, assignor: str) -> list:
             out.append(("A commits at the generation before", p in mine, _commit(w, group, a, gen, topic, p)))
             out.append(("B commits at its epoch before", p in theirs, _commit(w, group, B, eb - 1, topic, p, 9)))
         out.append(("A commits at a newer generation", _commit(w, group, a, gen_a + 1, topic)))
+        for what, epoch in (("its generation", gen_a), ("the generation before", gen)):
+            r = w.call(9, 9, {"groups": [{"group_id": group, "member_id": a, "member_epoch": epoch,
+                                          "topics": [{"name": topic, "partition_indexes": [0]}]}],
+                              "require_stable": False})
+            out.append((f"A's OffsetFetch v9 at {what}", r["groups"][0]["error_code"]))
         listed = w.call(16, 5, {"states_filter": [], "types_filter": []})["groups"]
         out.append(("ListGroups", [x for x in listed if x["group_id"] == group]))
         d = w.call(15, 6, {"groups": [group], "include_authorized_operations": False})["groups"][0]
