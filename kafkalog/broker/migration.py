@@ -24,7 +24,9 @@
 - **Downgrade**: when the last member that uses the consumer protocol leaves or is fenced and the members left use
   the classic protocol, and the policy allows, the group becomes a classic group (``classic.py``) at the group
   epoch as its generation, Stable with each member's target assignment, its records replaced by a GroupMetadata
-  in one write, and a rebalance starts at once (the members are told REBALANCE_IN_PROGRESS and join again).
+  in one write, and a rebalance starts at once (the members are told REBALANCE_IN_PROGRESS and join again). So
+  too when a classic static member's JoinGroup takes the instance id of the last consumer-protocol member: it
+  takes that member's place and assignment, and the classic group rebalances only if the subscription changed.
 
 Each conversion is part of the operation that caused it: if its write fails, the group goes back to what it was
 (the classic group put back in its coordinator, or the consumer group back in its place).
@@ -289,20 +291,28 @@ class Migration:
             log.info("group %s: cannot downgrade the consumer group to a classic group because the online "
                      "downgrade is disabled", gid)
             return False
+        return self._convert(g, others, True, member_id, f"member {member_id} {why}: downgraded from consumer to "
+                             "classic for member leaving")
+
+    def _convert(self, g: ConsumerGroup, members: list, rebalance: bool, left: str | None, why: str) -> bool:
+        """``g`` becomes the classic group of ``members`` (the operation at hand's write: ``g.converted``), which
+        rebalances at once when ``rebalance``; False when it cannot (no protocol in common: it stays as it is)."""
+        k = self.k
+        gid = g.group_id
         try:
-            cg = self._classic_group(g, others)
+            cg = self._classic_group(g, members)
         except Exception as e:  # noqa: BLE001  (no protocol in common: it stays a consumer group)
             log.warning("group %s: cannot downgrade the consumer group: %s", gid, e)
             return False
         k._mutating()
         del k.groups[gid]
         hosts = self.c.hosts
-        left_host = hosts.pop(member_id, None)
+        left_host = hosts.pop(left, None) if left is not None else None
         g.converted = cg
         self.c.classic.groups[gid] = cg
-        cg.prepare_rebalance()
-        log.info("group %s: member %s %s: downgraded from consumer to classic (generation %d, %d members) for "
-                 "member leaving", gid, member_id, why, cg.generation, len(cg.members))
+        if rebalance:
+            cg.prepare_rebalance()
+        log.info("group %s: %s (generation %d, %d members)", gid, why, cg.generation, len(cg.members))
 
         def durable():
             cg.publish()
@@ -319,7 +329,7 @@ class Migration:
             for m in g.members.values():
                 hosts[m.member_id] = m.client_host
             if left_host is not None:
-                hosts[member_id] = left_host
+                hosts[left] = left_host
             k.groups[gid] = g
         k._undo.on_durable.append(durable)
         k._undo.on_restore.append(restore)
@@ -528,11 +538,22 @@ class Migration:
             g.group_epoch += 1
         if k._resolve(g, force=bump):
             g.group_epoch += 1
-        if g.group_epoch > g.assignment_epoch:
+        # Kafka's validateOnlineDowngradeWithReplacedMember: the static member replaced was the last one that uses
+        # the consumer protocol: the group becomes a classic one, rebalancing only if the subscription changed
+        downgrade = (replaced is not None and replaced.classic is None and k.downgrade_enabled
+                     and all(x.classic is not None for x in g.members.values()))
+        if not downgrade and g.group_epoch > g.assignment_epoch:
             k._assign(g)
-        k._reconcile(g, m, self._owned(g, subscription))
+        if not (downgrade and bump):
+            k._reconcile(g, m, self._owned(g, subscription))
         if before is None or _fingerprint(m) != before:
             g.dirty.add(member_id)
+        if downgrade and self._convert(g, list(g.members.values()), bump, None, f"static member {member_id} "
+                                       f"replaced {replaced.member_id}: downgraded from consumer to classic"):
+            self.c.hosts[member_id] = m.client_host
+            return {"throttle_time_ms": 0, "error_code": 0, "generation_id": m.epoch, "protocol_type": "consumer",
+                    "protocol_name": protocols[0][0], "leader": "", "skip_assignment": False,
+                    "member_id": member_id, "members": []}
         m.join_deadline = None
         timeout_ms = rebalance_ms if rebalance_ms is not None and rebalance_ms > 0 else req["session_timeout_ms"]
         m.sync_deadline = time.monotonic() + timeout_ms / 1000.0

@@ -213,6 +213,42 @@ def static_scenario(target, group: str) -> list:
     return out
 
 
+def static_replacement_scenario(target, group: str) -> list:
+    """A static consumer-protocol member B (instance i-1) and a classic member A: a classic JoinGroup with B's
+    instance id replaces B, the last consumer-protocol member: the group becomes a classic one at once, Stable (the
+    subscription did not change: no rebalance), each member with the partitions it had as its target."""
+    ids = Roles()
+    out = []
+    topic = f"{group}-t"
+    with Wire(_port(target), client_id="migration") as w:
+        _coordinator_ready(w, group)
+        _create(w, ids, topic, 4)
+        _seen_by_coordinator(w, group, topic)
+        sub = protocol.encode_subscription([topic])
+        r = join(w, group, "static-b-" + "0" * 14, [topic], instance="i-1")
+        out.append(("B joins, static", r["error_code"], r["member_epoch"]))
+        r = _join(w, 9, group, "", "consumer", [("range", sub)])
+        r = _join(w, 9, group, r["member_id"], "consumer", [("range", sub)])
+        a = r["member_id"]
+        ids.roles[a] = "A"
+        out.append(("A joins with the classic protocol", ids(r)))
+        r = _join(w, 9, group, "", "consumer", [("range", sub)], instance_id="i-1")
+        s = r["member_id"]
+        ids.roles[s] = "S"
+        out.append(("S joins with B's instance id", ids(r)))
+        gen = r["generation_id"]
+        out.append(("ConsumerGroupDescribe", _cg(w, ids, group)))
+        d = w.call(15, 5, {"groups": [group], "include_authorized_operations": False})["groups"][0]
+        d.pop("authorized_operations", None)
+        for m in d["members"]:
+            m.pop("client_host", None)
+            m["member_assignment"] = _assigned({"error_code": 0, "assignment": m["member_assignment"]})
+        out.append(("DescribeGroups", ids(d)))
+        out.append(("S syncs", _sync_view(ids(_sync(w, 5, group, gen, s, (), "i-1", "consumer", "range")))))
+        out.append(("A heartbeats", ids(_heartbeat(w, 4, group, gen, a))))
+    return out
+
+
 def refusals_scenario(target, group: str) -> list:
     """Upgrades Kafka refuses (GROUP_ID_NOT_FOUND and its message)."""
     ids = Roles()
@@ -250,6 +286,12 @@ def test_static_classic_member_in_a_consumer_group_as_kafka(targets, topic_name,
     group = topic_name("g")
     answers = {name: static_scenario(t, group) for name, t in targets.items()}
     compare(answers["kafka"], answers["kafkalog"], what="a static classic member of a consumer group")
+
+
+def test_a_static_replacement_downgrades_as_kafka(targets, topic_name, compare):
+    group = topic_name("g")
+    answers = {name: static_replacement_scenario(t, group) for name, t in targets.items()}
+    compare(answers["kafka"], answers["kafkalog"], what="a static classic member replacing the last consumer member")
 
 
 def test_upgrade_refusals_as_kafka(targets, topic_name, compare):
