@@ -191,6 +191,12 @@ CONFIG_KEYS = _keys(
               "members are told.", scope=BROKER, low=1, high=INT_MAX),
     ConfigKey("group.consumer.max.size", int, INT_MAX, "KIP-848 consumer groups: the most members a group takes.",
               scope=BROKER, low=1, high=INT_MAX),
+    ConfigKey("group.consumer.migration.policy", str, "bidirectional", "KIP-848's online migration between "
+              "classic and consumer groups: bidirectional (both ways), upgrade (a classic group becomes a consumer "
+              "group when a ConsumerGroupHeartbeat joins it), downgrade (a consumer group whose last "
+              "consumer-protocol member leaves becomes a classic group), disabled (neither).", scope=BROKER,
+              validator=lambda v: v.strip().lower() in ("bidirectional", "upgrade", "downgrade", "disabled"),
+              expects="one of bidirectional, upgrade, downgrade, disabled"),
     ConfigKey("group.consumer.assignors", str, "uniform,range", "KIP-848 consumer groups: the server-side assignors "
               "(uniform, range), the first the default.", scope=BROKER,
               validator=lambda v: bool(v.strip()) and all(a.strip() in ("uniform", "range")

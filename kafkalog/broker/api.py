@@ -56,6 +56,7 @@ from ..storage.store import validate_topic_name
 from ..structs import OffsetAndMetadata, TopicPartition
 from . import _wire, security
 from . import admin as _admin
+from .consumer_groups import write_error_code
 from .features import INVALID_UPDATE_VERSION, Features
 from .features import SUPPORTED as SUPPORTED_FEATURES
 from .groups import GroupCoordinator
@@ -1518,6 +1519,9 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
         member, generation = req.get("member_id") or "", req.get("generation_id", -1)
         if not code and (member or generation >= 0):  # KIP-447: a group member's commit is fenced by generation
             code = s.groups.check_commit(group, member, generation, req.get("group_instance_id"))
+    per_partition = code if callable(code) else None  # a KIP-848 member at an older epoch: checked per partition
+    if per_partition is not None:
+        code = 0
     topics, offsets = [], {}
     by_id = None
     if header.api_version >= 6:  # KIP-1319: topics by id (an id no topic has: UNKNOWN_TOPIC_ID)
@@ -1539,7 +1543,9 @@ def txn_offset_commit(s: Services, ctx, header, frame, offset):
             pc = topic_code
             if not pc and not 0 <= idx < n:
                 pc = UnknownTopicOrPartitionError.code
-            elif not pc:
+            elif not pc and per_partition is not None:
+                pc = per_partition(name, idx)
+            if not pc:
                 try:
                     offsets[TopicPartition(name, idx)] = s.store.offsets.check_offset(
                         OffsetAndMetadata(p["committed_offset"], p.get("committed_metadata") or "", None),
@@ -1793,14 +1799,29 @@ def leave_group(s: Services, ctx, header, frame, offset):
     req = request_body(ctx, header, frame, offset)
     if not_allowed(s, ctx, "READ", "GROUP", req["group_id"]):
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED, "members": []})
+    # v3+ (KIP-345): a batch of members, each by member id or by a static member's instance id, each answered
+    asked = [{"member_id": req["member_id"]}] if header.api_version < 3 else req["members"]
+    members, writes = [], []
+    for m in asked:
+        code = s.groups.leave(req["group_id"], m["member_id"], m.get("group_instance_id"), m.get("reason"))
+        if isinstance(code, tuple):  # a member of a KIP-848 consumer group: answered once its removal is durable
+            code, written = code
+            if written is not None:
+                writes.append(written)
+        members.append({"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
+                        "error_code": code})
+    top = 0
+    for written in writes:
+        try:
+            yield written
+        except Exception as e:  # noqa: BLE001  (the group is back as it was: Kafka's mapping of a failed append)
+            log.error("LeaveGroup of group %s: %s", req["group_id"], e)
+            top = write_error_code(e)
     if header.api_version < 3:
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms,
-                                "error_code": s.groups.leave(req["group_id"], req["member_id"])})
-    # v3+ (KIP-345): a batch of members, each by member id or by a static member's instance id, each answered
-    members = [{"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
-                "error_code": s.groups.leave(req["group_id"], m["member_id"], m.get("group_instance_id"),
-                                             m.get("reason"))} for m in req["members"]]
-    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "members": members})
+                                "error_code": top or members[0]["error_code"]})
+    return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": top,
+                            "members": [] if top else members})
 
 
 def offset_commit(s: Services, ctx, header, frame, offset):
@@ -1840,7 +1861,7 @@ def offset_commit(s: Services, ctx, header, frame, offset):
             code = topic_code
             if not code and not 0 <= idx < n:
                 code = UnknownTopicOrPartitionError.code  # Kafka's answer for a partition it does not have
-            code = code or err
+            code = code or (err(name, idx) if callable(err) else err)
             if not code:
                 try:
                     # Kafka stores any int64 offset (KafkaJS commits -1/-2 to reset a group); the metadata is

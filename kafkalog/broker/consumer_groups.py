@@ -39,9 +39,11 @@ failed one are refused unwritten (``WriteChain``: they were computed from the st
 changed nothing waits for the group's pending write, and the member is answered NOT_COORDINATOR (Kafka's answer
 to an append that failed with a storage error), so nothing answered disagrees with what a restart loads.
 
-Online migration between classic and consumer groups is not served: a JoinGroup to a non-empty consumer group is
-answered INCONSISTENT_GROUP_PROTOCOL, a heartbeat to a non-empty classic group GROUP_ID_NOT_FOUND ("Group %s is not
-a consumer group."); an empty group of the other kind is replaced, as Kafka does.
+KIP-848's online migration (``group.consumer.migration.policy``, migration.py): the first heartbeat (epoch 0) to a
+classic group with members converts it when the policy allows, its classic members staying in the consumer group
+as members that use the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup: their ``classic`` is set);
+when the last member that uses the consumer protocol leaves (or is fenced) and the policy allows, the group goes
+back to a classic one. An empty group of the other kind is replaced, as Kafka does.
 
 Loop thread only.
 """
@@ -60,6 +62,7 @@ from ..errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
+    IllegalGenerationError,
     InvalidRegularExpressionError,
     InvalidRequestError,
     NotCoordinatorError,
@@ -116,7 +119,8 @@ def _count(a: Assignment) -> int:
 class ConsumerMember:
     __slots__ = ("member_id", "instance_id", "rack_id", "client_id", "client_host", "rebalance_timeout_ms",
                  "topic_names", "topic_regex", "server_assignor", "epoch", "previous_epoch", "state", "assigned",
-                 "pending_revocation", "assigned_at", "last_seen", "revoke_deadline")
+                 "pending_revocation", "assigned_at", "last_seen", "revoke_deadline", "classic", "join_deadline",
+                 "sync_deadline")
 
     def __init__(self, member_id: str):
         self.member_id = member_id
@@ -136,6 +140,16 @@ class ConsumerMember:
         self.assigned_at: dict[tuple, int] = {}  # (topic id, partition) -> member epoch it was assigned at
         self.last_seen = time.monotonic()
         self.revoke_deadline: float | None = None
+        # a member that uses the classic protocol (migration.py): (session timeout ms, ((protocol, metadata), ...)),
+        # as Kafka's ClassicMemberMetadata; None for a member that heartbeats with ConsumerGroupHeartbeat
+        self.classic: tuple | None = None
+        # a classic member's timers (Kafka's join and sync timeouts): it must join again once told to rebalance,
+        # and sync after its join, each within its rebalance timeout, or it is fenced
+        self.join_deadline: float | None = None
+        self.sync_deadline: float | None = None
+
+    def session_timeout_ms(self, default: int) -> int:
+        return self.classic[0] if self.classic is not None else default
 
     def subscription(self) -> tuple:
         return tuple(sorted(self.topic_names)), self.topic_regex
@@ -144,7 +158,7 @@ class ConsumerMember:
 def _fingerprint(m: ConsumerMember) -> tuple:
     """What a member's records hold (a heartbeat that changes none of it writes nothing)."""
     return (m.instance_id, m.rack_id, m.client_id, m.client_host, tuple(m.topic_names), m.topic_regex,
-            m.rebalance_timeout_ms, m.server_assignor, m.epoch, m.previous_epoch, m.state,
+            m.rebalance_timeout_ms, m.server_assignor, m.classic, m.epoch, m.previous_epoch, m.state,
             frozenset((t, frozenset(ps)) for t, ps in m.assigned.items()),
             frozenset((t, frozenset(ps)) for t, ps in m.pending_revocation.items()))
 
@@ -171,6 +185,11 @@ class ConsumerGroup:
         # and the chain they belong to (the first that fails breaks it: the ones after it write nothing)
         self.pending = None
         self.chain = WriteChain()
+        # migration.py: the operation at hand made the group from a classic one (its GroupMetadata is tombstoned by
+        # the write of its records), or turned it into this classic group (the write is the classic group's record
+        # and tombstones of every record of this one)
+        self.from_classic = False
+        self.converted = None
 
     def state(self) -> str:
         if not self.members:
@@ -228,7 +247,7 @@ class Undo:
     a steady heartbeat changes none), each member the operation changes when it is first touched (``touch``)."""
 
     __slots__ = ("g", "created", "chain", "scalars", "kept", "members", "instances", "target", "owners", "dirty",
-                 "removed", "saved", "hosts")
+                 "removed", "saved", "hosts", "on_durable", "on_restore")
 
     def __init__(self, g: ConsumerGroup, created: bool, hosts: dict):
         self.g = g
@@ -240,6 +259,10 @@ class Undo:
         self.dirty, self.removed = set(g.dirty), set(g.removed)
         self.saved: dict[int, tuple] = {}
         self.hosts = hosts
+        # what an operation that converted the group does once its write is durable, or when it is taken back
+        # (migration.py: the classic group's member files released, or the classic group put back)
+        self.on_durable: list = []
+        self.on_restore: list = []
 
     def keep(self) -> None:
         if not self.kept:
@@ -266,8 +289,11 @@ class Undo:
                 self.hosts[m.member_id] = host
         g.pending = None
         g.chain = WriteChain()
+        g.from_classic, g.converted = False, None
         if self.created and groups.get(g.group_id) is g:
             del groups[g.group_id]
+        for fn in reversed(self.on_restore):
+            fn()
 
 
 # -- assignors ------------------------------------------------------------------------------------------------------
@@ -392,6 +418,10 @@ class ConsumerGroups:
         self.heartbeat_interval_ms = cfg["group.consumer.heartbeat.interval.ms"]
         self.max_size = cfg["group.consumer.max.size"]
         self.assignors = [a.strip() for a in cfg["group.consumer.assignors"].split(",") if a.strip()]
+        policy = cfg["group.consumer.migration.policy"].strip().lower()
+        self.upgrade_enabled = policy in ("bidirectional", "upgrade")
+        self.downgrade_enabled = policy in ("bidirectional", "downgrade")
+        self.migration_disabled = policy == "disabled"
 
     # -- topics ---------------------------------------------------------------------------------------------------
 
@@ -505,17 +535,26 @@ class ConsumerGroups:
         if undo is None:
             return None
         g = undo.g
-        if not g.dirty and not g.removed:
+        if g.converted is not None:  # the group became a classic one (migration.py): its records go, the classic
+            # group's record comes, in one write
+            g.dirty, g.removed = set(), set()
+            fut = self.c.state.write_downgrade(g.group_id, g.converted, chain=g.chain)
+        elif not g.dirty and not g.removed:
             return g.pending
-        dirty, removed = g.dirty, g.removed
-        g.dirty, g.removed = set(), set()
-        fut = self.c.state.write_consumer(g, sorted(dirty), sorted(removed), chain=g.chain)
+        else:
+            dirty, removed = g.dirty, g.removed
+            g.dirty, g.removed = set(), set()
+            fut = self.c.state.write_consumer(g, sorted(dirty), sorted(removed), chain=g.chain,
+                                              drop_classic=g.from_classic)
+            g.from_classic = False
         g.pending = fut
 
         def written(f):
             if not f.cancelled() and f.exception() is None:
                 if g.pending is f:
                     g.pending = None
+                for fn in undo.on_durable:
+                    fn()
                 return
             if undo.chain is g.chain:  # the first failed write of its chain: the group goes back to before it
                 log.error("group %s: its records could not be written (%s): the group goes back to its state "
@@ -561,6 +600,8 @@ class ConsumerGroups:
             self._begin(g)
             return g
         if self.c.classic_has_members(gid):
+            if create:  # KIP-848's online upgrade (migration.py), or Kafka's refusal of it
+                return self.c.migration.upgrade(gid)
             raise HeartbeatError(GroupIdNotFoundError.code, f"Group {gid} is not a consumer group.")
         if not create:
             raise HeartbeatError(GroupIdNotFoundError.code, f"Consumer group {gid} not found.")
@@ -646,6 +687,7 @@ class ConsumerGroups:
         m.client_id = ctx.client_id or ""
         m.client_host = "/" + ctx.connection.peer_host
         m.last_seen = time.monotonic()
+        m.classic = m.join_deadline = m.sync_deadline = None  # it heartbeats with the consumer protocol now
         if replaced is not None:
             self._mutating()
             g.removed.add(replaced.member_id)
@@ -774,9 +816,11 @@ class ConsumerGroups:
 
     @staticmethod
     def _set_epoch(m: ConsumerMember, epoch: int) -> None:
-        if epoch != m.epoch:
-            m.previous_epoch = m.epoch
-            m.epoch = epoch
+        """Kafka's ConsumerGroupMember.Builder.updateMemberEpoch: every new assignment state of a member moves its
+        epoch, the one it had becoming the previous one (the same epoch too: a member whose withheld partitions came
+        free is STABLE at its epoch, its previous epoch that epoch)."""
+        m.previous_epoch = m.epoch
+        m.epoch = epoch
 
     def _leave(self, req) -> dict:
         gid, member_id, epoch, instance_id = (req["group_id"], req["member_id"], req["member_epoch"],
@@ -811,9 +855,13 @@ class ConsumerGroups:
         return {"member_id": member_id, "member_epoch": epoch}
 
     def remove(self, g: ConsumerGroup, member_id: str, why: str) -> None:
-        """A member leaves or is fenced: its partitions are free and the group epoch goes up."""
+        """A member leaves or is fenced: its partitions are free and the group epoch goes up; or, when it was the
+        last member that uses the consumer protocol and the others use the classic one, the group becomes a classic
+        group (KIP-848's online downgrade, migration.py)."""
         m = g.members.get(member_id)
-        if m is None:
+        if m is None or g.converted is not None:
+            return
+        if self.c.migration.downgrade(g, member_id, why):
             return
         self._touch(m)
         self._mutating()
@@ -827,9 +875,10 @@ class ConsumerGroups:
         self.c.hosts.pop(member_id, None)
         self._resolve(g, force=True)
         g.group_epoch += 1
-        # Kafka 4.4 computes the target assignment without the member at once (an empty group's assignment epoch
-        # follows its group epoch)
-        self._assign(g)
+        # Kafka 4.4's consumerGroupFenceMembers: the target assignment is computed by the next heartbeat (the group
+        # is Assigning meanwhile), except in a group left empty, whose assignment epoch follows its group epoch
+        if not g.members:
+            self._assign(g)
         log.info("group %s: member %s removed (%s), group epoch %d", g.group_id, member_id, why, g.group_epoch)
 
     def sweep(self) -> None:
@@ -839,8 +888,14 @@ class ConsumerGroups:
         for g in list(self.groups.values()):
             expired = []
             for mid, m in g.members.items():
-                if now - m.last_seen > self.session_timeout_ms / 1000.0:
-                    expired.append((mid, f"no heartbeat for {self.session_timeout_ms} ms (session timeout)"))
+                session_ms = m.session_timeout_ms(self.session_timeout_ms)
+                if now - m.last_seen > session_ms / 1000.0:
+                    expired.append((mid, f"no heartbeat for {session_ms} ms (session timeout)"))
+                elif m.classic is not None:  # Kafka's timers of a classic member: no rebalance timeout
+                    if m.join_deadline is not None and now > m.join_deadline:
+                        expired.append((mid, "the classic member failed to join within the rebalance timeout"))
+                    elif m.sync_deadline is not None and now > m.sync_deadline:
+                        expired.append((mid, "the member failed to sync within timeout"))
                 elif m.revoke_deadline is not None and now > m.revoke_deadline and m.state == UNREVOKED:
                     expired.append((mid, f"failed to transition from epoch {m.epoch} within "
                                          f"{m.rebalance_timeout_ms}ms"))
@@ -848,6 +903,8 @@ class ConsumerGroups:
                 continue
             undo = self._begin(g)
             for mid, why in expired:
+                if g.converted is not None:  # became a classic group: its coordinator times the others now
+                    break
                 self.remove(g, mid, why)
             self._commit(undo)
 
@@ -867,25 +924,40 @@ class ConsumerGroups:
                             "subscribed_topic_names": sorted(m.topic_names),
                             "subscribed_topic_regex": m.topic_regex or "",
                             "assignment": assignment(m.assigned),
-                            "target_assignment": assignment(g.target.get(m.member_id, {})), "member_type": 1})
+                            "target_assignment": assignment(g.target.get(m.member_id, {})),
+                            "member_type": 0 if m.classic is not None else 1})
         return {"error_code": 0, "error_message": None, "group_id": gid, "group_state": g.state(),
                 "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
                 "assignor_name": g.assignor or self.assignors[0], "members": members}
 
-    def check_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None) -> int:
-        """Kafka's ConsumerGroup.validateOffsetCommit (``api_version`` None: TxnOffsetCommit)."""
+    def check_commit(self, g: ConsumerGroup, member_id: str, epoch: int, api_version: int | None):
+        """Kafka 4.4's ConsumerGroup.validateOffsetCommit (``api_version`` None: TxnOffsetCommit): an error code, or,
+        for a commit at an older epoch than the member's, a check of each partition (topic name, partition) -> code:
+        the partition must be the member's (assigned or pending revocation) since that epoch or before. A member
+        that uses the classic protocol commits with its generation (its member epoch) and is answered
+        ILLEGAL_GENERATION where a consumer-protocol member is answered STALE_MEMBER_EPOCH."""
         if epoch < 0 and not member_id:
             return UnknownMemberIdError.code if g.members else 0
         m = g.members.get(member_id)
         if m is None:
             return UnknownMemberIdError.code
-        if api_version is not None and api_version < 9:
+        if m.classic is None and api_version is not None and api_version < 9:
             return UnsupportedVersionError.code
+        bad = IllegalGenerationError.code if m.classic is not None else StaleMemberEpochError.code
+        if epoch == m.epoch:
+            return 0
         if epoch > m.epoch:
-            return StaleMemberEpochError.code
-        if epoch < m.epoch:
-            return StaleMemberEpochError.code
-        return 0
+            return bad
+
+        def partition_check(topic: str, partition: int) -> int:
+            meta = (g.metadata or {}).get(topic) or self._topic_meta(topic)
+            if meta is None:
+                return bad
+            tid = meta[0]
+            if partition not in m.assigned.get(tid, ()) and partition not in m.pending_revocation.get(tid, ()):
+                return bad
+            return 0 if m.assigned_at.get((tid, partition), -1) <= epoch else bad
+        return partition_check
 
     def check_fetch(self, g: ConsumerGroup, member_id: str | None, epoch: int) -> int:
         """OffsetFetch v9+'s member check (Kafka's ConsumerGroup.validateOffsetFetch)."""
@@ -894,7 +966,10 @@ class ConsumerGroups:
         m = g.members.get(member_id)
         if m is None:
             return UnknownMemberIdError.code
-        return 0 if epoch == m.epoch else StaleMemberEpochError.code
+        if epoch == m.epoch:
+            return 0
+        # Kafka's validateMemberEpoch: a member that uses the classic protocol sent its generation
+        return IllegalGenerationError.code if m.classic is not None else StaleMemberEpochError.code
 
     def close(self) -> None:
         self.groups.clear()

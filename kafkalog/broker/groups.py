@@ -33,6 +33,9 @@ Kafka's wire protocol is mapped onto the file protocol (``client/group.py``) lik
 - OffsetCommit from a member is fenced like an embedded commit: under the group lock (shared), the member must be
   in the group and at its generation (25 / 22 otherwise). Commits with generation -1 (assign()-only consumers,
   admin tools) are not fenced.
+
+JoinGroup, SyncGroup, Heartbeat and LeaveGroup to a KIP-848 consumer group go to migration.py (its members that use
+the classic protocol); a ConsumerGroupHeartbeat that joins a group of either classic coordinator upgrades it there.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from . import protocol
 from .classic import ClassicGroup, ClassicGroups
 from .consumer_groups import ConsumerGroups, write_error_code
 from .groupstate import GroupStateStore
+from .migration import Migration
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -138,6 +142,7 @@ class GroupCoordinator:
         self.hosts: dict[str, str] = {}  # member id -> "/<address>" of its connection (DescribeGroups' client_host)
         self.classic = ClassicGroups(self)  # groups whose members assign partitions themselves
         self.consumer = ConsumerGroups(self)  # KIP-848 consumer groups (ConsumerGroupHeartbeat)
+        self.migration = Migration(self)  # KIP-848's online migration between the two kinds of group
         self.initial_delay_s = services.config["group.initial.rebalance.delay.ms"] / 1000.0
         self.min_session = services.config["group.min.session.timeout.ms"]
         self.max_session = services.config["group.max.session.timeout.ms"]
@@ -308,10 +313,8 @@ class GroupCoordinator:
             return self._join_error(header, err, member_id)
         kg = self.consumer.groups.get(gid)
         if kg is not None:
-            if kg.members:
-                # Kafka converts a consumer group's classic joiners (online migration, not served here): refused
-                log.warning("group %s: a classic JoinGroup cannot join a KIP-848 consumer group", gid)
-                return self._join_error(header, InconsistentGroupProtocolError.code, member_id)
+            if kg.members:  # a classic member of a consumer group (KIP-848's online migration)
+                return self.migration.join(ctx, header, req, kg)
             del self.consumer.groups[gid]  # an empty consumer group becomes a classic one, as Kafka converts it
             self.state.drop_consumer(gid)
         cg = self.classic.groups.get(gid)
@@ -663,6 +666,9 @@ class GroupCoordinator:
     # -- SyncGroup ------------------------------------------------------------------------------------------------
 
     def sync(self, ctx, header, req):
+        kg = self.consumer.groups.get(req["group_id"])
+        if kg is not None:
+            return self.migration.sync(header, req, kg)
         cg = self.classic.groups.get(req["group_id"])
         if cg is not None:
             return self.classic.sync(header, req, cg)
@@ -747,6 +753,9 @@ class GroupCoordinator:
     # -- Heartbeat / LeaveGroup / commits -------------------------------------------------------------------------
 
     def heartbeat(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
+        kg = self.consumer.groups.get(group_id)
+        if kg is not None:
+            return self.migration.heartbeat(kg, member_id, generation, instance_id)
         cg = self.classic.groups.get(group_id)
         if cg is not None:
             return self.classic.heartbeat(cg, member_id, generation, instance_id)
@@ -771,7 +780,11 @@ class GroupCoordinator:
             return RebalanceInProgressError.code  # Kafka's PreparingRebalance: join again
         return 0
 
-    def leave(self, group_id: str, member_id: str, instance_id: str | None = None, reason: str | None = None) -> int:
+    def leave(self, group_id: str, member_id: str, instance_id: str | None = None, reason: str | None = None):
+        """One member of a LeaveGroup: its error code, or (the code, a write to wait for) for a consumer group's."""
+        kg = self.consumer.groups.get(group_id)
+        if kg is not None:
+            return self.migration.leave(kg, member_id, instance_id, reason)
         cg = self.classic.groups.get(group_id)
         if cg is not None:
             return self.classic.leave(cg, member_id, instance_id, reason)
@@ -782,8 +795,10 @@ class GroupCoordinator:
         return 0
 
     def check_commit(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None,
-                     api_version: int | None = None) -> int:
-        """``api_version``: OffsetCommit's (a KIP-848 member must use v9+), None for TxnOffsetCommit."""
+                     api_version: int | None = None):
+        """An error code, or a check of each partition (a KIP-848 member committing at an older epoch:
+        ConsumerGroups.check_commit). ``api_version``: OffsetCommit's (a KIP-848 member must use v9+), None for
+        TxnOffsetCommit."""
         kg = self.consumer.groups.get(group_id)
         if kg is not None:
             return self.consumer.check_commit(kg, member_id, generation, api_version)

@@ -19,8 +19,12 @@ What is written (formats: storage/groupformat.py), when, as Kafka 4.4's GroupMet
   ConsumerGroupTargetAssignmentMetadata (assignment epoch), ConsumerGroupCurrentMemberAssignment per member (epoch,
   previous epoch, state, assigned and pending partitions, the epoch each partition was assigned at). A member that
   leaves or is fenced gets tombstones (current assignment, target, metadata: Kafka's order); a group converted to
-  a classic one loses all its records. ConsumerGroupPartitionMetadata is not written (4.1+ replaced it by the hash);
-  ConsumerGroupRegularExpression neither: the broker resolves a regex again when it loads the group.
+  a classic one loses all its records (an empty one when a JoinGroup replaces it; one whose last consumer-protocol
+  member left, KIP-848's online downgrade: in the same write as its GroupMetadata). A member that uses the classic
+  protocol has its ClassicMemberMetadata (session timeout, the protocols of its JoinGroup); a classic group
+  upgraded by a ConsumerGroupHeartbeat has its GroupMetadata tombstoned in the write of its first records.
+  ConsumerGroupPartitionMetadata is not written (4.1+ replaced it by the hash); ConsumerGroupRegularExpression
+  neither: the broker resolves a regex again when it loads the group.
 
 The MetadataHash is kafkalog's own 64-bit hash of (topic name, topic id, partition count) of the subscribed topics,
 not Kafka's (KIP-1101's Murmur3 over its metadata image): a loader compares it with what it computes itself, so a
@@ -92,34 +96,36 @@ def _of_the_group_model(rec: gf.ClassicGroupRecord) -> bool:
             and all(m.instance_id is None for m in rec.members))
 
 
-def _write_job(offsets, group: str, records: list, delete_types=None, chain=None) -> None:
+def _write_job(offsets, group: str, records: list, delete_types=None, chain=None, tombstones=()) -> None:
     """Worker thread: append the records of ``records`` whose value differs from the store's (and, with
-    ``delete_types``, tombstones for every record of those types the group has), fsynced. ``chain`` (a consumer
-    group's WriteChain): refused without writing once an earlier write of the chain failed, and marked failed when
-    this one fails."""
+    ``delete_types``, tombstones for every record of those types the group has; ``tombstones``: keys tombstoned
+    whether the store has them or not, as Kafka writes some), fsynced. ``chain`` (a consumer group's WriteChain):
+    refused without writing once an earlier write of the chain failed, and marked failed when this one fails."""
     if chain is not None and chain.failed:
         raise NotCoordinatorError(f"group {group}: an earlier write of its records failed")
     try:
-        _write(offsets, group, records, delete_types)
+        _write(offsets, group, records, delete_types, tombstones)
     except BaseException:
         if chain is not None:
             chain.failed = True
         raise
 
 
-def _write(offsets, group: str, records: list, delete_types=None) -> None:
+def _write(offsets, group: str, records: list, delete_types=None, tombstones=()) -> None:
     current = offsets.group_records(group)
     out = []
     if delete_types is not None:
-        doomed = []
+        doomed = {}
         for key in current:
             try:
                 k = gf.decode_group_key(key)
             except ValueError:
                 continue
             if k.type in delete_types:
-                doomed.append((_DELETE_ORDER.get(k.type, 0), key))
-        out += [(key, None) for _, key in sorted(doomed)]
+                doomed[key] = _DELETE_ORDER.get(k.type, 0)
+        for key in tombstones:
+            doomed[key] = _DELETE_ORDER.get(gf.decode_group_key(key).type, 0)
+        out += [(key, None) for key, _ in sorted(doomed.items(), key=lambda x: (x[1], x[0]))]
     for key, value in records:
         if value is None:
             if key in current:
@@ -153,9 +159,9 @@ class GroupStateStore:
         pending write could land before it)."""
         return asyncio.wrap_future(self._worker.submit(lambda: None), loop=self.c.s.loop)
 
-    def _submit(self, group: str, records: list, delete_types=None, chain=None) -> asyncio.Future:
-        fut = asyncio.wrap_future(self._worker.submit(_write_job, self.offsets, group, records, delete_types, chain),
-                                  loop=self.c.s.loop)
+    def _submit(self, group: str, records: list, delete_types=None, chain=None, tombstones=()) -> asyncio.Future:
+        fut = asyncio.wrap_future(self._worker.submit(_write_job, self.offsets, group, records, delete_types, chain,
+                                                      tombstones), loop=self.c.s.loop)
         fut.add_done_callback(lambda f, g=group: self._done(f, g))
         return fut
 
@@ -262,7 +268,7 @@ class GroupStateStore:
             out.append((key(gf.CONSUMER_GROUP_MEMBER_METADATA, gid, m.member_id), gf.encode_member_metadata(
                 instance_id=m.instance_id, rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
                 topic_names=m.topic_names, topic_regex=m.topic_regex, rebalance_timeout_ms=m.rebalance_timeout_ms,
-                server_assignor=m.server_assignor)))
+                server_assignor=m.server_assignor, classic=m.classic)))
         out.append((key(gf.CONSUMER_GROUP_METADATA, gid),
                     gf.encode_consumer_group_metadata(g.group_epoch, metadata_hash(g.metadata))))
         for m in live:
@@ -277,8 +283,26 @@ class GroupStateStore:
                                                      assigned_at=m.assigned_at)))
         return out
 
-    def write_consumer(self, g: ConsumerGroup, members=(), removed=(), chain=None) -> asyncio.Future:
-        return self._submit(g.group_id, self.consumer_records(g, members, removed), chain=chain)
+    def write_consumer(self, g: ConsumerGroup, members=(), removed=(), chain=None,
+                       drop_classic: bool = False) -> asyncio.Future:
+        """``drop_classic``: the group was a classic one until this write (KIP-848's online upgrade): its
+        GroupMetadata is tombstoned in the same write, first, as Kafka's conversion writes it."""
+        records = self.consumer_records(g, members, removed)
+        if drop_classic:
+            self.generations.pop(g.group_id, None)
+            self._model_writes.pop(g.group_id, None)
+            records.insert(0, (gf.encode_group_key(gf.GROUP_METADATA, g.group_id), None))
+        return self._submit(g.group_id, records, chain=chain)
+
+    def write_downgrade(self, group: str, cg: ClassicGroup, chain=None) -> asyncio.Future:
+        """A consumer group that became the classic group ``cg`` (KIP-848's online downgrade): every record of the
+        consumer group tombstoned and the classic group's GroupMetadata, in one write."""
+        self.generations[group] = max(self.generations.get(group, 0), cg.generation)
+        # Kafka's ConsumerGroup.createGroupTombstoneRecords tombstones its ConsumerGroupPartitionMetadata too, written
+        # or not (4.1+ no longer writes it)
+        return self._submit(group, [(gf.encode_group_key(gf.GROUP_METADATA, group), self.classic_value(cg))],
+                            _CONSUMER_TYPES, chain=chain,
+                            tombstones=[gf.encode_group_key(gf.CONSUMER_GROUP_PARTITION_METADATA, group)])
 
     def drop_consumer(self, group: str) -> asyncio.Future:
         """A consumer group that goes (converted to a classic one): every record of it tombstoned."""
@@ -374,6 +398,8 @@ class GroupStateStore:
             m.client_id, m.client_host = d["client_id"], d["client_host"]
             m.topic_names, m.topic_regex = d["topic_names"], d["topic_regex"]
             m.rebalance_timeout_ms, m.server_assignor = d["rebalance_timeout_ms"], d["server_assignor"]
+            if d["classic"] is not None:  # a member that uses the classic protocol (KIP-848's online migration)
+                m.classic = (d["classic"][0], tuple(d["classic"][1]))
             m.last_seen = now  # the session timer starts at load
             g.members[m.member_id] = m
             if m.instance_id is not None:

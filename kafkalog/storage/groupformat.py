@@ -22,7 +22,9 @@ per field UVarint tag, UVarint size, data); Uuid => 16 bytes. A null value is a 
        ConsumerGroupMemberMetadataValue (F, v0) => InstanceId nullable | RackId nullable | ClientId | ClientHost |
            SubscribedTopicNames [String] | SubscribedTopicRegex nullable ("" for none, as 4.4 writes) |
            RebalanceTimeoutMs Int32 | ServerAssignor nullable |
-           tag 0: ClassicMemberMetadata (null, a consumer-protocol member: 4.4 writes the tag, data 0x00)
+           tag 0: ClassicMemberMetadata (null, a consumer-protocol member: 4.4 writes the tag, data 0x00; set, a
+           classic-protocol member of the group: 0x01 | SessionTimeoutMs Int32 |
+           SupportedProtocols [Name String | Metadata Bytes])
     6  ConsumerGroupTargetAssignmentMetadataKey => GroupId String
        ConsumerGroupTargetAssignmentMetadataValue (F, v0) => AssignmentEpoch Int32 | tag 0: AssignmentTimestamp Int64
     7  ConsumerGroupTargetAssignmentMemberKey => GroupId String | MemberId String
@@ -370,7 +372,9 @@ def decode_epoch_value(data) -> tuple[int, int]:
 
 def encode_member_metadata(*, instance_id: str | None, rack_id: str | None, client_id: str, client_host: str,
                            topic_names, topic_regex: str | None, rebalance_timeout_ms: int,
-                           server_assignor: str | None) -> bytes:
+                           server_assignor: str | None, classic: tuple | None = None) -> bytes:
+    """``classic``: a member that uses the classic protocol (JoinGroup/SyncGroup/Heartbeat inside a consumer
+    group, KIP-848's online migration): (session timeout ms, [(protocol name, metadata bytes)])."""
     w = _value()
     w.string(instance_id)
     w.string(rack_id)
@@ -383,14 +387,28 @@ def encode_member_metadata(*, instance_id: str | None, rack_id: str | None, clie
     w.string(topic_regex or "")  # Kafka 4.4 writes "" for no regex
     w.i32(rebalance_timeout_ms)
     w.string(server_assignor)
-    w.tags({0: b"\x00"})  # ClassicMemberMetadata null: Kafka 4.4 writes the tag with its null marker
+    if classic is None:
+        w.tags({0: b"\x00"})  # ClassicMemberMetadata null: Kafka 4.4 writes the tag with its null marker
+    else:
+        session_ms, protocols = classic
+        c = _W(True)
+        c.parts.append(b"\x01")  # a nullable struct's presence marker
+        c.i32(session_ms)
+        c.count(len(protocols))
+        for name, metadata in protocols:
+            c.string(name)
+            c.bytes_(metadata)
+            c.tags()
+        c.tags()
+        w.tags({0: c.done()})
     return w.done()
 
 
 @_decoding
 def decode_member_metadata(data) -> dict:
     """{instance_id, rack_id, client_id, client_host, topic_names, topic_regex, rebalance_timeout_ms,
-    server_assignor, classic} (classic: whether ClassicMemberMetadata is set: a classic-protocol member)."""
+    server_assignor, classic} (classic: ClassicMemberMetadata as (session timeout ms, [(name, metadata)]) for a
+    member that uses the classic protocol, else None)."""
     r = _flex(data, "ConsumerGroupMemberMetadataValue")
     out = {"instance_id": r.string(), "rack_id": r.string(), "client_id": r.string() or "",
            "client_host": r.string() or ""}
@@ -399,7 +417,20 @@ def decode_member_metadata(data) -> dict:
     out["rebalance_timeout_ms"] = r.i32()
     out["server_assignor"] = r.string()
     tags = r.tags()
-    out["classic"] = 0 in tags and tags[0].data != b"\x00"
+    out["classic"] = None
+    if 0 in tags:
+        c = tags[0]
+        present, c.pos = _read_uvarint(c.data, c.pos)
+        if present:
+            session_ms = c.i32()
+            protocols = []
+            for _ in range(max(c.count(), 0)):
+                name = c.string()
+                metadata = c.bytes_()
+                c.tags()
+                protocols.append((name or "", metadata))
+            c.tags()
+            out["classic"] = (session_ms, protocols)
     r.end()
     return out
 

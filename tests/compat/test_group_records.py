@@ -3,7 +3,10 @@ range group (kafkalog's group model) and KIP-848 consumer group made over the wi
 kafkalog, then each broker's own ``__consumer_offsets`` segment read by Kafka's ``kafka-dump-log --offsets-decoder``
 (Kafka's record decoder: every record of kafkalog's must decode without an error), and the latest record per key
 compared field by field: GroupMetadata (v3) of the classic groups; ConsumerGroupMetadata, ConsumerGroupMemberMetadata,
-ConsumerGroupTargetAssignmentMetadata/Member and ConsumerGroupCurrentMemberAssignment of the consumer group.
+ConsumerGroupTargetAssignmentMetadata/Member and ConsumerGroupCurrentMemberAssignment of the consumer group; and the
+records of KIP-848's online migration: a classic group upgraded by a consumer-protocol member (its GroupMetadata
+tombstoned, its classic member's ClassicMemberMetadata), and one downgraded again (the consumer group's records
+tombstoned, the classic group's GroupMetadata).
 
 Member ids are named by role, topic ids by their topic; timestamps and the metadata hash (KIP-1101: Kafka's Murmur3
 over its metadata image, kafkalog's own hash: see broker/groupstate.py) are compared by presence only. Cost: the
@@ -28,7 +31,7 @@ from tests.compat.test_group_protocols import _coordinator_ready, _join, _port, 
 TIMESTAMPS = ("currentStateTimestamp", "assignmentTimestamp")
 
 
-def scenario(target, classic: str, consumer: str, topic: str, ranged: str) -> dict:
+def scenario(target, classic: str, consumer: str, topic: str, ranged: str, migrated=()) -> dict:
     """Both groups made on ``target``; {member id: role, topic id (base64 as dump-log prints it): name}."""
     roles = {}
     with Wire(_port(target), client_id="records") as w:
@@ -74,7 +77,45 @@ def scenario(target, classic: str, consumer: str, topic: str, ranged: str) -> di
         owned = [(t, ps) for t, ps in _assigned(r)]
         r = hb(w, consumer, a, r["member_epoch"], owned=owned)
         assert r["error_code"] == 0, r
+        if migrated:
+            _migrate(w, migrated[0], topic, "range", roles, "C1", downgrade=False)
+            _migrate(w, migrated[1], topic, "cooperative-sticky", roles, "C2", downgrade=True)
     return roles
+
+
+def _migrate(w, group: str, topic: str, assignor: str, roles: dict, role: str, downgrade: bool) -> None:
+    """KIP-848's online migration: a classic member alone, a consumer-protocol member B joins (the upgrade), the
+    classic member joins again and syncs, B takes its partition; with ``downgrade``, B leaves and the classic member
+    leads the classic group again."""
+    sub = protocol.encode_subscription([topic])
+    _coordinator_ready(w, group)
+    j = _join(w, 9, group, "", "consumer", [(assignor, sub)])
+    j = _join(w, 9, group, j["member_id"], "consumer", [(assignor, sub)])
+    assert j["error_code"] == 0, j
+    c = j["member_id"]
+    roles[c] = role
+    s = _sync(w, 5, group, j["generation_id"], c, [(c, protocol.encode_assignment({topic: [0, 1]}))],
+              protocol_type="consumer", protocol_name=assignor)
+    assert s["error_code"] == 0, s
+    b = str(uuid.uuid4())
+    roles[b] = role + "-B"
+    r = join(w, group, b, [topic])
+    assert r["error_code"] == 0, r
+    j = _join(w, 9, group, c, "consumer", [(assignor, sub)])
+    assert j["error_code"] == 0, j
+    s = _sync(w, 5, group, j["generation_id"], c, protocol_type="consumer", protocol_name=assignor)
+    assert s["error_code"] == 0, s
+    r = hb(w, group, b, r["member_epoch"], owned=[])
+    assert r["error_code"] == 0 and _assigned(r), r
+    r = hb(w, group, b, r["member_epoch"], owned=_assigned(r))
+    assert r["error_code"] == 0, r
+    if downgrade:
+        assert hb(w, group, b, -1)["error_code"] == 0
+        j = _join(w, 9, group, c, "consumer", [(assignor, sub)])
+        assert j["error_code"] == 0 and j["leader"] == c, j
+        s = _sync(w, 5, group, j["generation_id"], c, [(c, protocol.encode_assignment({topic: [0, 1]}))],
+                  protocol_type="consumer", protocol_name=assignor)
+        assert s["error_code"] == 0, s
 
 
 def group_records(log_dir: Path, groups: set) -> tuple[dict, str]:
@@ -115,13 +156,14 @@ def normalized(records: dict, roles: dict) -> dict:
 
 def test_group_records_decode_with_kafkas_decoder_and_match_kafkas(targets, topic_name, compare):
     classic, consumer, topic, ranged = topic_name("classic"), topic_name("kip848"), topic_name("t"), topic_name("r")
+    migrated = (topic_name("upgraded"), topic_name("downgraded"))
     got = {}
     for name, t in targets.items():
-        roles = scenario(t, classic, consumer, topic, ranged)
-        records, text = group_records(Path(t.server.log_dir), {classic, consumer, ranged})
+        roles = scenario(t, classic, consumer, topic, ranged, migrated)
+        records, text = group_records(Path(t.server.log_dir), {classic, consumer, ranged, *migrated})
         assert "Exception" not in text and "Could not" not in text, text[-3000:]
         got[name] = normalized(records, roles)
     types = {name: sorted({t for t, _ in r}) for name, r in got.items()}
-    assert types["kafkalog"] == [2, 3, 5, 6, 7, 8], types
+    assert types["kafkalog"] == [2, 3, 4, 5, 6, 7, 8], types  # 4: the downgraded group's tombstone only
     compare(sorted(got["kafka"].items()), sorted(got["kafkalog"].items()),
             what="the latest group records per key, as kafka-dump-log --offsets-decoder reads them")

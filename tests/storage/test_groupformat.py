@@ -1,5 +1,6 @@
 """Golden bytes of the group coordinator's records: values written by Apache Kafka 4.4.0's coordinator (read from its
-``__consumer_offsets`` in the lab: a static member's cooperative-sticky group and a KIP-848 group with one member),
+``__consumer_offsets`` in the lab: a static member's cooperative-sticky group, a KIP-848 group with one member and
+a classic member of a KIP-848 group),
 decoded here and encoded back byte for byte; keys, tombstone-free round trips and refusals of bytes that are not
 a record."""
 
@@ -65,8 +66,8 @@ def test_kafkas_consumer_group_records_decode_and_encode_back():
     d = gf.decode_member_metadata(KAFKA_MEMBER_METADATA)
     assert d == {"instance_id": None, "rack_id": None, "client_id": "records", "client_host": "/127.0.0.1",
                  "topic_names": ["test-dbg-t-800f48c1"], "topic_regex": None, "rebalance_timeout_ms": 30000,
-                 "server_assignor": None, "classic": False}
-    assert gf.encode_member_metadata(**{k: v for k, v in d.items() if k != "classic"}) == KAFKA_MEMBER_METADATA
+                 "server_assignor": None, "classic": None}
+    assert gf.encode_member_metadata(**d) == KAFKA_MEMBER_METADATA
     assert gf.decode_target_member(KAFKA_TARGET_MEMBER) == {TOPIC: {0, 1}}
     assert gf.encode_target_member({TOPIC: {1, 0}}) == KAFKA_TARGET_MEMBER
     c = gf.decode_current_assignment(KAFKA_CURRENT)
@@ -98,3 +99,34 @@ def test_keys():
 def test_bytes_that_are_not_a_record_are_refused(decode, data):
     with pytest.raises(ValueError):
         decode(data)
+
+
+# ConsumerGroupMemberMetadataValue of a classic member of a consumer group (KIP-848's online migration: a range
+# consumer upgraded into it; its session timeout 10000 and its JoinGroup's protocol, subscription to topic "t")
+KAFKA_CLASSIC_MEMBER_METADATA = bytes.fromhex(
+    "00000000087265636f7264730b2f3132372e302e302e3102027401000027100001001c0100002710020672616e67650e0000000000010001"
+    "74ffffffff0000")
+
+
+def test_kafkas_classic_member_metadata_decodes_and_encodes_back():
+    d = gf.decode_member_metadata(KAFKA_CLASSIC_MEMBER_METADATA)
+    subscription = bytes.fromhex("000000000001000174ffffffff")  # ConsumerProtocolSubscription v0, topics ["t"]
+    assert d == {"instance_id": None, "rack_id": None, "client_id": "records", "client_host": "/127.0.0.1",
+                 "topic_names": ["t"], "topic_regex": None, "rebalance_timeout_ms": 10000, "server_assignor": None,
+                 "classic": (10000, [("range", subscription)])}
+    assert gf.encode_member_metadata(**d) == KAFKA_CLASSIC_MEMBER_METADATA
+
+
+def test_a_classic_members_metadata_round_trips():
+    """ClassicMemberMetadata (KIP-848's online migration: a member of a consumer group that uses the classic
+    protocol): the tagged nullable struct, a presence byte 1 before SessionTimeoutMs and SupportedProtocols."""
+    classic = (45000, [("range", b"\x00\x00sub"), ("cooperative-sticky", b"")])
+    data = gf.encode_member_metadata(instance_id=None, rack_id=None, client_id="c", client_host="/h",
+                                     topic_names=["t"], topic_regex=None, rebalance_timeout_ms=300000,
+                                     server_assignor=None, classic=classic)
+    tag = bytes.fromhex("01" "0000afc8" "03" "0672616e6765" "06" "00007375 62" "00"
+                        "13" "636f6f70657261746976652d737469636b79" "01" "00" "00")
+    assert data.endswith(bytes([1, 0, len(tag)]) + tag), data.hex()
+    d = gf.decode_member_metadata(data)
+    assert d["classic"] == classic and d["topic_names"] == ["t"] and d["rebalance_timeout_ms"] == 300000
+    assert gf.encode_member_metadata(**d) == data
