@@ -243,7 +243,9 @@ def static_replacement_scenario(target, group: str) -> list:
         for m in d["members"]:
             m.pop("client_host", None)
             m["member_assignment"] = _assigned({"error_code": 0, "assignment": m["member_assignment"]})
-        out.append(("DescribeGroups", ids(d)))
+        d = ids(d)
+        d["members"] = sorted(d["members"], key=lambda m: m["member_id"])  # Kafka lists them from a hash map
+        out.append(("DescribeGroups", d))
         out.append(("S syncs", _sync_view(ids(_sync(w, 5, group, gen, s, (), "i-1", "consumer", "range")))))
         out.append(("A heartbeats", ids(_heartbeat(w, 4, group, gen, a))))
     return out
