@@ -222,9 +222,28 @@ CONFIG_KEYS = _keys(
     ConfigKey("group.share.max.share.sessions", int, 2000, "Share groups: the most share sessions this broker "
               "keeps.", scope=BROKER, low=1, high=INT_MAX),
     ConfigKey("share.auto.offset.reset", str, "latest", "Share groups: where a share-partition with no state "
-              "starts (latest, earliest). Kafka sets it per group (a GROUP config); kafkalog, which has no group "
-              "configs, takes it for every group from here.", scope=BROKER,
+              "starts (latest, earliest), for the groups that do not set it as a group config (Kafka has no such "
+              "server key: its groups start at latest unless their group config says otherwise).", scope=BROKER,
               validator=lambda v: v in ("latest", "earliest"), expects="latest or earliest"),
+    # the bounds of the group configs (IncrementalAlterConfigs on a GROUP), Kafka 4.4's keys and defaults: a value
+    # outside them is refused, and a bound changed later caps the value in force
+    *(ConfigKey(f"group.{kind}.{side}.{what}", int, default, f"The {side}imum value of the group config "
+                f"{kind}.{what} (IncrementalAlterConfigs on a GROUP resource).", scope=BROKER, low=low, high=high)
+      for kind, what, side, default, low, high in (
+          ("consumer", "session.timeout.ms", "min", 45000, 1, INT_MAX),
+          ("consumer", "session.timeout.ms", "max", 60000, 1, INT_MAX),
+          ("consumer", "heartbeat.interval.ms", "min", 5000, 1, INT_MAX),
+          ("consumer", "heartbeat.interval.ms", "max", 15000, 1, INT_MAX),
+          ("share", "session.timeout.ms", "min", 45000, 1, INT_MAX),
+          ("share", "session.timeout.ms", "max", 60000, 1, INT_MAX),
+          ("share", "heartbeat.interval.ms", "min", 5000, 1, INT_MAX),
+          ("share", "heartbeat.interval.ms", "max", 15000, 1, INT_MAX),
+          ("share", "record.lock.duration.ms", "min", 15000, 1000, 3600000),
+          ("share", "record.lock.duration.ms", "max", 60000, 1000, 3600000),
+          ("share", "delivery.count.limit", "min", 2, 2, 10),
+          ("share", "delivery.count.limit", "max", 10, 2, 10),
+          ("share", "partition.max.record.locks", "min", 100, 100, 10000),
+          ("share", "partition.max.record.locks", "max", 4000, 100, 10000))),
     ConfigKey("connections.max.idle.ms", int, 600000, "Close connections idle for this long.", scope=BROKER,
               low=1, high=LONG_MAX),
     ConfigKey("queued.max.request.bytes", int, 104857600, "Memory for request frames being received or served, "

@@ -45,7 +45,7 @@ from ..errors import (
 )
 from ..storage.store import NULL_TOPIC_ID
 from ..structs import TopicPartition
-from . import protocol, security
+from . import group_configs, protocol, security
 from .handling import (
     CLUSTER_ID,
     Slice,
@@ -74,15 +74,15 @@ OPERATION = {1: "ANY", 2: "ALL", 3: "READ", 4: "WRITE", 5: "CREATE", 6: "DELETE"
 OPERATION_CODE = {v: k for k, v in OPERATION.items()}
 PERMISSION = {1: "ANY", 2: "DENY", 3: "ALLOW"}
 PERMISSION_CODE = {"DENY": 2, "ALLOW": 3}
-CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER = 2, 4, 8
+CONFIG_TOPIC, CONFIG_BROKER, CONFIG_BROKER_LOGGER, CONFIG_GROUP = 2, 4, 8, 32
 CONFIG_SOURCE = {"DYNAMIC_TOPIC_CONFIG": 1, "DYNAMIC_BROKER_CONFIG": 2, "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
-                 "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5}
+                 "STATIC_BROKER_CONFIG": 4, "DEFAULT_CONFIG": 5, "GROUP_CONFIG": 8}
 CONFIG_TYPE = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "PASSWORD": 9}
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 SCRAM_MECHANISM = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 SCRAM_CODE = {v: k for k, v in SCRAM_MECHANISM.items()}
 # what a group / the cluster / a topic allows, in Kafka's bit order, for authorized_operations
-GROUP_OPERATIONS = ("READ", "DESCRIBE", "DELETE")
+GROUP_OPERATIONS = ("READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS")  # 4.x: group configs
 CLUSTER_OPERATIONS = ("CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
                       "IDEMPOTENT_WRITE")
 TOPIC_OPERATIONS = ("READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS")
@@ -498,13 +498,20 @@ def describe_configs(s, ctx, header, frame, offset):
                 entries = _broker_entries(s) if name else {}  # the cluster-wide default resource holds no dynamic key
             elif rtype == CONFIG_BROKER_LOGGER:
                 entries = {}
+            elif rtype == CONFIG_GROUP:
+                if not_allowed(s, ctx, "DESCRIBE_CONFIGS", "GROUP", name):
+                    r["error_code"], r["error_message"] = GROUP_DENIED, None
+                    out.append(r)
+                    continue
+                entries = _group_config_entries(s, name)
             else:
                 raise InvalidRequestError(f"config resource type {rtype} is not served by kafkalog "
                                           "(TOPIC 2, BROKER 4 and BROKER_LOGGER 8 are)")
             keys = res.get("configuration_keys")
             if keys is not None:
                 entries = {k: e for k, e in entries.items() if k in keys}
-            r["configs"] = [_entry(k, e, v, synonyms, docs) for k, e in sorted(entries.items())]
+            listed = entries.items() if rtype == CONFIG_GROUP else sorted(entries.items())  # a group's: Kafka's order
+            r["configs"] = [_entry(k, e, v, synonyms, docs) for k, e in listed]
         except KafkaError as e:
             r["error_code"], r["error_message"] = error_code(e), str(e)
         out.append(r)
@@ -579,12 +586,89 @@ def _alter(s, ctx, header, frame, offset, incremental: bool):
                 raise InvalidConfigError(f"broker configs cannot be changed while kafkalog runs ({keys}): set them "
                                          "with --override / server.properties and restart (quotas: "
                                          "AlterClientQuotas)")
+            elif rtype == CONFIG_GROUP:
+                if not_allowed(s, ctx, "ALTER_CONFIGS", "GROUP", name):
+                    r["error_code"], r["error_message"] = GROUP_DENIED, None
+                    out.append(r)
+                    continue
+                ops = [(c["name"], c["config_operation"] if incremental else SET, c["value"]) for c in res["configs"]]
+                new = _new_group_configs(s, name, ops, replace=not incremental)
+                if not req["validate_only"] and new != s.group_configs.of(name):
+                    yield s.loop.run_in_executor(None, s.group_configs.update, {name: new})
+                    log.info("group %s config set to %s by %s", name, new, ctx.peer)
             else:
                 raise InvalidRequestError(f"config resource type {rtype} is not served by kafkalog")
         except KafkaError as e:
             r["error_code"], r["error_message"] = error_code(e), str(e)
         out.append(r)
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "responses": out})
+
+
+def _group_config_entries(s, name: str) -> dict:
+    """{key: DescribeConfigs entry} of a group, as Kafka 4.4 describes one (in its order): every key it may set
+    (Kafka's internal ones aside), its own value (GROUP_CONFIG) or its broker key's (STATIC_BROKER_CONFIG when the
+    server sets it, else DEFAULT_CONFIG); synonyms: its own, then the broker key set and its default (a key without
+    a broker key names itself)."""
+    if not name:
+        raise InvalidRequestError("Group name must not be empty")
+    gc = s.group_configs
+    own = gc.of(name)
+    overrides = s.config.overrides
+    out = {}
+    for key, spec in group_configs.KEYS.items():
+        if spec.internal:
+            continue
+        broker_name = spec.synonym or key
+        default = group_configs.render(CONFIG_KEYS[spec.synonym].default if spec.synonym in CONFIG_KEYS
+                                       else spec.default)
+        synonyms = []
+        if key in own:
+            synonyms.append({"name": key, "value": own[key], "source": "GROUP_CONFIG"})
+        if spec.synonym is not None and spec.synonym in overrides:
+            synonyms.append({"name": broker_name, "value": group_configs.render(gc.broker_value(spec)),
+                             "source": "STATIC_BROKER_CONFIG"})
+        synonyms.append({"name": broker_name, "value": default, "source": "DEFAULT_CONFIG"})
+        out[key] = {"value": synonyms[0]["value"], "read_only": False, "config_source": synonyms[0]["source"],
+                    "is_default": False, "is_sensitive": False, "synonyms": synonyms, "config_type": spec.type,
+                    "documentation": spec.doc}
+    return out
+
+
+def _new_group_configs(s, name: str, ops, replace: bool) -> dict:
+    """The group's configs after ``ops`` [(key, op, value)], checked as Kafka 4.4 checks them (AlterConfigs
+    replaces them all: ``replace``)."""
+    if not name:
+        raise InvalidRequestError("Default group resources are not allowed.")
+    if len({k for k, _, _ in ops}) != len(ops):
+        raise InvalidRequestError("Error due to duplicate config keys")
+    current = s.group_configs.of(name)
+    new = {} if replace else dict(current)
+    for key, op, value in ops:
+        if op == SET:
+            if value is None:
+                raise InvalidRequestError(f"Null value not supported for : {key}")
+            new[key] = value
+        elif op == DELETE:
+            new.pop(key, None)
+        elif op in (APPEND, SUBTRACT):
+            spec = group_configs.KEYS.get(key)
+            if spec is None:
+                raise InvalidConfigError(f"Unknown group config name: {key}")
+            what = "APPEND" if op == APPEND else "SUBTRACT"
+            if spec.type != group_configs.LIST:
+                raise InvalidConfigError(f"Can't {what} to key {key} because its type is not LIST.")
+            items = [x for x in str(new.get(key, s.group_configs.broker_value(spec))).split(",") if x.strip()]
+            for x in str(value or "").split(","):
+                x = x.strip()
+                if op == APPEND and x and x not in items:
+                    items.append(x)
+                elif op == SUBTRACT and x in items:
+                    items.remove(x)
+            new[key] = ",".join(items)
+        else:
+            raise InvalidRequestError(f"unknown config operation {op}")
+    s.group_configs.validate(name, new)
+    return new
 
 
 def alter_configs(s, ctx, header, frame, offset):

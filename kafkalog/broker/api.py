@@ -59,6 +59,7 @@ from . import admin as _admin
 from .consumer_groups import write_error_code
 from .features import INVALID_UPDATE_VERSION, Features
 from .features import SUPPORTED as SUPPORTED_FEATURES
+from .group_configs import GroupConfigs
 from .groups import GroupCoordinator
 from .handling import (
     CLUSTER_ID,
@@ -226,6 +227,7 @@ class Services:
         self.wakers: dict[TopicPartition, _LoopWaker] = {}
         self.logs: dict[TopicPartition, object] = {}
         self.commits: dict[TopicPartition, _GroupCommit] = {}
+        self.group_configs = GroupConfigs(config, store.path / ".kafkalog-broker" / "group-configs.json")
         self.groups = GroupCoordinator(self)
         self.shares = ShareCoordinator(self)
         self.producers = ProducerStates(store)

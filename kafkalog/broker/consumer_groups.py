@@ -414,8 +414,6 @@ class ConsumerGroups:
         cfg = coordinator.s.config
         self.groups: dict[str, ConsumerGroup] = {}
         self._undo: Undo | None = None  # the operation at hand's (loop thread)
-        self.session_timeout_ms = cfg["group.consumer.session.timeout.ms"]
-        self.heartbeat_interval_ms = cfg["group.consumer.heartbeat.interval.ms"]
         self.max_size = cfg["group.consumer.max.size"]
         self.assignors = [a.strip() for a in cfg["group.consumer.assignors"].split(",") if a.strip()]
         policy = cfg["group.consumer.migration.policy"].strip().lower()
@@ -722,7 +720,7 @@ class ConsumerGroups:
         full = epoch == 0 or (req["rebalance_timeout_ms"] != -1 and req["subscribed_topic_names"] is not None
                               and owned is not None)
         answer = {"member_id": member_id, "member_epoch": m.epoch,
-                  "heartbeat_interval_ms": self.heartbeat_interval_ms}
+                  "heartbeat_interval_ms": self.c.s.group_configs.value(gid, "consumer.heartbeat.interval.ms")}
         if full or m.assigned != old_assigned:
             answer["assignment"] = {"topic_partitions": [{"topic_id": t, "partitions": sorted(ps)}
                                                          for t, ps in sorted(m.assigned.items(), key=str)]}
@@ -887,8 +885,10 @@ class ConsumerGroups:
         now = time.monotonic()
         for g in list(self.groups.values()):
             expired = []
+            # the group's own consumer.session.timeout.ms (a group config) or the broker's
+            timeout_ms = self.c.s.group_configs.value(g.group_id, "consumer.session.timeout.ms")
             for mid, m in g.members.items():
-                session_ms = m.session_timeout_ms(self.session_timeout_ms)
+                session_ms = m.session_timeout_ms(timeout_ms)
                 if now - m.last_seen > session_ms / 1000.0:
                     expired.append((mid, f"no heartbeat for {session_ms} ms (session timeout)"))
                 elif m.classic is not None:  # Kafka's timers of a classic member: no rebalance timeout

@@ -1138,6 +1138,55 @@ DESCRIBE_SHARE_GROUP_OFFSETS = {
     ),
 }
 
+ALTER_SHARE_GROUP_OFFSETS = {
+    "key": 91, "name": "AlterShareGroupOffsets", "versions": (0, 0), "flexible": 0,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("topics", "[]AlterShareGroupOffsetsRequestTopic", "0+", {}, (
+            ("topic_name", "string", "0+", {}),
+            ("partitions", "[]AlterShareGroupOffsetsRequestPartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("start_offset", "int64", "0+", {}),
+            )),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+        ("responses", "[]AlterShareGroupOffsetsResponseTopic", "0+", {}, (
+            ("topic_name", "string", "0+", {}),
+            ("topic_id", "uuid", "0+", {}),
+            ("partitions", "[]AlterShareGroupOffsetsResponsePartition", "0+", {}, (
+                ("partition_index", "int32", "0+", {}),
+                ("error_code", "int16", "0+", {}),
+                ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+            )),
+        )),
+    ),
+}
+
+DELETE_SHARE_GROUP_OFFSETS = {
+    "key": 92, "name": "DeleteShareGroupOffsets", "versions": (0, 0), "flexible": 0,
+    "request": (
+        ("group_id", "string", "0+", {}),
+        ("topics", "[]DeleteShareGroupOffsetsRequestTopic", "0+", {}, (
+            ("topic_name", "string", "0+", {}),
+        )),
+    ),
+    "response": (
+        ("throttle_time_ms", "int32", "0+", {}),
+        ("error_code", "int16", "0+", {}),
+        ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+        ("responses", "[]DeleteShareGroupOffsetsResponseTopic", "0+", {}, (
+            ("topic_name", "string", "0+", {}),
+            ("topic_id", "uuid", "0+", {}),
+            ("error_code", "int16", "0+", {}),
+            ("error_message", "string", "0+", {"nullable": "0+", "default": None}),
+        )),
+    ),
+}
+
 # Admin APIs (kafkalog/broker/admin.py), from Kafka's message specs; flexible versions included
 
 LIST_GROUPS = {
@@ -1740,4 +1789,6 @@ APIS = {
     78: SHARE_FETCH,
     79: SHARE_ACKNOWLEDGE,
     90: DESCRIBE_SHARE_GROUP_OFFSETS,
+    91: ALTER_SHARE_GROUP_OFFSETS,
+    92: DELETE_SHARE_GROUP_OFFSETS,
 }

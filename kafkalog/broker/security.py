@@ -90,7 +90,7 @@ PERMISSIONS = ("ALLOW", "DENY")
 SUPPORTED_OPERATIONS = {
     "TOPIC": frozenset({"READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS",
                         "ALTER_CONFIGS", "ALL"}),
-    "GROUP": frozenset({"READ", "DESCRIBE", "DELETE", "ALL"}),
+    "GROUP": frozenset({"READ", "DESCRIBE", "DELETE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "ALL"}),  # 4.x: configs
     "CLUSTER": frozenset({"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
                           "ALTER", "DESCRIBE", "ALL"}),
     "TRANSACTIONAL_ID": frozenset({"DESCRIBE", "WRITE", "ALL"}),

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 import uuid
@@ -38,6 +37,7 @@ from ..errors import (
     InvalidRequestError,
     InvalidShareSessionEpochError,
     KafkaError,
+    NonEmptyGroupError,
     ShareSessionLimitReachedError,
     ShareSessionNotFoundError,
     UnknownMemberIdError,
@@ -45,6 +45,7 @@ from ..errors import (
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
+from .group_configs import DURATION
 from .handling import allowed, error_code, not_allowed, request_body, respond
 
 log = logging.getLogger("kafkalog.broker")
@@ -59,6 +60,8 @@ VERSIONS = {
     78: (1, 2),   # ShareFetch (2: ShareAcquireMode, KIP-1206; IsRenewAck, KIP-1222)
     79: (1, 2),   # ShareAcknowledge (2: IsRenewAck, AcquisitionLockTimeoutMs)
     90: (0, 1),   # DescribeShareGroupOffsets (1: Lag, KIP-1226)
+    91: (0, 0),   # AlterShareGroupOffsets
+    92: (0, 0),   # DeleteShareGroupOffsets
 }
 
 
@@ -113,17 +116,42 @@ class ShareCoordinator:
         self.s = services
         cfg = services.config
         self.max_size = cfg["group.share.max.size"]
-        self.session_timeout_ms = cfg["group.share.session.timeout.ms"]
-        self.heartbeat_interval_ms = cfg["group.share.heartbeat.interval.ms"]
-        self.lock_ms = cfg["group.share.record.lock.duration.ms"]
-        self.limit = cfg["group.share.delivery.count.limit"]
-        self.max_locks = cfg["group.share.partition.max.record.locks"]
         self.max_sessions = cfg["group.share.max.share.sessions"]
-        self.start = cfg["share.auto.offset.reset"]
+        # a group's own configs (group_configs.py) win over the server keys (group.share.*, share.auto.offset.reset)
+        self.configs = services.group_configs
         self.groups: dict[str, ShareGroup] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self._opening = threading.Lock()
+
+    # -- a group's configs ------------------------------------------------------------------------------------------
+
+    def lock_ms_of(self, gid: str) -> int:
+        return self.configs.value(gid, "share.record.lock.duration.ms")
+
+    def limit_of(self, gid: str) -> int:
+        return self.configs.value(gid, "share.delivery.count.limit")
+
+    def max_locks_of(self, gid: str) -> int:
+        return self.configs.value(gid, "share.partition.max.record.locks")
+
+    def read_committed(self, gid: str) -> bool:
+        return self.configs.value(gid, "share.isolation.level") == "read_committed"
+
+    def renew_ok(self, gid: str) -> bool:
+        return bool(self.configs.value(gid, "share.renew.acknowledge.enable"))
+
+    def start_of(self, gid: str, log) -> int | str:
+        """Where a share-partition of ``gid`` with no state starts: "latest", "earliest", or the offset of
+        by_duration's time (the log end when no record is that recent)."""
+        reset = str(self.configs.value(gid, "share.auto.offset.reset")).strip().lower()
+        if not reset.startswith("by_duration:"):
+            return reset
+        m = DURATION.match(reset[len("by_duration:"):].strip())
+        days, hours, minutes, seconds = (float(x) if x else 0.0 for x in m.groups())
+        ms = int(((days * 24 + hours) * 60 + minutes) * 60000 + seconds * 1000)
+        found = log.offset_for_time(max(0, int(time.time() * 1000) - ms))
+        return log.log_end_offset if found is None else found.offset
 
     # -- share-partitions (worker threads) -------------------------------------------------------------------------
 
@@ -134,7 +162,8 @@ class ShareCoordinator:
             with self._opening:  # one share-partition (one worker) per group and partition in this process
                 sp = self.partitions.get(key)
                 if sp is None or sp.log.closed:
-                    sp = self.partitions[key] = SharePartition(self.s.store.log(topic, p), group, self.start,
+                    lg = self.s.store.log(topic, p)
+                    sp = self.partitions[key] = SharePartition(lg, group, self.start_of(group, lg),
                                                                self.s.store.config["lock.timeout.ms"] / 1000.0)
         return sp
 
@@ -148,19 +177,19 @@ class ShareCoordinator:
     def release(self, group: str, member: str, before: float | None = None) -> None:
         for (g, _t, _p), sp in list(self.partitions.items()):
             if g == group:
-                sp.release_member(member, self.limit, before)
+                sp.release_member(member, self.limit_of(group), before)
 
     def expire_locks(self) -> None:
         for sp in list(self.partitions.values()):
             try:
-                sp.expire(self.limit)
+                sp.expire(self.limit_of(sp.group))
             except KafkaError as e:
                 log.warning("share group %s: expiring acquisition locks failed: %s", sp.group, e)
 
     def close(self) -> None:
         for sp in self.partitions.values():
             try:
-                sp.close(self.limit)
+                sp.close(self.limit_of(sp.group))
             except Exception as e:  # noqa: BLE001  (every partition gets its turn)
                 log.warning("share group %s: close failed: %s", sp.group, e)
         self.partitions.clear()
@@ -168,20 +197,34 @@ class ShareCoordinator:
     def delete_states(self, group: str) -> None:
         """DeleteGroups of an empty share group (worker thread): its share-partition states go, as Kafka's
         DeleteShareGroupState; a state a live DurableQueue worker still uses stays."""
-        import shutil
-
-        from ..client.queue import JOURNAL_SUFFIX, QUEUES_DIR
-        for key in [k for k in self.partitions if k[0] == group]:
-            self.partitions.pop(key).close(self.limit)
+        from ..client.queue import QUEUES_DIR
         for topic in self.s.store.topics():
             for p in range(self.s.partitions(topic)):
                 try:
-                    d = self.s.store.log(topic, p).dir / QUEUES_DIR / group
-                except KafkaError:
+                    if not (self.s.store.log(topic, p).dir / QUEUES_DIR / group).is_dir():
+                        continue
+                    self.delete_state(group, topic, p)
+                except NonEmptyGroupError:
                     continue
-                if not d.is_dir() or any(n.endswith(JOURNAL_SUFFIX) for n in os.listdir(d)):
-                    continue
-                shutil.rmtree(d, ignore_errors=True)
+                except KafkaError as e:
+                    log.warning("share group %s: its state of %s-%d stays: %s", group, topic, p, e)
+        with self._opening:
+            for key in [k for k in self.partitions if k[0] == group]:
+                self.partitions.pop(key).close(self.limit_of(group))
+
+    def delete_state(self, group: str, topic: str, p: int) -> None:
+        """Worker thread: the group's share-partition state of ``topic``-``p`` goes (renamed away under state.lock,
+        then removed: never half deleted); NonEmptyGroupError while a DurableQueue worker of the group is alive."""
+        with self._opening:
+            sp = self.partitions.pop((group, topic, p), None)
+        if sp is None or sp.log.closed:
+            sp = SharePartition(self.s.store.log(topic, p), group, "latest",
+                                self.s.store.config["lock.timeout.ms"] / 1000.0)
+        try:
+            sp.delete()
+        except BaseException:
+            sp.close(self.limit_of(group))
+            raise
 
     # -- membership (loop) -----------------------------------------------------------------------------------------
 
@@ -218,7 +261,8 @@ class ShareCoordinator:
         gid, mid, epoch = req["group_id"], req["member_id"], req["member_epoch"]
         topics = req["subscribed_topic_names"]
         body = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
-                "member_id": mid, "member_epoch": 0, "heartbeat_interval_ms": self.heartbeat_interval_ms,
+                "member_id": mid, "member_epoch": 0,
+                "heartbeat_interval_ms": self.configs.value(gid, "share.heartbeat.interval.ms"),
                 "assignment": None}
 
         def fail(code, message=None):
@@ -306,10 +350,10 @@ class ShareCoordinator:
     def sweep(self) -> None:
         now = time.monotonic()
         for g in list(self.groups.values()):
-            gone = [mid for mid, m in g.members.items() if now - m.last_seen > self.session_timeout_ms / 1000.0]
+            timeout_ms = self.configs.value(g.group_id, "share.session.timeout.ms")
+            gone = [mid for mid, m in g.members.items() if now - m.last_seen > timeout_ms / 1000.0]
             for mid in gone:
-                log.info("share group %s: member %s removed: no heartbeat for %d ms", g.group_id, mid,
-                         self.session_timeout_ms)
+                log.info("share group %s: member %s removed: no heartbeat for %d ms", g.group_id, mid, timeout_ms)
                 del g.members[mid]
                 self.sessions.pop((g.group_id, mid), None)
             if gone:
@@ -441,7 +485,7 @@ def _acknowledge(s, gid, mid, acks, renew_ok: bool) -> dict:
     co = s.shares
     for (topic, p), batches in acks.items():
         try:
-            co.partition(gid, topic, p).acknowledge(mid, batches, co.limit, renew_ok, co.lock_ms)
+            co.partition(gid, topic, p).acknowledge(mid, batches, co.limit_of(gid), renew_ok, co.lock_ms_of(gid))
             out[(topic, p)] = (0, None)
         except (InvalidRecordStateError, InvalidRequestError) as e:
             out[(topic, p)] = (error_code(e), str(e))
@@ -457,12 +501,14 @@ def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool, max_bytes
     co = s.shares
     left = max_records
     size = 0
+    lock_ms, limit, max_locks = co.lock_ms_of(gid), co.limit_of(gid), co.max_locks_of(gid)
+    committed = co.read_committed(gid)
     for topic, p in parts:
         if left <= 0 or (out and size >= max_bytes):
             break
         try:
             sp = co.partition(gid, topic, p)
-            got = sp.acquire(mid, left, co.lock_ms, co.limit, record_limit, co.max_locks)
+            got = sp.acquire(mid, left, lock_ms, limit, record_limit, max_locks, committed)
         except KafkaError as e:
             log.warning("share group %s: acquiring from %s-%d: %s", gid, topic, p, e)
             continue
@@ -494,7 +540,7 @@ def _session_answer(s, ctx, gid, mid) -> dict:
     """ShareFetch's and ShareAcknowledge's top level, with the checks both make first (share groups on, a group and
     a member named, READ on the group): an error is answered with no lock timeout, as Kafka answers it."""
     top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
-           "acquisition_lock_timeout_ms": s.shares.lock_ms, "responses": [], "node_endpoints": []}
+           "acquisition_lock_timeout_ms": s.shares.lock_ms_of(gid), "responses": [], "node_endpoints": []}
     code = UnsupportedVersionError.code if _off(s) else InvalidRequestError.code if not gid or not mid else \
         GROUP_DENIED if not_allowed(s, ctx, "READ", "GROUP", gid) else 0
     if code:
@@ -548,7 +594,8 @@ def share_fetch(s, ctx, header, frame, offset):
                 part(t["topic_id"], idx)
             wanted.append((name, idx))
     if acks:
-        done = yield s.loop.run_in_executor(None, _acknowledge, s, gid, mid, acks, v >= 2 and req["is_renew_ack"])
+        done = yield s.loop.run_in_executor(None, _acknowledge, s, gid, mid, acks,
+                                            v >= 2 and req["is_renew_ack"] and co.renew_ok(gid))
         for (name, idx), (code, message) in done.items():
             r = part(_uuid(s.store.topic_id(name)), idx)
             r["acknowledge_error_code"], r["acknowledge_error_message"] = code, message
@@ -594,10 +641,12 @@ async def _wait_for_data(s, co, gid, parts, deadline):
     """Until new records reach one of ``parts`` or 100 ms passed (expired locks and other workers' releases are
     looked for again then), or the deadline."""
     end = min(deadline, time.monotonic() + 0.1)
+    committed = co.read_committed(gid)  # records past the last stable offset are not there yet
     while time.monotonic() < end:
         for topic, p in parts:
             sp = co.partitions.get((gid, topic, p))
-            if sp is not None and sp.log.log_end_offset > sp.next_offset:
+            if sp is not None and (sp.log.last_stable_offset if committed else sp.log.log_end_offset) > \
+                    sp.next_offset:
                 return
         await asyncio.sleep(min(0.005, max(0.0, end - time.monotonic())))
 
@@ -638,7 +687,7 @@ def share_acknowledge(s, ctx, header, frame, offset):
                 acks[(name, idx)] = (_ack_batches(p), r)
     if acks:
         done = yield s.loop.run_in_executor(None, _acknowledge, s, gid, mid, {k: b for k, (b, _) in acks.items()},
-                                            v >= 2 and req["is_renew_ack"])
+                                            v >= 2 and req["is_renew_ack"] and co.renew_ok(gid))
         for k, (code, message) in done.items():
             r = acks[k][1]
             r["error_code"], r["error_message"] = code, message
@@ -710,7 +759,140 @@ def describe_share_group_offsets(s, ctx, header, frame, offset):
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
 
 
+def _has_state(s, gid: str) -> bool:
+    """Worker thread: whether any partition holds a share-partition state of ``gid`` (the wire's or a
+    DurableQueue's)."""
+    from ..client.queue import QUEUES_DIR
+    for name in s.store.topics():
+        for p in range(s.partitions(name)):
+            try:
+                if (s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir():
+                    return True
+            except KafkaError:
+                continue
+    return False
+
+
+def _admin_check(s, ctx, gid: str):
+    """The group-level answer of AlterShareGroupOffsets / DeleteShareGroupOffsets before any topic is looked at:
+    (error code, message) or None to go on (a generator: a group with committed offsets is looked at off the loop).
+    A group nobody joined is altered (its states made) as Kafka 4.4 does; a classic or consumer group's id is
+    not a share group's (committed offsets alone make a classic group, unless it has share-partition states: a
+    DurableQueue's group commits its acked prefix)."""
+    if _off(s):
+        return UnsupportedVersionError.code, None
+    if not_allowed(s, ctx, "READ", "GROUP", gid):
+        return GROUP_DENIED, None
+    g = s.shares.groups.get(gid)
+    if s.shares._other_type(gid) or (g is None and gid in s.store.offsets.groups() and
+                                     not (yield s.loop.run_in_executor(None, _has_state, s, gid))):
+        return GroupIdNotFoundError.code, f"Group {gid} is not a share group."
+    if g is not None and g.members:
+        return NonEmptyGroupError.code, "The group is not empty."
+    return None
+
+
+def _alter_offsets(s, gid: str, wanted) -> list:
+    """Worker thread: AlterShareGroupOffsets' topics: each partition's state starts again at its offset."""
+    out, unknown = [], []
+    co = s.shares
+    for name, parts in wanted:
+        n = s.partitions(name)
+        try:
+            tid = _uuid(s.store.topic_id(name)) if n else uuid.UUID(int=0)
+        except KafkaError:
+            tid, n = uuid.UUID(int=0), 0
+        rows = []
+        for p, start in parts:
+            r = {"partition_index": p, "error_code": 0, "error_message": None}
+            if not n or not 0 <= p < n:
+                r.update(error_code=UnknownTopicOrPartitionError.code,
+                         error_message="This server does not host this topic-partition.")
+            else:
+                try:
+                    co.partition(gid, name, p).reset(start)
+                    log.info("share group %s: %s-%d starts at %d (AlterShareGroupOffsets)", gid, name, p, start)
+                except KafkaError as e:
+                    r.update(error_code=error_code(e), error_message=str(e))
+            rows.append(r)
+        (out if n else unknown).append({"topic_name": name, "topic_id": tid, "partitions": rows})
+    return unknown + out  # Kafka 4.4 answers the unknown topics first
+
+
+def _delete_offsets(s, gid: str, names) -> list:
+    """Worker thread: DeleteShareGroupOffsets' topics: every partition's state of the group goes. As Kafka 4.4
+    answers: a topic the group has no state of is UNKNOWN_TOPIC_OR_PARTITION (but every topic of a group that has
+    no state at all and no member is deleted), and the topics in error come last."""
+    from ..client.queue import QUEUES_DIR
+    out, failed = [], []
+    co = s.shares
+    exists = gid in co.groups or _has_state(s, gid)
+    for name in names:
+        n = s.partitions(name)
+        r = {"topic_name": name, "topic_id": uuid.UUID(int=0), "error_code": 0, "error_message": None}
+        try:
+            if not n:
+                raise UnknownTopicOrPartitionError("This server does not host this topic-partition.")
+            held = [p for p in range(n) if (s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir()]
+            if exists and not held:
+                raise UnknownTopicOrPartitionError("There is no offset information to delete.")
+            r["topic_id"] = _uuid(s.store.topic_id(name))
+            for p in held:
+                co.delete_state(gid, name, p)
+            if held:
+                log.info("share group %s: its state of %s deleted (DeleteShareGroupOffsets)", gid, name)
+        except UnknownTopicOrPartitionError as e:
+            r.update(error_code=error_code(e), error_message=str(e))
+            failed.append(r)
+            continue
+        except KafkaError as e:
+            r.update(error_code=error_code(e), error_message=str(e))
+        out.append(r)
+    return out + failed
+
+
+def alter_share_group_offsets(s, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    gid = req["group_id"]
+    top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None, "responses": []}
+    refused = yield from _admin_check(s, ctx, gid)
+    if refused is not None:
+        top["error_code"], top["error_message"] = refused
+        return respond(header, top)
+    wanted, denied = [], []
+    for t in req["topics"]:
+        parts = [(p["partition_index"], p["start_offset"]) for p in t["partitions"]]
+        if not_allowed(s, ctx, "READ", "TOPIC", t["topic_name"]):
+            denied.append({"topic_name": t["topic_name"], "topic_id": uuid.UUID(int=0), "partitions": [
+                {"partition_index": p, "error_code": TOPIC_DENIED, "error_message": None} for p, _ in parts]})
+        else:
+            wanted.append((t["topic_name"], parts))
+    done = yield s.loop.run_in_executor(None, _alter_offsets, s, gid, wanted)
+    top["responses"] = denied + done
+    return respond(header, top)
+
+
+def delete_share_group_offsets(s, ctx, header, frame, offset):
+    req = request_body(ctx, header, frame, offset)
+    gid = req["group_id"]
+    top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None, "responses": []}
+    refused = yield from _admin_check(s, ctx, gid)
+    if refused is not None:
+        top["error_code"], top["error_message"] = refused
+        return respond(header, top)
+    names, denied = [], []
+    for t in req["topics"]:
+        if not_allowed(s, ctx, "READ", "TOPIC", t["topic_name"]):
+            denied.append({"topic_name": t["topic_name"], "topic_id": uuid.UUID(int=0), "error_code": TOPIC_DENIED,
+                           "error_message": None})
+        else:
+            names.append(t["topic_name"])
+    done = yield s.loop.run_in_executor(None, _delete_offsets, s, gid, names)
+    top["responses"] = denied + done
+    return respond(header, top)
+
+
 HANDLERS = {76: share_group_heartbeat, 77: share_group_describe, 78: share_fetch, 79: share_acknowledge,
-            90: describe_share_group_offsets}
+            90: describe_share_group_offsets, 91: alter_share_group_offsets, 92: delete_share_group_offsets}
 
 __all__ = ["HANDLERS", "VERSIONS", "ShareCoordinator"]

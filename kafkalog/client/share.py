@@ -34,14 +34,23 @@ as Kafka acquires whole batches; record_limit mode: exactly ``max_records``). A 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
+import shutil
 import threading
 import time
 
-from .._engine.batch import RecordBatch, iter_batches
-from ..errors import InvalidRecordStateError, InvalidRequestError, OffsetOutOfRangeError, storage_error
+from .._engine.batch import RecordBatch, iter_batches, next_offset_after
+from ..errors import (
+    InvalidRecordStateError,
+    InvalidRequestError,
+    NonEmptyGroupError,
+    OffsetOutOfRangeError,
+    storage_error,
+)
 from ..storage.files import FileLock, fsync_dir, make_durable_dir
+from ..storage.txnformat import marker_of_batch
 from .queue import (
     JOURNAL_SUFFIX,
     QUEUES_DIR,
@@ -56,6 +65,9 @@ from .queue import (
 __all__ = ["ACCEPT", "GAP", "REJECT", "RELEASE", "RENEW", "SharePartition"]
 
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4  # Kafka's AcknowledgeType codes (0: an offset with no record)
+# where a deleted share-partition state goes before it is removed (in the partition directory, beside the queues
+# directory: never taken for a group); whatever a crash left there is removed by the next delete
+TRASH_DIR = ".kafkalog-queues.deleted"
 
 
 class SharePartition:
@@ -165,8 +177,10 @@ class SharePartition:
     # -- Kafka's operations ----------------------------------------------------------------------------------------
 
     def acquire(self, member: str, max_records: int, lock_ms: int, limit: int, record_limit: bool = False,
-                max_in_flight: int = 2000) -> list[tuple[int, int, int]]:
-        """Acquire up to ``max_records`` offsets for ``member``: [(first, last, delivery count)], last inclusive."""
+                max_in_flight: int = 2000, read_committed: bool = False) -> list[tuple[int, int, int]]:
+        """Acquire up to ``max_records`` offsets for ``member``: [(first, last, delivery count)], last inclusive.
+        ``read_committed`` (share.isolation.level): new offsets only below the last stable offset, and the records
+        of aborted transactions among them archived, never delivered."""
         out: list[tuple[int, int, int]] = []
         with self._lock:
             self._check_open()
@@ -179,7 +193,7 @@ class SharePartition:
                 n = min(max_records, room)
                 if n <= 0:
                     return changed
-                leo = self.log.log_end_offset
+                leo = self.log.last_stable_offset if read_committed else self.log.log_end_offset
                 taken = []
                 alone = False
                 while n > 0 and st.redeliver:
@@ -202,8 +216,11 @@ class SharePartition:
                     end = min(st.next + n, leo)
                     if not record_limit:
                         end = max(end, min(self._batch_end(end - 1), leo))
-                    taken.append((st.next, end, 1))
+                    pieces = _without(st.next, end, self._aborted(st.next, end)) if read_committed else \
+                        [(st.next, end)]
+                    taken += [(a, b, 1) for a, b in pieces]
                     st.next = end
+                    changed = True  # aborted records alone: archived, the state moves past them
                 if not taken:
                     return changed
                 mine = st.leases.get(self.worker)
@@ -217,6 +234,25 @@ class SharePartition:
                 return True
 
             self._update(fn)
+        return out
+
+    def _aborted(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """[a, b) ranges of the data batches of aborted transactions in [lo, hi) (what a read_committed reader
+        drops: Kafka's share-partition archives them)."""
+        out: list[tuple[int, int]] = []
+        pos = lo
+        while pos < hi:
+            try:
+                _, _, _, view, aborted = self.log.fetch_isolated(pos, 1 << 20, True)
+            except OffsetOutOfRangeError:
+                break
+            if view is None or not len(view):
+                break
+            out += aborted_batches(view, aborted, hi)
+            nxt = next_offset_after(view, pos)
+            if nxt <= pos:
+                break
+            pos = nxt
         return out
 
     def _batch_end(self, offset: int) -> int:
@@ -354,6 +390,65 @@ class SharePartition:
             self._update(lambda st: False)
             return self.start_offset, self.next_offset
 
+    # -- the admin's operations (AlterShareGroupOffsets, DeleteShareGroupOffsets) ------------------------------------
+
+    def reset(self, start: int) -> None:
+        """A new share-partition start offset (Kafka's AlterShareGroupOffsets, which replaces the state with its
+        start offset alone): nothing below ``start`` is delivered, everything from it on is available again with
+        delivery count 0. Fsynced before it returns. NonEmptyGroupError when another live worker of the group (a
+        DurableQueue) holds offsets; then nothing changes."""
+        with self._lock:
+            self._check_open()
+
+            def fn(st: _State) -> bool:
+                if any(w != self.worker and r for w, r in st.leases.items()):
+                    raise NonEmptyGroupError("The group is not empty.")
+                self.acquired.clear()
+                st.leases.pop(self.worker, None)
+                st.redeliver = _Ranges()
+                st.prefix = st.next = start
+                return True
+
+            self._update(fn, sync=True)
+
+    def delete(self) -> None:
+        """The group's state of this partition goes (Kafka's DeleteShareGroupOffsets): the next share-partition of
+        the group here starts at share.auto.offset.reset again. The directory is renamed out of the queues
+        directory under state.lock (both directories fsynced: the state never comes back half deleted), then
+        removed. NonEmptyGroupError when another worker of the group (a DurableQueue) is alive; then nothing
+        changes. This object is closed after it."""
+        with self._lock:
+            self._check_open()
+            self._state_lock.acquire(timeout=self._timeout, what=f"share group {self.group!r} on {self.log.topic}")
+            try:
+                for name in os.listdir(self.dir):
+                    if not name.endswith(JOURNAL_SUFFIX) or name == self.worker + JOURNAL_SUFFIX:
+                        continue
+                    try:
+                        fd = os.open(self.dir / name, os.O_RDONLY)
+                    except FileNotFoundError:
+                        continue
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        raise NonEmptyGroupError("The group is not empty.") from None
+                    finally:
+                        os.close(fd)
+                trash = self.log.dir / TRASH_DIR
+                make_durable_dir(trash)
+                gone = trash / f"{self.group}-{secrets.token_hex(4)}"
+                os.rename(self.dir, gone)
+                fsync_dir(self.dir.parent)
+                fsync_dir(trash)
+            except OSError as e:
+                raise storage_error(e, "delete", self.dir) from None
+            finally:
+                self._state_lock.release()
+            self._closed = True
+            self.acquired.clear()
+            self._release_files()
+        shutil.rmtree(trash, ignore_errors=True)  # with whatever an earlier crash left there
+
     # -- the end ---------------------------------------------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -387,6 +482,51 @@ class SharePartition:
             self._jfd = -1
         self._state_lock.close()
         self._files.close()
+
+
+def aborted_batches(view, aborted, hi: int) -> list[tuple[int, int]]:
+    """[base, last + 1) of the data batches of ``view`` below ``hi`` that belong to the ``aborted`` transactions
+    ([(producer id, first offset)], as Log.fetch_isolated lists them): the batches isolation.drop_aborted drops,
+    control batches aside."""
+    if not aborted:
+        return []
+    pending = sorted(aborted, key=lambda a: a[1])
+    i, n = 0, len(pending)
+    active: set[int] = set()
+    out: list[tuple[int, int]] = []
+    for batch in iter_batches(view):
+        if batch.base_offset >= hi:
+            break
+        pid = batch.producer_id
+        if pid < 0:
+            continue
+        last = batch.last_offset
+        while i < n and pending[i][1] <= last:
+            active.add(pending[i][0])
+            i += 1
+        if batch.is_control:
+            if pid in active:
+                marker = marker_of_batch(view, batch.position)
+                if marker is not None and not marker[0]:
+                    active.discard(pid)
+        elif batch.is_transactional and pid in active:
+            out.append((batch.base_offset, last + 1))
+    return out
+
+
+def _without(lo: int, hi: int, holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[lo, hi) less the sorted, disjoint ``holes``, as [a, b) ranges."""
+    out, pos = [], lo
+    for a, b in holes:
+        a, b = max(a, lo), min(b, hi)
+        if a >= b:
+            continue
+        if a > pos:
+            out.append((pos, a))
+        pos = max(pos, b)
+    if pos < hi:
+        out.append((pos, hi))
+    return out
 
 
 def _holds(ranges: _Ranges, offset: int) -> bool:
