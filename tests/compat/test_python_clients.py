@@ -1241,9 +1241,6 @@ METADATA_V5_PLUS = ("topics*.offline_replicas",  # Metadata v5+ (kafkalog: 0-4);
                     "topics*.partitions*.leader_epoch",  # Metadata v7+; always 0 on one node
                     "topics*.authorized_operations",  # Metadata v8+, asked by kafka-python
                     "cluster.brokers*.is_fenced")  # DescribeCluster v2+ (kafkalog: 0-1); never fenced here
-# Kafka 4 grants DESCRIBE_CONFIGS and ALTER_CONFIGS on a group (KIP-848's group configs, which kafkalog does not
-# have, so it does not offer them); kafka-python asks for the group's authorized operations
-GROUP_CONFIG_OPS = ("*.described.authorized_operations",)
 
 
 @pytest.fixture
@@ -1309,7 +1306,7 @@ def test_consumer_group_commit_describe_resume_delete(client, client_impl, targe
     assert "NON_EMPTY" in repr(kafka["delete_non_empty"]).upper().replace("NONEMPTY", "NON_EMPTY"), kafka
     assert "NOTFOUND" in repr(kafka["delete_again"]).upper().replace("_", ""), kafka
     assert "NOTFOUND" in repr(kafka["delete_unknown"]).upper().replace("_", ""), kafka
-    compare(kafka, klog, ignore=SAME_BY_NATURE + LEADER_EPOCHS + GROUP_CONFIG_OPS,
+    compare(kafka, klog, ignore=SAME_BY_NATURE + LEADER_EPOCHS,
             what=f"{client}: consumer group")
 
 

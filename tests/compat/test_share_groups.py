@@ -1,10 +1,9 @@
 """KIP-932 share groups: Java 4.4's KafkaShareConsumer and kafka-share-groups on Apache Kafka 4.4 and on kafkalog.
 
 The worker is tests/compat/java/share/ShareWorker.java (one KafkaShareConsumer; implicit, explicit or hold mode).
-Kafka's share groups start at ``share.auto.offset.reset`` and hold a record for ``share.record.lock.duration.ms``:
-the worker sets both as GROUP configs (IncrementalAlterConfigs) where the broker takes them (Kafka); kafkalog has no
-group configs and takes them from its server keys, so this module runs a ``kafkalog serve`` of its own with
-``share.auto.offset.reset=earliest`` and a short lock (the session's Kafka takes 15 s, its minimum).
+Share groups start at ``share.auto.offset.reset`` and hold a record for ``share.record.lock.duration.ms``: the
+worker sets both as GROUP configs (IncrementalAlterConfigs, ``earliest`` and 15 s, Kafka's smallest lock) on either
+broker, and the raw-frame scenarios set ``share.auto.offset.reset`` so too: both run on the session's brokers.
 
 - explicit mode (default suite, about 10 s: one JVM per broker): ACCEPT, RELEASE (the record comes back once,
   delivery count 2), REJECT (never comes back) on two partitions: the records, offsets, delivery counts and
@@ -24,10 +23,8 @@ from __future__ import annotations
 import json
 import queue
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -37,29 +34,12 @@ import pytest
 
 from kafkalog.client.queue import DurableQueue
 
-from .lab import KafkalogServer, LabError, children, compile_java, lab_client_commands, run_java
+from .lab import LabError, children, compile_java, lab_client_commands, run_java
 
 LAB_TEST_DEADLINE_S = 240
 WORKER = Path(__file__).resolve().parent / "java" / "share" / "ShareWorker.java"
 RUN = uuid.uuid4().hex[:6]
 KAFKA_LOCK_MS = 15000  # Kafka's smallest share.record.lock.duration.ms
-KAFKALOG_LOCK_MS = 3000
-
-
-@pytest.fixture(scope="module")
-def klog():
-    """A ``kafkalog serve`` whose share groups start at the earliest offset and hold records for 3 s."""
-    work = Path(tempfile.mkdtemp(prefix="kafkalog-share-"))
-    srv = KafkalogServer({"share.auto.offset.reset": "earliest",
-                          "group.share.record.lock.duration.ms": KAFKALOG_LOCK_MS})
-    try:
-        srv.start(work)
-    except (LabError, OSError) as e:
-        srv.stop()
-        pytest.fail(f"kafkalog serve did not start: {e}\n{srv.log_tail()}", pytrace=False)
-    yield srv
-    srv.stop()
-    shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +60,8 @@ def franz():
 
 
 @pytest.fixture
-def brokers(kafka, klog):
-    return {"kafka": kafka, "kafkalog": klog}
+def brokers(kafka, kafkalog):
+    return {"kafka": kafka, "kafkalog": kafkalog}
 
 
 def _lines(out: str) -> list[dict]:
@@ -156,11 +136,11 @@ def _wire_scenario(srv, topic, group) -> list:
             if w.produce(topic, 0, batch([b"a", b"b", b"c"]))["error_code"] == 0:
                 break
             time.sleep(0.1)
-        if srv.name == "kafka":  # its share groups start at the earliest offset by a group config
-            r = w.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
-                {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
-                "validate_only": False})
-            assert r["responses"][0]["error_code"] == 0, r
+        # share groups start at the earliest offset by a group config
+        r = w.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+            {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+            "validate_only": False})
+        assert r["responses"][0]["error_code"] == 0, r
         for _ in range(100):  # Kafka's group coordinator loads its partition first
             if w.call(10, 4, {"key_type": 0, "coordinator_keys": [group]})["coordinators"][0]["error_code"] == 0:
                 break
@@ -282,19 +262,15 @@ def _wire_scenario(srv, topic, group) -> list:
 
 
 @pytest.mark.slow
-def test_share_group_wire_matrix(kafka, klog, compare):
+def test_share_group_wire_matrix(kafka, kafkalog, compare):
     """Heartbeat validation and fencing, the simple assignor, ShareGroupDescribe / ListGroups / DescribeGroups /
     DeleteGroups of a share group, share-session errors, acknowledgement errors and outcomes, over raw frames on
     both brokers, compared step by step (slow: about 16 s, most of them Kafka's coordinator and assignment
     delays)."""
     topic, group = f"share-w-{RUN}", f"share-w-{RUN}-g"
-    answers = {b.name: _wire_scenario(b, topic, group) for b in (kafka, klog)}
+    answers = {b.name: _wire_scenario(b, topic, group) for b in (kafka, kafkalog)}
     for (step, k), (_, ours) in zip(answers["kafka"], answers["kafkalog"]):
-        # the lock each broker was configured with (kafkalog's module broker: 3 s)
-        compare(k, ours, what=step, ignore=("acquisition_lock_timeout_ms",))
-        if isinstance(ours, dict) and ours.get("acquisition_lock_timeout_ms"):
-            assert (k["acquisition_lock_timeout_ms"], ours["acquisition_lock_timeout_ms"]) == (30000,
-                                                                                               KAFKALOG_LOCK_MS)
+        compare(k, ours, what=step)
     assert len(answers["kafka"]) == len(answers["kafkalog"])
 
 
@@ -307,10 +283,9 @@ def _closed_connection(srv, topic, group):
         if w.produce(topic, 0, batch([b"a", b"b"]))["error_code"] == 0:
             break
         time.sleep(0.1)
-    if srv.name == "kafka":
-        w.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
-            {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
-            "validate_only": False})
+    w.call(44, 1, {"resources": [{"resource_type": 32, "resource_name": group, "configs": [
+        {"name": "share.auto.offset.reset", "config_operation": 0, "value": "earliest"}]}],
+        "validate_only": False})
     for _ in range(100):  # Kafka's group coordinator loads its partition first
         if w.call(10, 4, {"key_type": 0, "coordinator_keys": [group]})["coordinators"][0]["error_code"] == 0:
             break
@@ -362,10 +337,10 @@ def _closed_connection(srv, topic, group):
 
 
 @pytest.mark.slow
-def test_closed_connection_gives_records_back(kafka, klog):
+def test_closed_connection_gives_records_back(kafka, kafkalog):
     """A member acquires records and its connection closes: another member gets them again (delivery count 2) well
-    before their lock expires, on both brokers (Kafka's lock is 30 s here, kafkalog's 3 s: within 2.5 s)."""
-    out = {srv.name: _closed_connection(srv, f"share-c-{RUN}", f"share-c-{RUN}-g") for srv in (kafka, klog)}
+    before their lock expires (30 s), on both brokers: within 2.5 s."""
+    out = {srv.name: _closed_connection(srv, f"share-c-{RUN}", f"share-c-{RUN}-g") for srv in (kafka, kafkalog)}
     assert out["kafka"] == out["kafkalog"] == ([(0, 1, 1)], [(0, 1, 2)], True), out
 
 
@@ -382,8 +357,8 @@ def test_explicit_accept_release_reject(brokers, worker_class):
         lines = run_worker(worker_class, b.bootstrap, topic, group, "explicit", 9)
         answers[name] = _records(lines)
         assert all(x["errors"] == 0 for x in lines if x["event"] == "commit"), (name, lines)
-        if name == "kafka":  # Kafka takes the group's config (share.auto.offset.reset=earliest): else it reads none
-            assert any(x["event"] == "config" and x["ok"] for x in lines), lines
+        # the broker took the group's config (share.auto.offset.reset=earliest): else it reads none
+        assert any(x["event"] == "config" and x["ok"] for x in lines), (name, lines)
     expected = [(0, 0, "m0-0", 1, "ACCEPT"), (0, 1, "m0-1", 1, "ACCEPT"), (0, 2, "m0-2", 1, "ACCEPT"),
                 (0, 3, "rel-a", 1, "RELEASE"), (0, 3, "rel-a", 2, "ACCEPT"), (0, 4, "rej-b", 1, "REJECT"),
                 (0, 5, "ok-c", 1, "ACCEPT"), (1, 0, "m1-0", 1, "ACCEPT"), (1, 1, "m1-1", 1, "ACCEPT")]
@@ -405,8 +380,8 @@ def test_franz_go_share_consumer_accept_release_reject(brokers, franz):
         lines = _lines(r.stdout)
         assert r.returncode == 0 and lines and lines[-1]["op"] == "share_result", (name, r.stdout, r.stderr[-3000:])
         assert all("error" not in x for x in lines if x["op"] == "flush"), (name, lines)
-        if name == "kafka":  # Kafka takes the group's config (share.auto.offset.reset=earliest): else it reads none
-            assert [x for x in lines if x["op"] == "config"] == [{"op": "config"}], lines
+        # the broker took the group's config (share.auto.offset.reset=earliest): else it reads none
+        assert [x for x in lines if x["op"] == "config"] == [{"op": "config"}], (name, lines)
         answers[name] = sorted((x["p"], x["o"], x["v"], x["dc"], x["ack"]) for x in lines if x["op"] == "record")
     expected = [(0, 0, "f0-0", 1, "ACCEPT"), (0, 1, "rel-x", 1, "RELEASE"), (0, 1, "rel-x", 2, "ACCEPT"),
                 (0, 2, "rej-y", 1, "REJECT"), (0, 3, "f0-3", 1, "ACCEPT"), (1, 0, "f1-0", 1, "ACCEPT"),
@@ -476,12 +451,12 @@ def test_two_consumers_one_killed(brokers, worker_class):
 
 
 @pytest.mark.slow
-def test_durable_queue_and_java_share_consumer_split_one_group(klog, worker_class):
+def test_durable_queue_and_java_share_consumer_split_one_group(kafkalog, worker_class):
     """A DurableQueue worker in this process (on kafkalog serve's data dir) and a Java KafkaShareConsumer through
     the broker, one group: every message once, to one of them (batches of 5 messages; the queue worker starts when
     the Java one has its first records, and takes 5 ms a message)."""
     topic, group, n = f"share-q-{RUN}", f"share-q-{RUN}-g", 400
-    q = DurableQueue(klog.log_dir, name=topic, group=group, prefetch=2)
+    q = DurableQueue(kafkalog.log_dir, name=topic, group=group, prefetch=2)
     try:
         for i in range(0, n, 5):
             q.put_many([b"q%d" % j for j in range(i, i + 5)])
@@ -498,7 +473,7 @@ def test_durable_queue_and_java_share_consumer_split_one_group(klog, worker_clas
                 time.sleep(0.005)
                 q.ack(m)
         t = threading.Thread(target=work)
-        proc, lines = start_worker(worker_class, klog.bootstrap, topic, group, "explicit", n, idle_ms=3000,
+        proc, lines = start_worker(worker_class, kafkalog.bootstrap, topic, group, "explicit", n, idle_ms=3000,
                                    max_poll=10)
         java: list[bytes] = []
         try:
