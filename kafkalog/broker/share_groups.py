@@ -815,6 +815,7 @@ def _alter_offsets(s, gid: str, wanted) -> list:
                 except KafkaError as e:
                     r.update(error_code=error_code(e), error_message=str(e))
             rows.append(r)
+        rows.sort(key=lambda r: r["partition_index"])  # as Kafka 4.4 answers them
         (out if n else unknown).append({"topic_name": name, "topic_id": tid, "partitions": rows})
     return unknown + out  # Kafka 4.4 answers the unknown topics first
 
