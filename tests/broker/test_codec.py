@@ -328,7 +328,7 @@ def test_every_supported_version_is_tested_and_kio_knows_it():
         # KIP-848 consumer groups
         68: (0, 1), 69: (0, 1),
         # KIP-932 share groups
-        76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 90: (0, 1)}
+        76: (1, 1), 77: (1, 1), 78: (1, 2), 79: (1, 2), 90: (0, 1), 91: (0, 0), 92: (0, 0)}
     assert protocol.API_NAMES[0] == "Produce" and protocol.API_NAMES[49] == "AlterClientQuotas"
 
 
