@@ -74,6 +74,11 @@ def test_group_configs_are_checked_kept_and_survive_a_restart(make_broker, tmp_p
                      ("share.delivery.count.limit", "x")):
             code, message = alter(w, "g", [("share.auto.offset.reset", SET, "latest"), (k, SET, v)])
             assert code == INVALID_CONFIG and k in message, (k, v, code, message)
+        # Kafka 4.4's texts: the broker's bounds, then ConfigDef's own
+        assert alter(w, "g", [("share.record.lock.duration.ms", SET, "70000")]) == (
+            INVALID_CONFIG, "share.record.lock.duration.ms must be in the range 15000 to 60000 inclusive.")
+        assert alter(w, "g", [("share.delivery.count.limit", SET, "1")]) == (
+            INVALID_CONFIG, "Invalid value 1 for configuration share.delivery.count.limit: Value must be at least 2")
         assert alter(w, "g", [("share.isolation.level", SET, "read_committed")], validate_only=True) == (0, None)
         assert described(w, "g", ["share.auto.offset.reset", "share.record.lock.duration.ms",
                                   "share.isolation.level"]) == {
