@@ -138,6 +138,60 @@ def test_consumer_groups_take_their_heartbeat_interval(make_broker):
         assert r["error_code"] == 0 and r["heartbeat_interval_ms"] == 7000, r
 
 
+def test_session_timeouts_are_the_groups(make_broker):
+    """A share group's share.session.timeout.ms and a KIP-848 group's consumer.session.timeout.ms (group configs,
+    inside bounds the broker lowered) remove a silent member; the broker's keys (45 s) hold for the others."""
+    import time
+    b = make_broker(**{"share.auto.offset.reset": "earliest", "group.share.min.session.timeout.ms": 300,
+                       "group.share.min.heartbeat.interval.ms": 100, "group.consumer.min.session.timeout.ms": 300,
+                       "group.consumer.min.heartbeat.interval.ms": 100})
+    setup_topic(b.port, "t", [(0, [b"a"])])
+    with Wire(b.port) as w:
+        for g in ("short", "cg-short"):
+            kind = "share" if g == "short" else "consumer"
+            assert alter(w, g, [(f"{kind}.session.timeout.ms", SET, "300"),
+                                (f"{kind}.heartbeat.interval.ms", SET, "100")]) == (0, None)
+        members = {}
+        for g in ("cg-short", "cg-long"):
+            members[g] = str(uuid.uuid4())
+            r = w.call(68, 1, {"group_id": g, "member_id": members[g], "member_epoch": 0, "instance_id": None,
+                               "rack_id": None, "rebalance_timeout_ms": 30000, "subscribed_topic_names": ["t"],
+                               "subscribed_topic_regex": None, "server_assignor": None, "topic_partitions": []})
+            assert r["error_code"] == 0, r
+    short, long_ = Member(b.port, "short", "t"), Member(b.port, "long", "t")
+    short.join()
+    long_.join()
+    gone = False
+    for _ in range(40):  # the sweep runs every 0.5 s
+        time.sleep(0.1)
+        gone = "short" not in b.services.shares.groups or not b.services.shares.groups["short"].members
+        kg = b.services.groups.consumer.groups.get("cg-short")
+        if gone and (kg is None or not kg.members):
+            break
+    assert gone and not b.services.groups.consumer.groups["cg-short"].members
+    assert b.services.shares.groups["long"].members and b.services.groups.consumer.groups["cg-long"].members
+
+
+def test_share_group_offsets_acls(make_broker, tmp_path):
+    """AlterShareGroupOffsets / DeleteShareGroupOffsets: READ on the group, READ on each topic."""
+    from kafkalog.broker import security
+    data = tmp_path / "acl2"
+    data.mkdir()
+    security.Authorizer(security.default_paths(data)[1]).add(
+        security.AclBinding("User:ANONYMOUS", "*", "ALL", "TOPIC", "t", "LITERAL", "ALLOW"),
+        security.AclBinding("User:ANONYMOUS", "*", "CREATE", "CLUSTER", "kafka-cluster", "LITERAL", "ALLOW"),
+        security.AclBinding("User:ANONYMOUS", "*", "READ", "GROUP", "ok", "LITERAL", "ALLOW"))
+    b = make_broker(data, **{"authorizer.class.name": "kafkalog"})
+    setup_topic(b.port, "t", [(0, [b"a"])])
+    with Wire(b.port) as w:
+        assert w.create_topic("secret", 1)["error_code"] == 0  # created (CREATE on the cluster), not readable
+        assert alter_offsets(w, "denied", {"t": [(0, 0)]}) == (GROUP_DENIED, {})
+        assert delete_offsets(w, "denied", ["t"]) == (GROUP_DENIED, {})
+        assert alter_offsets(w, "ok", {"t": [(0, 0)], "secret": [(0, 0)]}) == (
+            0, {("t", 0): 0, ("secret", 0): TOPIC_DENIED})
+        assert delete_offsets(w, "ok", ["t", "secret"]) == (0, {"t": 0, "secret": TOPIC_DENIED})
+
+
 def test_group_configs_acls(make_broker, tmp_path):
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on the GROUP resource, as Kafka checks them."""
     from kafkalog.broker import security
