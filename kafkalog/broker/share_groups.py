@@ -703,14 +703,17 @@ def _share_offsets(s, gid: str, topics) -> list:
     state of the group (the wire's or a DurableQueue's)."""
     from ..client.queue import QUEUES_DIR
     co = s.shares
-    if topics is None:  # the topics the members subscribe to, and those with a state of the group
+    if topics is None:  # the topics the members subscribe to (every partition: assigned), and the partitions
+        # with a state of the group (Kafka 4.4 lists the ones it initialized: a partition altered alone, say)
         g = co.groups.get(gid)
-        names = {t for m in g.members.values() for t in m.topics} if g is not None else set()
-        for name in s.store.topics():
-            if name not in names and any((s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir()
-                                         for p in range(s.partitions(name))):
-                names.add(name)
-        wanted = [(name, list(range(s.partitions(name)))) for name in sorted(names) if s.partitions(name)]
+        subscribed = {t for m in g.members.values() for t in m.topics} if g is not None else set()
+        wanted = []
+        for name in sorted(set(s.store.topics()) | subscribed):
+            n = s.partitions(name)
+            parts = list(range(n)) if name in subscribed else \
+                [p for p in range(n) if (s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir()]
+            if parts:
+                wanted.append((name, parts))
     else:
         wanted = [(t["topic_name"], list(t["partitions"])) for t in topics]
     out = []
