@@ -81,7 +81,8 @@ def test_api_versions_lists_exactly_the_matrix(broker):
     # 24): the classic group protocol (OffsetCommit 2-10, JoinGroup 0-9, Heartbeat 0-4, LeaveGroup 0-5, SyncGroup
     # 0-5), FindCoordinator 6, OffsetFetch 10, Metadata 13, ListOffsets 11, DeleteTopics 6, OffsetForLeaderEpoch 2-4,
     # ApiVersions 5; KIP-848's ConsumerGroupHeartbeat 0-1 and ConsumerGroupDescribe 0-1; KIP-932's ShareGroupHeartbeat
-    # 1, ShareGroupDescribe 1, ShareFetch 1-2, ShareAcknowledge 1-2, DescribeShareGroupOffsets 0-1
+    # 1, ShareGroupDescribe 1, ShareFetch 1-2, ShareAcknowledge 1-2, DescribeShareGroupOffsets 0-1,
+    # AlterShareGroupOffsets 0, DeleteShareGroupOffsets 0
     assert ADVERTISED[0] == (0, 13) and ADVERTISED[1] == (4, 18) and ADVERTISED[18] == (0, 5)
     assert ADVERTISED[22] == (0, 5) and ADVERTISED[24] == (0, 5) and ADVERTISED[26] == (0, 5)
     assert ADVERTISED[28] == (0, 6) and ADVERTISED[8] == (2, 10) and ADVERTISED[23] == (2, 4)
@@ -91,7 +92,7 @@ def test_api_versions_lists_exactly_the_matrix(broker):
         0, 1, 2, 3, 18, 19, 15, 16, 29, 30, 31, 32, 33, 35, 37, 42, 44, 50, 51, 60, 75,
         9, 10, 20, 22, 24, 25, 26, 27, 28, 61, 65, 66, 8, 11, 12, 13, 14, 68, 69,
         21, 23, 36, 48, 49, 43, 45, 46, 57,  # at Kafka 4.4's maxima: DeleteRecords 2, SaslAuthenticate 2, quotas 1
-        76, 77, 78, 79, 90}  # KIP-932's share-group APIs, flexible from their first version
+        76, 77, 78, 79, 90, 91, 92}  # KIP-932's share-group APIs, flexible from their first version
 
 
 def test_api_versions_unknown_version_answers_v0_with_error_35(broker):
