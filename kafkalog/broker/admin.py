@@ -506,7 +506,7 @@ def describe_configs(s, ctx, header, frame, offset):
                 entries = _group_config_entries(s, name)
             else:
                 raise InvalidRequestError(f"config resource type {rtype} is not served by kafkalog "
-                                          "(TOPIC 2, BROKER 4 and BROKER_LOGGER 8 are)")
+                                          "(TOPIC 2, BROKER 4, BROKER_LOGGER 8 and GROUP 32 are)")
             keys = res.get("configuration_keys")
             if keys is not None:
                 entries = {k: e for k, e in entries.items() if k in keys}
@@ -592,9 +592,9 @@ def _alter(s, ctx, header, frame, offset, incremental: bool):
                     out.append(r)
                     continue
                 ops = [(c["name"], c["config_operation"] if incremental else SET, c["value"]) for c in res["configs"]]
-                new = _new_group_configs(s, name, ops, replace=not incremental)
-                if not req["validate_only"] and new != s.group_configs.of(name):
-                    yield s.loop.run_in_executor(None, s.group_configs.update, {name: new})
+                new = yield s.loop.run_in_executor(None, _alter_group_configs, s, name, ops, not incremental,
+                                                   req["validate_only"])
+                if new is not None:
                     log.info("group %s config set to %s by %s", name, new, ctx.peer)
             else:
                 raise InvalidRequestError(f"config resource type {rtype} is not served by kafkalog")
@@ -632,6 +632,17 @@ def _group_config_entries(s, name: str) -> dict:
                     "is_default": False, "is_sensitive": False, "synonyms": synonyms, "config_type": spec.type,
                     "documentation": spec.doc}
     return out
+
+
+def _alter_group_configs(s, name: str, ops, replace: bool, validate_only: bool) -> dict | None:
+    """Worker thread: check ``ops`` and, unless ``validate_only``, make the group's new configs durable and take
+    them (one alteration at a time: two of one group never lose each other's keys); the new configs if changed."""
+    with s.group_configs.lock:
+        new = _new_group_configs(s, name, ops, replace)
+        if validate_only or new == s.group_configs.of(name):
+            return None
+        s.group_configs.update({name: new})
+        return new
 
 
 def _new_group_configs(s, name: str, ops, replace: bool) -> dict:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,13 +214,14 @@ def render(value) -> str:
 
 
 class GroupConfigs:
-    """Every group's configs: ``{group id: {key: value as set}}``, kept in ``path``. Loop thread (``update`` may run
-    on a worker thread: it swaps the dict in once the file is durable)."""
+    """Every group's configs: ``{group id: {key: value as set}}``, kept in ``path``. Read from any thread (``update``
+    swaps a new dict in once the file is durable); alterations run on worker threads under ``lock``."""
 
     def __init__(self, config, path: Path):
         self.config = config
         self.path = path
         self.groups: dict[str, dict[str, str]] = self._saved()
+        self.lock = threading.Lock()  # one alteration at a time (read, check, write, take)
 
     def _saved(self) -> dict:
         try:
