@@ -554,6 +554,9 @@ def share_fetch(s, ctx, header, frame, offset):
     co = s.shares
     gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
     top = _session_answer(s, ctx, gid, mid)
+    if not top["error_code"] and v >= 2 and req["is_renew_ack"] and not co.renew_ok(gid):
+        # the group's share.renew.acknowledge.enable=false: Kafka 4.4 refuses the whole request
+        top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
     if top["error_code"]:
         return respond(header, top)
     has_acks = any(p["acknowledgement_batches"] for t in req["topics"] for p in t["partitions"])
@@ -657,6 +660,9 @@ def share_acknowledge(s, ctx, header, frame, offset):
     co = s.shares
     gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
     top = _session_answer(s, ctx, gid, mid)
+    if not top["error_code"] and v >= 2 and req["is_renew_ack"] and not co.renew_ok(gid):
+        # the group's share.renew.acknowledge.enable=false: Kafka 4.4 refuses the whole request
+        top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
     if top["error_code"]:
         return respond(header, top)
     try:

@@ -126,6 +126,22 @@ def test_share_groups_take_their_configs(make_broker):
     assert acquired(r) == [] and r["acquisition_lock_timeout_ms"] == 30000
 
 
+def test_renew_disabled_by_the_group_refuses_renew_requests(make_broker):
+    """share.renew.acknowledge.enable=false: a ShareFetch or ShareAcknowledge with IsRenewAck is INVALID_REQUEST as a
+    whole, without a lock timeout (Kafka 4.4's answer in the lab); the session goes on."""
+    b = make_broker(**{"share.auto.offset.reset": "earliest"})
+    setup_topic(b.port, "t", [(0, [b"a", b"b"])])
+    with Wire(b.port) as w:
+        assert alter(w, "g", [("share.renew.acknowledge.enable", SET, "false")]) == (0, None)
+    m = Member(b.port, "g", "t")
+    m.join()
+    assert acquired(m.fetch()) == [(0, 1, 1)]
+    for r in (m.fetch(acks={0: [(0, 1, (4,))]}, renew=True, epoch=m.session),
+              m.acknowledge({0: [(0, 1, (4,))]}, renew=True, epoch=m.session)):
+        assert (r["error_code"], r["acquisition_lock_timeout_ms"], r["responses"]) == (42, 0, []), r
+    assert part(m.acknowledge({0: [(0, 1, (ACCEPT,))]}))["error_code"] == 0
+
+
 def test_consumer_groups_take_their_heartbeat_interval(make_broker):
     b = make_broker()
     setup_topic(b.port, "t", [])
