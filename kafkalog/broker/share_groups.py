@@ -536,13 +536,16 @@ def _leader(s):
     return {"leader_id": 0, "leader_epoch": 0}
 
 
-def _session_answer(s, ctx, gid, mid) -> dict:
+def _session_answer(s, ctx, gid, mid, renew: bool) -> dict:
     """ShareFetch's and ShareAcknowledge's top level, with the checks both make first (share groups on, a group and
-    a member named, READ on the group): an error is answered with no lock timeout, as Kafka answers it."""
+    a member named, READ on the group; a renew acknowledgement (v2 IsRenewAck) in a group whose
+    share.renew.acknowledge.enable is false: Kafka 4.4 refuses the whole request): an error is answered with no lock
+    timeout, as Kafka answers it."""
     top = {"throttle_time_ms": ctx.throttle_time_ms, "error_code": 0, "error_message": None,
            "acquisition_lock_timeout_ms": s.shares.lock_ms_of(gid), "responses": [], "node_endpoints": []}
     code = UnsupportedVersionError.code if _off(s) else InvalidRequestError.code if not gid or not mid else \
-        GROUP_DENIED if not_allowed(s, ctx, "READ", "GROUP", gid) else 0
+        GROUP_DENIED if not_allowed(s, ctx, "READ", "GROUP", gid) else \
+        InvalidRequestError.code if renew and not s.shares.renew_ok(gid) else 0
     if code:
         top.update(error_code=code, acquisition_lock_timeout_ms=0)
     return top
@@ -553,10 +556,7 @@ def share_fetch(s, ctx, header, frame, offset):
     v = header.api_version
     co = s.shares
     gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
-    top = _session_answer(s, ctx, gid, mid)
-    if not top["error_code"] and v >= 2 and req["is_renew_ack"] and not co.renew_ok(gid):
-        # the group's share.renew.acknowledge.enable=false: Kafka 4.4 refuses the whole request
-        top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
+    top = _session_answer(s, ctx, gid, mid, v >= 2 and req["is_renew_ack"])
     if top["error_code"]:
         return respond(header, top)
     has_acks = any(p["acknowledgement_batches"] for t in req["topics"] for p in t["partitions"])
@@ -659,10 +659,7 @@ def share_acknowledge(s, ctx, header, frame, offset):
     v = header.api_version
     co = s.shares
     gid, mid, epoch = req["group_id"], req["member_id"], req["share_session_epoch"]
-    top = _session_answer(s, ctx, gid, mid)
-    if not top["error_code"] and v >= 2 and req["is_renew_ack"] and not co.renew_ok(gid):
-        # the group's share.renew.acknowledge.enable=false: Kafka 4.4 refuses the whole request
-        top.update(error_code=InvalidRequestError.code, acquisition_lock_timeout_ms=0)
+    top = _session_answer(s, ctx, gid, mid, v >= 2 and req["is_renew_ack"])
     if top["error_code"]:
         return respond(header, top)
     try:

@@ -149,6 +149,33 @@ def _start(data_dir: Path, config: dict | None = None) -> RunningBroker:
         raise
 
 
+class RestartableBroker:
+    """An in-process kafkalog Broker on ``data``: ``start(**config)`` (re)starts it on the same data dir, the configs
+    adding to those of earlier starts (a short minimum session timeout, no initial rebalance delay); ``b`` is the
+    current one."""
+
+    def __init__(self, data: Path):
+        self.data = data
+        self.b = None
+        self.config = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500}
+
+    def start(self, **config):
+        from kafkalog.broker import Broker
+        self.config = dict(self.config, **config)
+        if self.b is not None:
+            self.b.stop()
+        self.b = Broker(self.data, listen="127.0.0.1:0", config=self.config)
+        self.b.start()
+        return self.b
+
+    def restart(self):
+        return self.start()
+
+    def stop(self) -> None:
+        if self.b is not None:
+            self.b.stop()
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     """A broker shared by the tests of one module (each test uses its own topics and groups)."""

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import pytest
 
-from kafkalog.broker import Broker, protocol
+from kafkalog.broker import protocol
 from kafkalog.storage import failpoints
 from kafkalog.storage import groupformat as gf
 
+from .conftest import RestartableBroker
 from .wire import Wire
 
 pytestmark = pytest.mark.usefixtures("deadline")
@@ -30,27 +31,11 @@ STORE = "groups:before-store"
 def broker(tmp_path):
     """broker() -> a started in-process Broker on tmp_path/data; broker.restart() stops it and starts a new one on
     the same data dir (the attribute ``b`` is the current one)."""
-    class Holder:
-        b = None
-        config = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500}
-
-        def start(self, **config):
-            """(Re)start; ``config`` adds broker configs for this and later starts."""
-            self.config = dict(self.config, **config)
-            if self.b is not None:
-                self.b.stop()
-            self.b = Broker(tmp_path / "data", listen="127.0.0.1:0", config=self.config)
-            self.b.start()
-            return self.b
-
-        def restart(self):
-            return self.start()
-
-    h = Holder()
+    h = RestartableBroker(tmp_path / "data")
     h.start()
     yield h
     failpoints.disable()
-    h.b.stop()
+    h.stop()
 
 
 def failing(name):

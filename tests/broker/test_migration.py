@@ -16,9 +16,10 @@ import time
 import pytest
 
 from kafkalog import LogStore
-from kafkalog.broker import Broker, protocol
+from kafkalog.broker import protocol
 from kafkalog.storage import groupformat as gf
 
+from .conftest import RestartableBroker
 from .wire import Wire
 
 pytestmark = pytest.mark.usefixtures("deadline")
@@ -33,22 +34,9 @@ B = "consumer-b-" + "0" * 12
 def broker(tmp_path):
     """broker.start(**config) -> a started in-process Broker on tmp_path/data (stopping the one before: a restart
     on the same data dir); ``broker.b`` is the current one."""
-    class Holder:
-        b = None
-        config = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 500}
-
-        def start(self, **config):
-            self.config = dict(self.config, **config)
-            if self.b is not None:
-                self.b.stop()
-            self.b = Broker(tmp_path / "data", listen="127.0.0.1:0", config=self.config)
-            self.b.start()
-            return self.b
-
-    h = Holder()
+    h = RestartableBroker(tmp_path / "data")
     yield h
-    if h.b is not None:
-        h.b.stop()
+    h.stop()
 
 
 def create(w, topic: str, partitions: int):
