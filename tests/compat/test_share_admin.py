@@ -20,6 +20,7 @@ from tests.broker.wire import Wire, batch
 RUN = uuid.uuid4().hex[:6]
 GROUP_RESOURCE = 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+GROUP_CONFIG_SOURCE = 8  # DescribeConfigs' ConfigSource of a group's own value
 LAB_STATIC = ("consumer.assignment.interval.ms", "consumer.assignor.offload.enable")
 
 
@@ -81,8 +82,22 @@ class Side:
                 {"name": k, "value": v} for k, v in configs]}], "validate_only": validate_only}
             r = self.call(33, 2, body)
         x = r["responses"][0]
+        if not x["error_code"] and not validate_only:
+            self._until_visible(group, configs if incremental else [(k, SET, v) for k, v in configs])
         return {"error_code": x["error_code"], "error_message": x["error_message"] and
                 x["error_message"].replace(group, "G"), "resource_type": x["resource_type"]}
+
+    def _until_visible(self, group, configs, polls=100):
+        """Kafka answers an alteration once its record is in the metadata log; its broker applies it a moment
+        later, and a DescribeConfigs in between shows the old values (a busy CI run did): wait, by polls, until the
+        set keys show their values as the group's own and the deleted ones do not (kafkalog: at once)."""
+        for _ in range(polls):
+            now = {c["name"]: c for c in self.describe(group)["configs"]}
+            if all(k not in now or (now[k]["value"] == v and now[k].get("config_source") == GROUP_CONFIG_SOURCE
+                                    if op == SET else now[k].get("config_source") != GROUP_CONFIG_SOURCE)
+                   for k, op, v in configs if op in (SET, DELETE)):
+                return
+            time.sleep(0.05)
 
     def describe(self, group, keys=None, synonyms=False, docs=False, version=4):
         r = self.call(32, version, {"resources": [{"resource_type": GROUP_RESOURCE, "resource_name": group,
