@@ -1803,17 +1803,11 @@ def leave_group(s: Services, ctx, header, frame, offset):
         return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "error_code": GROUP_DENIED, "members": []})
     # v3+ (KIP-345): a batch of members, each by member id or by a static member's instance id, each answered
     asked = [{"member_id": req["member_id"]}] if header.api_version < 3 else req["members"]
-    members, writes = [], []
-    for m in asked:
-        code = s.groups.leave(req["group_id"], m["member_id"], m.get("group_instance_id"), m.get("reason"))
-        if isinstance(code, tuple):  # a member of a KIP-848 consumer group: answered once its removal is durable
-            code, written = code
-            if written is not None:
-                writes.append(written)
-        members.append({"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"),
-                        "error_code": code})
+    codes, written = s.groups.leave(req["group_id"], asked)
+    members = [{"member_id": m["member_id"], "group_instance_id": m.get("group_instance_id"), "error_code": code}
+               for m, code in zip(asked, codes)]
     top = 0
-    for written in writes:
+    if written is not None:  # a KIP-848 consumer group's: answered once the removals are durable
         try:
             yield written
         except Exception as e:  # noqa: BLE001  (the group is back as it was: Kafka's mapping of a failed append)

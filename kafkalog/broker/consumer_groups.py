@@ -852,14 +852,15 @@ class ConsumerGroups:
         self.remove(g, member_id, "left the consumer group")
         return {"member_id": member_id, "member_epoch": epoch}
 
-    def remove(self, g: ConsumerGroup, member_id: str, why: str) -> None:
+    def remove(self, g: ConsumerGroup, member_id: str, why: str, last: bool = True) -> None:
         """A member leaves or is fenced: its partitions are free and the group epoch goes up; or, when it was the
         last member that uses the consumer protocol and the others use the classic one, the group becomes a classic
-        group (KIP-848's online downgrade, migration.py)."""
+        group (KIP-848's online downgrade, migration.py). ``last`` False: one of several members the operation
+        removes (a batched LeaveGroup), not its last: the epoch and the downgrade wait for the last one."""
         m = g.members.get(member_id)
         if m is None or g.converted is not None:
             return
-        if self.c.migration.downgrade(g, member_id, why):
+        if last and self.c.migration.downgrade(g, member_id, why):
             return
         self._touch(m)
         self._mutating()
@@ -872,6 +873,9 @@ class ConsumerGroups:
             del g.instances[m.instance_id]
         self.c.hosts.pop(member_id, None)
         self._resolve(g, force=True)
+        if not last:
+            log.info("group %s: member %s removed (%s)", g.group_id, member_id, why)
+            return
         g.group_epoch += 1
         # Kafka 4.4's consumerGroupFenceMembers: the target assignment is computed by the next heartbeat (the group
         # is Assigning meanwhile), except in a group left empty, whose assignment epoch follows its group epoch

@@ -780,11 +780,16 @@ class GroupCoordinator:
             return RebalanceInProgressError.code  # Kafka's PreparingRebalance: join again
         return 0
 
-    def leave(self, group_id: str, member_id: str, instance_id: str | None = None, reason: str | None = None):
-        """One member of a LeaveGroup: its error code, or (the code, a write to wait for) for a consumer group's."""
+    def leave(self, group_id: str, asked: list) -> tuple:
+        """A LeaveGroup (v3+ batches members, each {member_id, group_instance_id, reason}): each member's error code,
+        and a write to wait for before answering (a consumer group's, whose batch is one operation) or None."""
         kg = self.consumer.groups.get(group_id)
         if kg is not None:
-            return self.migration.leave(kg, member_id, instance_id, reason)
+            return self.migration.leave(kg, asked)
+        return [self._leave_one(group_id, a["member_id"], a.get("group_instance_id"), a.get("reason"))
+                for a in asked], None
+
+    def _leave_one(self, group_id: str, member_id: str, instance_id: str | None, reason: str | None) -> int:
         cg = self.classic.groups.get(group_id)
         if cg is not None:
             return self.classic.leave(cg, member_id, instance_id, reason)

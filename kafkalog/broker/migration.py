@@ -632,24 +632,37 @@ class Migration:
             return RebalanceInProgressError.code
         return 0
 
-    def leave(self, g: ConsumerGroup, member_id: str, instance_id: str | None, reason: str | None):
-        """One member of a LeaveGroup to ``g`` (any member: Kafka's classicGroupLeaveToConsumerGroup): (error code,
-        the write to wait for or None)."""
+    def leave(self, g: ConsumerGroup, asked: list) -> tuple:
+        """A LeaveGroup to ``g`` (Kafka's classicGroupLeaveToConsumerGroup: any member, by member id or a static
+        member's instance id): each asked member's error code, and the write to wait for (or None). The members
+        found leave in one operation, as on Kafka: the group epoch goes up once for the batch, and the downgrade to
+        a classic group is decided by the members that stay."""
         k = self.k
-        if instance_id is None:
-            m = g.members.get(member_id)
+        codes, leaving = [], {}
+        for a in asked:
+            member_id, instance_id = a["member_id"], a.get("group_instance_id")
+            if instance_id is None:
+                m = g.members.get(member_id)
+            else:
+                m = g.members.get(g.instances.get(instance_id, ""))
+                if m is not None and member_id and member_id != m.member_id:
+                    codes.append(FencedInstanceIdError.code)
+                    continue
             if m is None:
-                return UnknownMemberIdError.code, None
-        else:
-            m = g.members.get(g.instances.get(instance_id, ""))
-            if m is None:
-                return UnknownMemberIdError.code, None
-            if member_id and member_id != m.member_id:
-                return FencedInstanceIdError.code, None
+                codes.append(UnknownMemberIdError.code)
+                continue
+            codes.append(0)
+            reason = a.get("reason")
+            leaving[m.member_id] = (m, "left the group through LeaveGroup" + (f" ({reason})" if reason else ""))
+        if not leaving:
+            return codes, None
         k._undo = None
         undo = k._begin(g)
-        k.remove(g, m.member_id, "left the group through LeaveGroup" + (f" ({reason})" if reason else ""))
-        return 0, k._commit(undo)
+        # a member that uses the consumer protocol last: the downgrade is decided when it goes, by those that stay
+        order = sorted(leaving.values(), key=lambda x: x[0].classic is None)
+        for i, (m, why) in enumerate(order):
+            k.remove(g, m.member_id, why, last=i == len(order) - 1)
+        return codes, k._commit(undo)
 
 
 __all__ = ["Migration"]

@@ -333,3 +333,66 @@ def test_java_consumers_migrate_a_running_group_as_on_kafka(kafka, kafkalog, top
     shape = {name: [(x["missing"], bool(x["read"]["C"]), len(x["assigned"]["C"]) > 0, len(x["assigned"]["K"]) > 0)
                     for x in lines if "phase" in x] for name, lines in runs.items()}
     assert shape["kafka"] == shape["kafkalog"], runs
+
+
+def batched_leave_scenario(target, group: str) -> list:
+    """A consumer group of B (consumer protocol) and classic members A and C. One LeaveGroup v5 names A, C and an
+    unknown member: Kafka answers each and removes A and C in one operation (the group epoch goes up once). A and C
+    join again; one LeaveGroup names B and A: C, the member that stays, uses the classic protocol: the group becomes
+    a classic group."""
+    ids = Roles()
+    out = []
+    topic = f"{group}-t"
+    sub = protocol.encode_subscription([topic])
+
+    def classic_join(role):
+        r = _join(w, 9, group, "", "consumer", [("range", sub)])
+        r = _join(w, 9, group, r["member_id"], "consumer", [("range", sub)])
+        ids.roles[r["member_id"]] = role
+        out.append((f"{role} joins with the classic protocol", r["error_code"]))
+        return r["member_id"]
+
+    def described(what):
+        d = _cg(w, ids, group)
+        d["members"].sort(key=lambda m: (m["member_type"], m["member_id"]))  # Kafka's from a hash map
+        out.append((what, d))
+        return d
+
+    def leave(what, *members):
+        r = w.call(13, 5, {"group_id": group, "members": [
+            {"member_id": m, "group_instance_id": None, "reason": "batch"} for m in members]})
+        out.append((what, ids(r)))
+
+    with Wire(_port(target), client_id="migration") as w:
+        _coordinator_ready(w, group)
+        _create(w, ids, topic, 6)  # shares even for 3 or 2 members (ids are random)
+        _seen_by_coordinator(w, group, topic)
+        r = join(w, group, B, [topic])
+        out.append(("B joins", r["error_code"], r["member_epoch"]))
+        a, c = classic_join("A"), classic_join("C")
+        before = described("described")
+        leave("A, C and nobody leave in one LeaveGroup", a, c, "nobody-" + "0" * 16)
+        after = described("described after it")
+        out.append(("the group epoch went up by", after["group_epoch"] - before["group_epoch"]))
+        r = hb(w, group, B, next(m["member_epoch"] for m in after["members"] if m["member_id"] == B))
+        out.append(("B heartbeats", r["error_code"], r["member_epoch"]))
+        a, c = classic_join("A"), classic_join("C")
+        described("A and C are back")
+        leave("B and A leave in one LeaveGroup", B, a)
+        out.append(("ConsumerGroupDescribe after it", _cg(w, ids, group)))
+        d = w.call(15, 5, {"groups": [group], "include_authorized_operations": False})["groups"][0]
+        d.pop("authorized_operations", None)
+        for m in d["members"]:
+            m.pop("client_host", None)
+            m["member_assignment"] = len(_assigned({"error_code": 0, "assignment": m["member_assignment"]}))
+            m["member_metadata"] = len(m["member_metadata"])
+        out.append(("DescribeGroups after it", ids(d)))
+        listed = w.call(16, 5, {"states_filter": [], "types_filter": []})["groups"]
+        out.append(("ListGroups", [x for x in listed if x["group_id"] == group]))
+    return out
+
+
+def test_a_batched_leave_is_one_operation_as_kafka(targets, topic_name, compare):
+    group = topic_name("g")
+    answers = {name: batched_leave_scenario(t, group) for name, t in targets.items()}
+    compare(answers["kafka"], answers["kafkalog"], what="a LeaveGroup naming several members of a consumer group")
