@@ -396,3 +396,50 @@ def test_a_batched_leave_is_one_operation_as_kafka(targets, topic_name, compare)
     group = topic_name("g")
     answers = {name: batched_leave_scenario(t, group) for name, t in targets.items()}
     compare(answers["kafka"], answers["kafkalog"], what="a LeaveGroup naming several members of a consumer group")
+
+
+def _groups_of_each_type(target, prefix: str) -> None:
+    """One group of each kind Kafka 4.4 has, each with a member that stays: a classic consumer group, a classic group
+    of another protocol type (Kafka Connect's), a KIP-848 consumer group, a share group; and a group with committed
+    offsets and no member."""
+    topic = f"{prefix}-t"
+    ids = Roles()
+    with Wire(_port(target), client_id="groups") as w:
+        _coordinator_ready(w, f"{prefix}-classic")
+        _create(w, ids, topic, 2)
+        _seen_by_coordinator(w, f"{prefix}-classic", topic)
+        sub = protocol.encode_subscription([topic])
+        for group, kind, protocols in ((f"{prefix}-classic", "consumer", [("range", sub)]),
+                                       (f"{prefix}-connect", "connect", [("sessioned", b"worker")])):
+            r = _join(w, 9, group, "", kind, protocols)
+            r = _join(w, 9, group, r["member_id"], kind, protocols)
+            m = r["member_id"]
+            assert _sync(w, 5, group, r["generation_id"], m, [(m, b"")], None, kind,
+                         protocols[0][0])["error_code"] == 0, target.name
+        assert join(w, f"{prefix}-kip848", B, [topic])["error_code"] == 0, target.name
+        for _ in range(100):  # Kafka: COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR while it loads
+            r = w.call(76, 1, {"group_id": f"{prefix}-share", "member_id": "share-member-" + "0" * 10,
+                               "member_epoch": 0, "rack_id": None, "subscribed_topic_names": [topic]})
+            if r["error_code"] not in (14, 15, 16):
+                break
+        assert r["error_code"] == 0, (target.name, r)
+        assert _commit(w, f"{prefix}-simple", "", -1, topic) == 0, target.name
+
+
+def test_kafka_groups_tool_lists_every_group_type_as_on_kafka(targets, topic_name, compare):
+    """``kafka-groups --list`` (KIP-1043: GROUP, TYPE, PROTOCOL) over one group of each kind: the same rows on both
+    brokers (and with ``--share``, a type filter). Two tool runs per broker (a JVM each, ~1.5 s)."""
+    prefix = topic_name("kinds")
+    answers = {}
+    for name, t in targets.items():
+        _groups_of_each_type(t, prefix)
+        runs = []
+        for flags in ((), ("--share",)):
+            r = t.tool("kafka-groups", "--bootstrap-server", t.bootstrap, "--list", *flags)
+            rows = sorted(line.split() for line in r.stdout.splitlines()
+                          if line.startswith(prefix) or line.startswith("GROUP"))
+            runs.append((flags, rows))
+        answers[name] = runs
+    compare(answers["kafka"], answers["kafkalog"], what="kafka-groups --list")
+    kinds = {row[0]: row[1:] for row in answers["kafka"][0][1] if row[0] != "GROUP"}
+    assert {f"{prefix}-{k}" for k in ("classic", "connect", "kip848", "share", "simple")} <= set(kinds), kinds
