@@ -32,6 +32,7 @@ from tests.broker.wire import Wire
 from tests.compat.lab import run_java_source
 from tests.compat.test_consumer_groups import Ids, _create, _seen_by_coordinator, hb, join
 from tests.compat.test_group_protocols import _coordinator_ready, _heartbeat, _join, _port, _sync
+from tests.compat.test_kafka_tools import table
 
 CG_DESCRIBE = 69
 B = "migration-b-" + "0" * 12
@@ -428,7 +429,8 @@ def _groups_of_each_type(target, prefix: str) -> None:
 
 def test_kafka_groups_tool_lists_every_group_type_as_on_kafka(targets, topic_name, compare):
     """``kafka-groups --list`` (KIP-1043: GROUP, TYPE, PROTOCOL) over one group of each kind: the same rows on both
-    brokers (and with ``--share``, a type filter). Two tool runs per broker (a JVM each, ~1.5 s)."""
+    brokers (and with ``--share``, a type filter); ``kafka-consumer-groups --describe --members --verbose`` of the
+    KIP-848 group. Three tool runs per broker (a JVM each, ~1.5 s)."""
     prefix = topic_name("kinds")
     answers = {}
     for name, t in targets.items():
@@ -439,7 +441,13 @@ def test_kafka_groups_tool_lists_every_group_type_as_on_kafka(targets, topic_nam
             rows = sorted(line.split() for line in r.stdout.splitlines()
                           if line.startswith(prefix) or line.startswith("GROUP"))
             runs.append((flags, rows))
+        # the KIP-848 group's one member (epoch, assignment, target assignment: ConsumerGroupDescribe)
+        r = t.tool("kafka-consumer-groups", "--bootstrap-server", t.bootstrap, "--describe", "--members",
+                   "--verbose", "--group", f"{prefix}-kip848")
+        runs.append(("kafka-consumer-groups --describe --members --verbose", [
+            {k: v for k, v in row.items() if k != "HOST"} for row in table(r.stdout)]))
         answers[name] = runs
     compare(answers["kafka"], answers["kafkalog"], what="kafka-groups --list")
     kinds = {row[0]: row[1:] for row in answers["kafka"][0][1] if row[0] != "GROUP"}
     assert {f"{prefix}-{k}" for k in ("classic", "connect", "kip848", "share", "simple")} <= set(kinds), kinds
+    assert [row["CONSUMER-ID"] for row in answers["kafka"][-1][1]] == [B], answers["kafka"][-1]
