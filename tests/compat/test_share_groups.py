@@ -34,7 +34,7 @@ import pytest
 
 from kafkalog.client.queue import DurableQueue
 
-from .lab import LabError, children, compile_java, lab_client_commands, run_java
+from .lab import KafkaBroker, LabError, children, compile_java, lab_client_commands, run_java
 
 LAB_TEST_DEADLINE_S = 240
 WORKER = Path(__file__).resolve().parent / "java" / "share" / "ShareWorker.java"
@@ -407,27 +407,41 @@ def test_implicit_then_nothing_comes_back(brokers, worker_class):
     assert answers["kafkalog"] == answers["kafka"]
 
 
+@pytest.fixture
+def fresh_brokers(kafkalog, tmp_path):
+    """The session's kafkalog and an Apache Kafka of the test's own. Run after test_implicit_then_nothing_comes_back
+    on the session's Kafka, Kafka 4.4 gave a new share group's first consumer no record in 30-90 s (its config
+    shown, the records there; alone the same test passes): a Kafka broker that has served nothing else."""
+    k = KafkaBroker()
+    try:
+        k.start(tmp_path / "kafka")
+        yield {"kafka": k, "kafkalog": kafkalog}
+    finally:
+        k.stop()
+
+
 @pytest.mark.slow
-def test_two_consumers_one_killed(brokers, worker_class):
+def test_two_consumers_one_killed(fresh_brokers, worker_class):
     """Consumer A takes a poll's worth of records (max.poll.records 4, whole batches of 4) and is killed holding
     them; consumer B (started with A alive) gets everything else once, and A's records again after the lock
     expires, with delivery count 2: on both brokers, no record lost, none twice but A's."""
     topic, group = f"share-k-{RUN}", f"share-k-{RUN}-g"
     per = {0: [[b"r%d-%d" % (n, i) for i in range(4)] for n in range(5)]}
     outcome = {}
-    for name, b in brokers.items():
+    for name, b in fresh_brokers.items():
         produce(b.bootstrap, topic, 1, per)
         proc, lines = start_worker(worker_class, b.bootstrap, topic, group, "hold", 1000, max_poll=4)
-        held = []
+        held, said = [], []
         try:
             while True:
                 x = lines.get(timeout=60)
-                assert x is not None, f"{name}: the holding worker ended"
+                assert x is not None, f"{name}: the holding worker ended: {said}"
+                said.append(x)
                 if x["event"] == "record":
                     held.append(x["v"])
                 if x["event"] == "holding":
                     break
-            assert held, name
+            assert held, (name, said)
             got = None
             result: dict = {}
 

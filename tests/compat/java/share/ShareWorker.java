@@ -65,7 +65,22 @@ public class ShareWorker {
             for (int attempt = 1; ; attempt++) {
                 try {
                     admin.incrementalAlterConfigs(Map.of(res, ops)).all().get();
-                    emit("{\"event\":\"config\",\"ok\":true}");
+                    // Kafka applies an answered alteration a moment later (its metadata record): a share-partition
+                    // initialized before that starts at the old share.auto.offset.reset (latest) and delivers none
+                    // of the records produced before. Wait, by polls (at most 100), until the describe shows it.
+                    boolean shown = false;
+                    for (int poll = 0; poll < 100 && !shown; poll++) {
+                        org.apache.kafka.clients.admin.Config c = admin.describeConfigs(List.of(res)).all().get()
+                                .get(res);
+                        ConfigEntry reset = c.get("share.auto.offset.reset");
+                        ConfigEntry lock = c.get("share.record.lock.duration.ms");
+                        shown = reset != null && "earliest".equals(reset.value())
+                                && (lockMs == null || (lock != null && lockMs.equals(lock.value())));
+                        if (!shown) {
+                            Thread.sleep(100);
+                        }
+                    }
+                    emit("{\"event\":\"config\",\"ok\":" + shown + "}");
                     break;
                 } catch (java.util.concurrent.ExecutionException e) {
                     boolean refused = e.getCause() instanceof org.apache.kafka.common.errors.InvalidRequestException
