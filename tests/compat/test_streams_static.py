@@ -66,7 +66,11 @@ def restart_scenario(target, classes, workdir) -> dict:
         _wait(lambda: _running_with_tasks(a2), f"[{target.name}] the restarted A never ran", started)
         for _ in range(15):  # B's heartbeats (every 1 s... 3 s) would bring a rebalance to it by now
             time.sleep(0.2)
-        return {"A's tasks before": a_tasks, "A's tasks after the restart": sorted(a2.latest_tasks()[1]),
+        # which 3 of the 6 tasks A has is the Streams leader's choice (by the instances' random process ids): the
+        # brokers are compared on A keeping the ones it had
+        a_after = sorted(a2.latest_tasks()[1])
+        return {"A's task count": len(a_tasks), "A keeps its tasks": a_after == a_tasks,
+                "A's tasks": (a_tasks, a_after),
                 "B's events after the restart": [(d["event"], d.get("old"), d.get("new")) for d in b.lines[b_seen:]
                                                  if d["event"] == "state"],
                 "errors": [d for i in started for d in i.errors()]}
@@ -79,5 +83,5 @@ def restart_scenario(target, classes, workdir) -> dict:
 def test_a_static_streams_instance_restarts_without_a_rebalance(targets, app_classes, tmp_path):  # noqa: F811
     answers = {name: restart_scenario(t, app_classes, tmp_path) for name, t in targets.items()}
     k = answers["kafka"]
-    assert k["A's tasks after the restart"] == k["A's tasks before"] and not k["B's events after the restart"], k
-    assert_same(k, answers["kafkalog"], what="a static Kafka Streams instance restarted")
+    assert k["A keeps its tasks"] and not k["B's events after the restart"], k
+    assert_same(k, answers["kafkalog"], ignore=("A's tasks",), what="a static Kafka Streams instance restarted")
