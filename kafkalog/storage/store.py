@@ -338,16 +338,23 @@ class LogStore:
             init.close()
 
     def _partition_dirs(self):
+        """(topic, partition) of every partition directory. One directory listing: its entries' types come with
+        it (no stat per entry), since every registry change makes each process list the data dir again."""
         out = []
         try:
-            names = os.listdir(self.path)
+            entries = os.scandir(self.path)
         except FileNotFoundError:
             return out
-        for name in names:
-            m = _PARTITION_DIR_RE.fullmatch(name)
-            if m and m.group(1) in _NOT_TOPICS:
-                continue
-            if m and (self.path / name).is_dir() and _TOPIC_RE.fullmatch(m.group(1)):
+        with entries:
+            for entry in entries:
+                m = _PARTITION_DIR_RE.fullmatch(entry.name)
+                if m is None or m.group(1) in _NOT_TOPICS or not _TOPIC_RE.fullmatch(m.group(1)):
+                    continue
+                try:
+                    if not entry.is_dir():
+                        continue
+                except OSError:  # gone meanwhile (a topic deleted by another process)
+                    continue
                 out.append((m.group(1), int(m.group(2))))
         return sorted(out)
 
