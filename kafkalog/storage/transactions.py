@@ -123,6 +123,22 @@ class TxnMeta:
         return STATE_NAMES[self.state]
 
 
+class _EndReq:
+    """One EndTxn waiting for (or in) a step of ``TransactionCoordinator._end_batch``."""
+
+    __slots__ = ("txn_id", "pid", "epoch", "commit", "client_tv", "done", "error", "result", "want", "partitions",
+                 "marker")
+
+    def __init__(self, txn_id, pid, epoch, commit, client_tv):
+        self.txn_id, self.pid, self.epoch, self.commit, self.client_tv = txn_id, pid, epoch, commit, client_tv
+        self.done = False
+        self.error = None
+        self.result = None
+        self.want = -1
+        self.partitions = []
+        self.marker = None
+
+
 class ProducerIds:
     """Producer ids of one data dir, for idempotent and transactional producers of every process (the broker's and
     embedded ones): handed out in blocks of 1000 from ``.kafkalog-broker/producer-ids`` (the next free id, written and
@@ -194,6 +210,10 @@ class TransactionCoordinator:
         self._depth = 0
         self._need_sync = False
         self._completing: set[str] = set()  # ids whose markers this process is writing now (EndTxn, locks released)
+        self._end_cv = threading.Condition(threading.Lock())  # EndTxns waiting for a step of _end_batch
+        self._end_pending: list[_EndReq] = []
+        self._end_running = False
+        self._pool = None  # threads fsyncing several partitions' markers side by side
         self._flock = FileLock(store.path / ".kafkalog-txn-coordinator.lock") \
             if getattr(store, "mode", "shared") != "exclusive" else None
         with self._locked(catch_up=False):
@@ -228,6 +248,8 @@ class TransactionCoordinator:
         return self._locked()
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         if self._flock is not None:
             self._flock.close()
 
@@ -304,6 +326,17 @@ class TransactionCoordinator:
             self._need_sync = True  # fsynced as the locks are released (_locked), before the call returns
         if offset == self._next:
             self._next = offset + 1  # our own record: the state already holds it
+
+    def _write_many(self, metas) -> None:
+        """Append the states of ``metas`` (pairs of a TxnMeta and the previous producer id of its transition, or
+        None) to __transaction_state in one batch, not fsynced (the caller fsyncs when it must)."""
+        lg = self._txn_log()
+        version = 1 if self.transaction_version >= 1 else 0
+        values = [encode_txn_log_value(m.value(version, prev), version) for m, prev in metas]
+        keys = [encode_txn_log_key(m.txn_id) for m, _ in metas]
+        offset = lg.append_batch(values, keys, [m.last_update_ms for m, _ in metas])
+        if offset == self._next:
+            self._next = offset + len(metas)  # our own records: the state already holds them
 
     # -- the APIs ---------------------------------------------------------------------------------------------
 
@@ -465,52 +498,109 @@ class TransactionCoordinator:
 
     def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool, client_tv: int = 0) -> tuple[int, int]:
         """EndTxn: decide the transaction (PrepareX, durable), write its markers (each partition fsynced), complete
-        it; returns the producer id and epoch the producer goes on with (EndTxn v5's answer). The locks are held
-        only while the state changes, not while the disk works: concurrent transactions of other ids share the
-        fsyncs (Log.sync's group commit), and a request for this id meanwhile gets CONCURRENT_TRANSACTIONS
-        (PrepareX), as from Kafka.
+        it; returns the producer id and epoch the producer goes on with (EndTxn v5's answer). A request for this id
+        meanwhile gets CONCURRENT_TRANSACTIONS (PrepareX), as from Kafka.
+
+        EndTxns of this process are ended together (group commit): the calls that arrive while an end is under
+        way wait, and the next of them ends them all in one step (``_end_batch``): their PrepareX records in one
+        append and ONE fsync of __transaction_state, their markers appended, each partition fsynced once for
+        every marker of the step (the partitions' fsyncs run side by side), their CompleteX records in one append.
 
         Transactions v2 (``client_tv`` 2, EndTxn v5; KIP-890 part 2): PrepareX carries the epoch bumped by one,
         the markers are written with it (a batch of the old epoch is then refused by every partition of the
         transaction), and the producer goes on with it; at an exhausted epoch (32766) PrepareX names a new
         producer id (NextProducerId), which CompleteX takes with epoch 0."""
-        want_prepare = PREPARE_COMMIT if commit else PREPARE_ABORT
+        req = _EndReq(txn_id, pid, epoch, commit, client_tv)
+        with self._end_cv:
+            self._end_pending.append(req)
+            while not req.done and self._end_running:
+                self._end_cv.wait()
+            if not req.done:  # this thread ends every EndTxn waiting now (its own among them)
+                batch, self._end_pending = self._end_pending, []
+                self._end_running = True
+            else:
+                batch = None
+        if batch is not None:
+            exc = None
+            try:
+                self._end_batch(batch)
+            except BaseException as e:  # noqa: BLE001  (raised to every EndTxn of the step: a failing disk, a failpoint)
+                exc = e
+            finally:
+                with self._end_cv:
+                    for r in batch:
+                        if not r.done:
+                            r.done = True
+                            r.error = r.error or exc or KafkaError("the transaction's end was interrupted")
+                    self._end_running = False
+                    self._end_cv.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.result
+
+    def _end_batch(self, batch: list[_EndReq]) -> None:
+        """One step of ``end_txn`` for several EndTxns (the order of the single end, for all at once)."""
+        prepared: list[_EndReq] = []
         with self._locked():
-            meta, step = self._end_check(txn_id, pid, epoch, commit, client_tv)
-            if step == "retry":
-                return meta.producer_id, meta.epoch
-            now = _now_ms()
-            if meta.state != ONGOING:  # transactions v2's empty abort: no partition, started now
-                meta.partitions = set()
-                meta.start_ms = now
-            if client_tv >= 2:
-                if meta.epoch >= _MAX_EPOCH:
-                    meta.next_producer_id = self.new_producer_id()
-                meta.last_epoch = meta.epoch
-                meta.epoch += 1  # at most 32767 (Short.MAX_VALUE): the producer never writes with it
-            meta.client_tv = client_tv
-            meta.state = want_prepare
-            meta.last_update_ms = now
-            self._write(meta, sync=False)
-            partitions = sorted(meta.partitions)
-            marker_pid, marker_epoch = meta.producer_id, meta.epoch
-            # what the producer goes on with (Kafka answers it from PrepareX: CompleteX's id and epoch)
-            result = (meta.next_producer_id, 0) if meta.client_tv >= 2 and meta.next_producer_id >= 0 else \
-                (meta.producer_id, meta.epoch)
-            self._completing.add(txn_id)
+            metas = []
+            for r in batch:
+                try:
+                    meta, step = self._end_check(r.txn_id, r.pid, r.epoch, r.commit, r.client_tv)
+                except KafkaError as e:
+                    r.error, r.done = e, True
+                    continue
+                if step == "retry":
+                    r.result, r.done = (meta.producer_id, meta.epoch), True
+                    continue
+                now = _now_ms()
+                if meta.state != ONGOING:  # transactions v2's empty abort: no partition, started now
+                    meta.partitions = set()
+                    meta.start_ms = now
+                if r.client_tv >= 2:
+                    if meta.epoch >= _MAX_EPOCH:
+                        meta.next_producer_id = self.new_producer_id()
+                    meta.last_epoch = meta.epoch
+                    meta.epoch += 1  # at most 32767 (Short.MAX_VALUE): the producer never writes with it
+                meta.client_tv = r.client_tv
+                meta.state = PREPARE_COMMIT if r.commit else PREPARE_ABORT
+                meta.last_update_ms = now
+                r.want = meta.state
+                r.partitions = sorted(meta.partitions)
+                r.marker = (meta.producer_id, meta.epoch)
+                # what the producer goes on with (Kafka answers it from PrepareX: CompleteX's id and epoch)
+                r.result = (meta.next_producer_id, 0) if meta.client_tv >= 2 and meta.next_producer_id >= 0 else \
+                    (meta.producer_id, meta.epoch)
+                self._completing.add(r.txn_id)
+                metas.append((meta, None))
+                prepared.append(r)
+            if metas:
+                self._write_many(metas)
+        if not prepared:
+            return
         try:
-            # the fate of the transaction, fsynced (with whatever else was appended meanwhile): acknowledged from here
+            # the fate of the transactions, fsynced (with whatever else was appended meanwhile)
             self._txn_log().sync()
             failpoints.hit("txn:after-prepare")
-            self._write_markers(marker_pid, marker_epoch, commit, partitions)
+            failed = self._write_markers_many([(r.marker[0], r.marker[1], r.commit, r.partitions) for r in prepared])
             with self._locked():
-                meta = self.txns.get(txn_id)
-                if meta is not None and meta.state == want_prepare and meta.producer_id == marker_pid and \
-                        meta.epoch == marker_epoch:
-                    self._mark_complete(meta)
-            return result
+                done = []
+                for i, r in enumerate(prepared):
+                    if i in failed:
+                        r.error = failed[i]
+                        continue
+                    meta = self.txns.get(r.txn_id)
+                    if meta is not None and meta.state == r.want and (meta.producer_id, meta.epoch) == r.marker:
+                        done.append((meta, self._completed(meta)))
+                if done:
+                    failpoints.hit("txn:before-complete")
+                    # not fsynced: lost, they leave PrepareX, which the next start completes again (markers are
+                    # idempotent)
+                    self._write_many(done)
+            for r in prepared:
+                r.done = True
         finally:
-            self._completing.discard(txn_id)
+            for r in prepared:
+                self._completing.discard(r.txn_id)
 
     def check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
         """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1). A batch that matches
@@ -570,8 +660,60 @@ class TransactionCoordinator:
             failpoints.hit("txn:after-marker")
             lg.sync()  # before CompleteX: a marker lost to a power loss would leave the transaction open forever
 
-    def _mark_complete(self, meta: TxnMeta) -> None:
-        failpoints.hit("txn:before-complete")
+    def _write_markers_many(self, ends) -> dict:
+        """The markers of several ends (``(pid, epoch, commit, partitions)`` each): every marker appended, then
+        each partition fsynced once for all of its markers (side by side when there are several), before any
+        CompleteX. Returns {index of an end: the error that stopped it} for the ends whose markers failed."""
+        failed: dict[int, BaseException] = {}
+        to_sync: dict[TopicPartition, tuple] = {}  # partition -> (log, the ends with a marker there)
+        for i, (pid, epoch, commit, partitions) in enumerate(ends):
+            for tp in partitions:
+                try:
+                    lg = self.logs(tp.topic, tp.partition)
+                except UnknownTopicOrPartitionError:
+                    continue  # the topic was deleted with its records
+                try:
+                    lg.append_marker(pid, epoch, commit, self.coordinator_epoch)
+                except InvalidProducerEpochError as e:
+                    # a newer epoch already ended the producer's transaction there (Kafka's coordinator stops
+                    # sending on INVALID_PRODUCER_EPOCH too: the transaction was superseded)
+                    _log.warning("transaction marker not written: %s", e)
+                    continue
+                except KafkaError as e:
+                    failed[i] = e
+                    continue
+                failpoints.hit("txn:after-marker")
+                to_sync.setdefault(tp, (lg, []))[1].append(i)
+        # before CompleteX: a marker lost to a power loss would leave the transaction open forever
+        items = list(to_sync.values())
+        if len(items) == 1:
+            results = [self._sync_quietly(items[0][0])]
+        else:
+            results = list(self._sync_pool().map(self._sync_quietly, [lg for lg, _ in items]))
+        for (_lg, ids), err in zip(items, results):
+            if err is not None:
+                for i in ids:
+                    failed.setdefault(i, err)
+        return failed
+
+    @staticmethod
+    def _sync_quietly(lg):
+        try:
+            lg.sync()
+        except KafkaError as e:
+            return e
+        return None
+
+    def _sync_pool(self):
+        with self._tlock:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._pool = ThreadPoolExecutor(8, thread_name_prefix="kafkalog-txn-sync")
+            return self._pool
+
+    def _completed(self, meta: TxnMeta) -> int:
+        """Move ``meta`` from PrepareX to CompleteX (in memory); returns the previous producer id of the
+        transition, for its record."""
         meta.state = COMPLETE_COMMIT if meta.state == PREPARE_COMMIT else COMPLETE_ABORT
         meta.partitions = set()
         meta.last_update_ms = _now_ms()
@@ -581,6 +723,11 @@ class TransactionCoordinator:
             if meta.next_producer_id >= 0:  # the epoch was exhausted: the producer goes on with a new id
                 meta.producer_id, meta.epoch = meta.next_producer_id, 0
             meta.next_producer_id = -1
+        return old_pid
+
+    def _mark_complete(self, meta: TxnMeta) -> None:
+        failpoints.hit("txn:before-complete")
+        old_pid = self._completed(meta)
         # not fsynced: lost, it leaves PrepareX, which the next start completes again (markers are idempotent)
         self._write(meta, sync=False, prev_producer_id=old_pid)
 
