@@ -207,6 +207,51 @@ class _GroupCommit:
             self._start()
 
 
+class _TxnEnder:
+    """EndTxn of the broker's clients: the requests that arrive while a step of the coordinator runs are ended
+    together in the next one (``TransactionCoordinator.end_many``: one fsync of their decisions, one per partition
+    for their markers), on one worker thread; the waiting requests hold no thread."""
+
+    __slots__ = ("services", "running", "waiting")
+
+    def __init__(self, services):
+        self.services = services
+        self.running = False
+        self.waiting: list = []  # (end, future)
+
+    def end(self, txn_id: str, pid: int, epoch: int, commit: bool, client_tv: int):
+        fut = self.services.loop.create_future()
+        self.waiting.append(((txn_id, pid, epoch, commit, client_tv), fut))
+        if not self.running:
+            self._start()
+        return fut
+
+    def _start(self) -> None:
+        batch, self.waiting = self.waiting, []
+        self.running = True
+        try:
+            job = self.services.loop.run_in_executor(None, self.services.txn.end_many, [e for e, _ in batch])
+        except BaseException as e:  # noqa: BLE001  (answered on each waiting request)
+            self._finish(batch, None, e)
+            return
+        job.add_done_callback(lambda f: self._finish(batch, None if f.cancelled() or f.exception() else f.result(),
+                                                     None if f.cancelled() else f.exception()))
+
+    def _finish(self, batch, results, exc) -> None:
+        self.running = False
+        for i, (_, fut) in enumerate(batch):
+            if fut.done():
+                continue
+            if exc is not None or results is None:
+                fut.set_exception(exc if exc is not None else KafkaStorageError("the transaction's end was cancelled"))
+            elif isinstance(results[i], BaseException):
+                fut.set_exception(results[i])
+            else:
+                fut.set_result(results[i])
+        if self.waiting:
+            self._start()
+
+
 class Services:
     """Everything the handlers share: the store, groups, producer state, fetch waiters. Loop thread only."""
 
@@ -242,6 +287,7 @@ class Services:
                                                   allow_everyone_if_no_acl_found=config[
                                                       "allow.everyone.if.no.acl.found"])
         self.txn = store.transactions
+        self.txn_ender = _TxnEnder(self)
         self.txn.max_timeout_ms = config["transaction.max.timeout.ms"]
         self.features = Features(config, store.path / ".kafkalog-broker" / "features.json")
         self.txn.transaction_version = self.features.levels["transaction.version"]
@@ -1485,8 +1531,8 @@ def end_txn(s: Services, ctx, header, frame, offset):
         try:
             # v5: transactions v2 (KIP-890 part 2), the epoch bumped at every end; the answer names the producer id
             # and epoch the producer goes on with
-            pid, epoch = yield _off_loop(s, s.txn.end_txn, txn, req["producer_id"], req["producer_epoch"],
-                                         bool(req["committed"]), 2 if header.api_version >= 5 else 0)
+            pid, epoch = yield s.txn_ender.end(txn, req["producer_id"], req["producer_epoch"],
+                                               bool(req["committed"]), 2 if header.api_version >= 5 else 0)
             code = 0
         except KafkaError as e:
             code, pid, epoch = _txn_code(e, header.api_version, 2), -1, -1

@@ -538,6 +538,15 @@ class TransactionCoordinator:
             raise req.error
         return req.result
 
+    def end_many(self, ends) -> list:
+        """Several EndTxns ended in one step (the broker gathers the ones that arrive while a step runs: one worker
+        thread per step, none waiting): ``ends`` are ``(txn_id, pid, epoch, commit, client_tv)``; returns, per end,
+        the producer id and epoch it goes on with, or the Kafka error that refused or stopped it. Anything else (a
+        failing disk) is raised."""
+        batch = [_EndReq(*e) for e in ends]
+        self._end_batch(batch)
+        return [r.error if r.error is not None else r.result for r in batch]
+
     def _end_batch(self, batch: list[_EndReq]) -> None:
         """One step of ``end_txn`` for several EndTxns (the order of the single end, for all at once)."""
         prepared: list[_EndReq] = []

@@ -136,6 +136,51 @@ class CoordinatorMachine(RuleBasedStateMachine):
         # the producer retries its EndTxn, as clients do after a lost answer: the same result is answered NONE
         self.coord.end_txn(txn, pid, epoch, commit)
 
+    client_tv = 0
+
+    def _end_many_checked(self, txn, pid, epoch, touched, got):
+        assert got == (pid, epoch), (txn, got)
+
+    def _both(self):
+        return [t for t in TXN_IDS if self.pending[t]]
+
+    @rule(commits=st.tuples(st.booleans(), st.booleans()))
+    def end_together(self, commits):
+        """The broker's step: several EndTxns decided by one fsync, their markers and CompleteX written together."""
+        txns = self._both()
+        if not txns:
+            return
+        commit = dict(zip(TXN_IDS, commits))
+        before = {t: (self.handles[t], {tp for tp, _, _ in self.pending[t]}) for t in txns}
+        got = self.coord.end_many([(t, *self.handles[t], commit[t], self.client_tv) for t in txns])
+        for t, g in zip(txns, got):
+            self._ended(t, commit[t])
+            assert self.coord.describe(t).state == (COMPLETE_COMMIT if commit[t] else COMPLETE_ABORT)
+            (pid, epoch), touched = before[t]
+            self._end_many_checked(t, pid, epoch, touched, g)
+
+    @rule(commits=st.tuples(st.booleans(), st.booleans()), point=st.sampled_from(CRASH_POINTS))
+    def end_together_and_crash(self, commits, point):
+        txns = self._both()
+        if not txns:
+            return
+        commit = dict(zip(TXN_IDS, commits))
+        before = {t: (self.handles[t], {tp for tp, _, _ in self.pending[t]}) for t in txns}
+        failpoints.enable(point, "raise")
+        try:
+            with pytest.raises(OSError):
+                self.coord.end_many([(t, *self.handles[t], commit[t], self.client_tv) for t in txns])
+        finally:
+            failpoints.disable(point)
+        self._restart()  # every PrepareX of the step was durable: the new coordinator completes them all
+        for t in txns:
+            self._ended(t, commit[t])
+            assert self.coord.describe(t).state == (COMPLETE_COMMIT if commit[t] else COMPLETE_ABORT)
+            (pid, epoch), touched = before[t]
+            # the producer retries its EndTxn (the answer was lost): a retry, answered as the first end
+            self._end_many_checked(t, pid, epoch, touched,
+                                   self.coord.end_txn(t, pid, epoch, commit[t], self.client_tv))
+
     @rule(txn=st.sampled_from(TXN_IDS))
     def time_out(self, txn):
         if not self.pending[txn]:
@@ -201,6 +246,11 @@ class CoordinatorV2Machine(CoordinatorMachine):
 
     def _add(self, txn, pid, epoch, tp):
         self.coord.add_partitions(txn, pid, epoch, [tp], client_tv=2)
+
+    client_tv = 2
+
+    def _end_many_checked(self, txn, pid, epoch, touched, got):
+        self._ended_v2(txn, pid, epoch, touched, got)
 
     def _end(self, txn, pid, epoch, commit):
         return self.coord.end_txn(txn, pid, epoch, commit, client_tv=2)
@@ -287,4 +337,38 @@ def test_an_idle_transactional_id_expires_and_comes_back_with_a_new_producer_id(
     assert coord.describe("idle") is None
     new_pid, new_epoch = coord.init_producer_id("idle", 60000)
     assert new_pid != pid and new_epoch == 0
+    store.close()
+
+
+def test_endtxns_ended_together_share_one_decision_fsync_and_answer_each_on_its_own(tmp_path):
+    """end_many (the broker's step for the EndTxns that arrived together): one PrepareX step for all of them, each
+    transaction's markers on its own partitions, a refused one answered with its error and the others ended."""
+    store = kafkalog.LogStore(tmp_path, maintenance=False)
+    store.create_topic("t", 2)
+    coord = store.transactions
+    handles = {}
+    for i, txn in enumerate(("a", "b")):
+        pid, epoch = handles[txn] = coord.init_producer_id(txn, 60000)
+        tp = TopicPartition("t", i)
+        coord.add_partitions(txn, pid, epoch, [tp])
+        store.log("t", i).append_records(build_batch([txn.encode()], producer_id=pid, producer_epoch=epoch,
+                                                     base_sequence=0, is_transactional=True))
+    decided = []
+    failpoints.enable("txn:after-prepare", lambda: decided.append(coord.describe("a").state_name))
+    try:
+        got = coord.end_many([("a", *handles["a"], True, 0), ("b", *handles["b"], False, 0),
+                              ("c", 12345, 0, True, 0)])
+    finally:
+        failpoints.disable()
+    assert decided == ["PrepareCommit"]  # one decision step (one fsync) for both
+    assert got[0] == handles["a"] and got[1] == handles["b"]
+    assert isinstance(got[2], KafkaError)
+    assert coord.describe("a").state == COMPLETE_COMMIT and coord.describe("b").state == COMPLETE_ABORT
+    assert [bytes(r.value) for r in store.log("t", 0).records(isolation_level="read_committed")] == [b"a"]
+    assert [bytes(r.value) for r in store.log("t", 1).records(isolation_level="read_committed")] == []
+    assert store.log("t", 0).last_stable_offset == 2 and store.log("t", 1).last_stable_offset == 2
+    store.close()
+    store = kafkalog.LogStore(tmp_path, maintenance=False)  # the CompleteX records were written and are read back
+    assert store.transactions.describe("a").state == COMPLETE_COMMIT
+    assert store.transactions.describe("b").state == COMPLETE_ABORT
     store.close()
