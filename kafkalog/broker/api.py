@@ -207,30 +207,35 @@ class _GroupCommit:
             self._start()
 
 
-class _TxnEnder:
-    """EndTxn of the broker's clients: the requests that arrive while a step of the coordinator runs are ended
-    together in the next one (``TransactionCoordinator.end_many``: one fsync of their decisions, one per partition
-    for their markers), on one worker thread; the waiting requests hold no thread."""
+class _TxnSteps:
+    """The transaction coordinator's calls of the broker's clients that can share a step (EndTxn:
+    ``TransactionCoordinator.end_many``, one fsync of their decisions and one per partition for their markers;
+    AddPartitionsToTxn / AddOffsetsToTxn: ``add_many``, one append and one fsync of their records): the requests
+    that arrive while steps run are taken together by the next one, on one worker thread; the waiting requests hold
+    no thread. Up to ``steps`` run at once (the next EndTxns' decisions are fsynced while the markers of the ones
+    before are)."""
 
-    __slots__ = ("services", "running", "waiting")
+    __slots__ = ("services", "fn", "steps", "running", "waiting")
 
-    def __init__(self, services):
+    def __init__(self, services, fn, steps: int = 2):
         self.services = services
-        self.running = False
-        self.waiting: list = []  # (end, future)
+        self.fn = fn  # list of calls -> list of results (an exception instance: that call's error)
+        self.steps = steps
+        self.running = 0
+        self.waiting: list = []  # (call, future)
 
-    def end(self, txn_id: str, pid: int, epoch: int, commit: bool, client_tv: int):
+    def call(self, *args):
         fut = self.services.loop.create_future()
-        self.waiting.append(((txn_id, pid, epoch, commit, client_tv), fut))
-        if not self.running:
+        self.waiting.append((args, fut))
+        if self.running < self.steps:
             self._start()
         return fut
 
     def _start(self) -> None:
         batch, self.waiting = self.waiting, []
-        self.running = True
+        self.running += 1
         try:
-            job = self.services.loop.run_in_executor(None, self.services.txn.end_many, [e for e, _ in batch])
+            job = self.services.loop.run_in_executor(None, self.fn, [a for a, _ in batch])
         except BaseException as e:  # noqa: BLE001  (answered on each waiting request)
             self._finish(batch, None, e)
             return
@@ -238,17 +243,17 @@ class _TxnEnder:
                                                      None if f.cancelled() else f.exception()))
 
     def _finish(self, batch, results, exc) -> None:
-        self.running = False
+        self.running -= 1
         for i, (_, fut) in enumerate(batch):
             if fut.done():
                 continue
             if exc is not None or results is None:
-                fut.set_exception(exc if exc is not None else KafkaStorageError("the transaction's end was cancelled"))
+                fut.set_exception(exc if exc is not None else KafkaStorageError("the coordinator's step was cancelled"))
             elif isinstance(results[i], BaseException):
                 fut.set_exception(results[i])
             else:
                 fut.set_result(results[i])
-        if self.waiting:
+        if self.waiting and self.running < self.steps:
             self._start()
 
 
@@ -287,7 +292,8 @@ class Services:
                                                   allow_everyone_if_no_acl_found=config[
                                                       "allow.everyone.if.no.acl.found"])
         self.txn = store.transactions
-        self.txn_ender = _TxnEnder(self)
+        self.txn_ends = _TxnSteps(self, self.txn.end_many)
+        self.txn_adds = _TxnSteps(self, self.txn.add_many)
         self.txn.max_timeout_ms = config["transaction.max.timeout.ms"]
         self.features = Features(config, store.path / ".kafkalog-broker" / "features.json")
         self.txn.transaction_version = self.features.levels["transaction.version"]
@@ -1439,8 +1445,7 @@ def add_partitions_to_txn(s: Services, ctx, header, frame, offset):
                     codes.setdefault((name, i), OperationNotAttemptedError.code)
         else:
             try:
-                yield _off_loop(s, s.txn.add_partitions, txn, pid, epoch,
-                                [TopicPartition(n, i) for n, ps in wanted for i in ps])
+                yield s.txn_adds.call(txn, pid, epoch, [TopicPartition(n, i) for n, ps in wanted for i in ps], 0)
                 code = 0
             except KafkaError as e:
                 code = _txn_code(e, header.api_version, 2)
@@ -1475,7 +1480,7 @@ def _add_partitions_batched(s: Services, ctx, header, req):
             elif t["verify_only"]:
                 codes = yield _off_loop(s, _verify_partitions, s, txn, pid, epoch, tps)
             else:
-                yield _off_loop(s, s.txn.add_partitions, txn, pid, epoch, tps, 2)
+                yield s.txn_adds.call(txn, pid, epoch, tps, 2)
                 codes = {}
         except KafkaError as e:
             code = error_code(e)
@@ -1513,7 +1518,8 @@ def add_offsets_to_txn(s: Services, ctx, header, frame, offset):
         code = GROUP_DENIED
     else:
         try:
-            yield _off_loop(s, s.txn.add_offsets, txn, req["producer_id"], req["producer_epoch"], req["group_id"])
+            yield s.txn_adds.call(txn, req["producer_id"], req["producer_epoch"],
+                                  [s.txn.offsets_partition(req["group_id"])], 0)
             code = 0
         except KafkaError as e:
             code = _txn_code(e, header.api_version, 2)
@@ -1531,7 +1537,7 @@ def end_txn(s: Services, ctx, header, frame, offset):
         try:
             # v5: transactions v2 (KIP-890 part 2), the epoch bumped at every end; the answer names the producer id
             # and epoch the producer goes on with
-            pid, epoch = yield s.txn_ender.end(txn, req["producer_id"], req["producer_epoch"],
+            pid, epoch = yield s.txn_ends.call(txn, req["producer_id"], req["producer_epoch"],
                                                bool(req["committed"]), 2 if header.api_version >= 5 else 0)
             code = 0
         except KafkaError as e:

@@ -411,6 +411,33 @@ class TransactionCoordinator:
         """AddPartitionsToTxn (and AddOffsetsToTxn through ``add_offsets``): the transaction holds them.
         ``client_tv`` 2: a transactions-v2 add (Produce v12 / TxnOffsetCommit v5's implicit add, AddPartitionsToTxn
         v4+ from a leader), recorded with the transaction as Kafka records it."""
+        meta = self._add(txn_id, pid, epoch, partitions, client_tv)
+        if meta is not None:
+            self._write(meta)
+
+    def add_many(self, adds) -> list:
+        """Several AddPartitionsToTxn in one step (the broker gathers the ones that arrive while a step runs):
+        ``adds`` are ``(txn_id, pid, epoch, partitions, client_tv)``; their records in one append and one fsync
+        (before this returns, as for one add); returns, per add, None or the Kafka error that refused it."""
+        out: list = []
+        with self._locked():
+            changed: dict[int, TxnMeta] = {}
+            for txn_id, pid, epoch, partitions, client_tv in adds:
+                try:
+                    meta = self._add(txn_id, pid, epoch, partitions, client_tv)
+                except KafkaError as e:
+                    out.append(e)
+                    continue
+                out.append(None)
+                if meta is not None:
+                    changed[id(meta)] = meta
+            if changed:
+                self._write_many([(m, None) for m in changed.values()])
+                self._need_sync = True  # fsynced as the locks are released, before this returns
+        return out
+
+    def _add(self, txn_id: str, pid: int, epoch: int, partitions, client_tv: int = 0) -> TxnMeta | None:
+        """AddPartitionsToTxn's change (locks held): the TxnMeta to write, or None when nothing changed."""
         meta = self._check(txn_id, pid, epoch)
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the last transaction is completing")
@@ -427,7 +454,7 @@ class TransactionCoordinator:
         meta.state = ONGOING
         meta.last_update_ms = now
         meta.client_tv = client_tv
-        self._write(meta)
+        return meta
 
     @_synchronized
     def add_offsets(self, txn_id: str, pid: int, epoch: int, group: str, client_tv: int = 0) -> None:
@@ -717,7 +744,7 @@ class TransactionCoordinator:
         with self._tlock:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
-                self._pool = ThreadPoolExecutor(8, thread_name_prefix="kafkalog-txn-sync")
+                self._pool = ThreadPoolExecutor(32, thread_name_prefix="kafkalog-txn-sync")
             return self._pool
 
     def _completed(self, meta: TxnMeta) -> int:

@@ -264,7 +264,13 @@ def w_txn(data, acks, rng, wid):
                 name = open_txns[tid] = f"{wid}.{run}.{seq}"
                 seq += 1
                 parts = rng.sample(TXN_PARTITIONS, rng.randint(1, len(TXN_PARTITIONS)))
-                coord.add_partitions(tid, pid, epoch, [TopicPartition(t, p) for t, p in parts], tv[tid])
+                tps = [TopicPartition(t, p) for t, p in parts]
+                if rng.random() < 0.5:  # the broker's form: a step of several adds (alone here), one append, one fsync
+                    err, = coord.add_many([(tid, pid, epoch, tps, tv[tid])])
+                    if err is not None:
+                        raise err
+                else:
+                    coord.add_partitions(tid, pid, epoch, tps, tv[tid])
                 for t, p in parts:
                     log = store.log(t, p)
                     for _ in range(rng.randint(1, 2)):
@@ -288,7 +294,13 @@ def w_txn(data, acks, rng, wid):
                 del open_txns[tid]
                 how = "commit" if rng.random() < 0.7 else "abort"
                 acks.write(f"XE {name} {how}")
-                producers[tid] = coord.end_txn(tid, pid, epoch, how == "commit", tv[tid])  # v2: the bumped epoch
+                if rng.random() < 0.5:  # the broker's form: a step of EndTxns (alone here)
+                    got, = coord.end_many([(tid, pid, epoch, how == "commit", tv[tid])])
+                    if isinstance(got, BaseException):
+                        raise got
+                    producers[tid] = got
+                else:
+                    producers[tid] = coord.end_txn(tid, pid, epoch, how == "commit", tv[tid])  # v2: the bumped epoch
                 acks.write(f"XD {name} {how}",
                            *(f"XS {t} {p} {store.log(t, p).last_stable_offset}" for t, p in TXN_PARTITIONS))
 

@@ -77,7 +77,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.handles[txn] = (pid, epoch)
 
     def _add(self, txn, pid, epoch, tp):
-        self.coord.add_partitions(txn, pid, epoch, [tp])
+        # the broker's form (AddPartitionsToTxn requests taken together: one append, one fsync), alone here
+        err, = self.coord.add_many([(txn, pid, epoch, [tp], 0)])
+        if err is not None:
+            raise err
 
     def _ended(self, txn, commit):
         if commit:
@@ -371,4 +374,26 @@ def test_endtxns_ended_together_share_one_decision_fsync_and_answer_each_on_its_
     store = kafkalog.LogStore(tmp_path, maintenance=False)  # the CompleteX records were written and are read back
     assert store.transactions.describe("a").state == COMPLETE_COMMIT
     assert store.transactions.describe("b").state == COMPLETE_ABORT
+    store.close()
+
+
+def test_addpartitions_taken_together_write_one_record_per_id_each_answered_on_its_own(tmp_path):
+    store = kafkalog.LogStore(tmp_path, maintenance=False)
+    store.create_topic("t", 2)
+    coord = store.transactions
+    a = coord.init_producer_id("a", 60000)
+    b = coord.init_producer_id("b", 60000)
+    txn_log = store.log("__transaction_state", 0)
+    end = txn_log.log_end_offset
+    got = coord.add_many([("a", *a, [TopicPartition("t", 0)], 0), ("b", b[0], b[1] + 1, [TopicPartition("t", 1)], 0),
+                          ("b", *b, [TopicPartition("t", 1), TopicPartition("t", 0)], 0)])
+    assert got[0] is None and isinstance(got[1], ProducerFencedError) and got[2] is None
+    assert coord.describe("a").partitions == {TopicPartition("t", 0)}
+    assert coord.describe("b").partitions == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    written = list(txn_log.records(end, txn_log.log_end_offset))
+    assert len(written) == 2  # one record per transactional id that changed
+    store.close()
+    store = kafkalog.LogStore(tmp_path, maintenance=False)  # what add_many wrote is what a restart reads
+    assert store.transactions.describe("b").partitions == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    assert store.transactions.describe("b").state == ONGOING
     store.close()
