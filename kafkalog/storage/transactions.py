@@ -21,6 +21,8 @@ What makes each step safe, and the first law hold (no acknowledged transaction l
    are then appended to every partition and fsynced, and only after that CompleteCommit/CompleteAbort is written.
    A crash anywhere in between leaves PrepareX in the log; opening completes it (markers again: a marker for a
    producer with no open transaction is harmless) before any request is served.
+   EndTxns that arrive together take these steps together (``end_many``; ``end_txn`` gathers the calls of
+   concurrent threads): their PrepareX records in one append and one fsync, every marker before any CompleteX.
 3. A transaction left Ongoing by a producer that vanished is aborted after ``transaction.timeout.ms`` (its epoch
    bumped first, so the producer is fenced), by ``expire()``, which the broker calls every
    ``transaction.abort.timed.out.transaction.cleanup.interval.ms``.
