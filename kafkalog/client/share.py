@@ -34,7 +34,9 @@ as Kafka acquires whole batches; record_limit mode: exactly ``max_records``). A 
 
 from __future__ import annotations
 
+import bisect
 import fcntl
+import itertools
 import os
 import secrets
 import shutil
@@ -52,6 +54,7 @@ from ..errors import (
 from ..storage.files import FileLock, fsync_dir, make_durable_dir
 from ..storage.txnformat import marker_of_batch
 from .queue import (
+    _START,
     JOURNAL_SUFFIX,
     QUEUES_DIR,
     STATE_LOCK,
@@ -70,6 +73,94 @@ GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4  # Kafka's AcknowledgeType c
 TRASH_DIR = ".kafkalog-queues.deleted"
 
 
+class _Held:
+    """This worker's leases with who holds them: sorted, disjoint [start, end, member, deliveries, lock deadline,
+    acquired at (monotonic s)] ranges. An acquisition is one range and an acknowledgement of a run of offsets cuts
+    one out, so the bookkeeping costs per range, not per record (Kafka's acquired batches are thousands)."""
+
+    __slots__ = ("r", "n")
+
+    def __init__(self):
+        self.r: list[list] = []
+        self.n = 0  # offsets held
+
+    def __bool__(self):
+        return self.n > 0
+
+    def add(self, start: int, end: int, member: str, deliveries: int, deadline: float, at: float) -> None:
+        """A range disjoint from the ones held."""
+        bisect.insort(self.r, [start, end, member, deliveries, deadline, at], key=_START)
+        self.n += end - start
+
+    def cover(self, a: int, b: int) -> list[list]:
+        """The held ranges of [a, b), clipped to it, in order (copies)."""
+        r = self.r
+        i = max(0, bisect.bisect_right(r, a, key=_START) - 1)
+        out = []
+        while i < len(r) and r[i][0] < b:
+            h = r[i]
+            if h[1] > a:
+                out.append([max(h[0], a), min(h[1], b), *h[2:]])
+            i += 1
+        return out
+
+    def cut(self, a: int, b: int) -> list[list]:
+        """Remove [a, b); returns the pieces that were held, as ``cover`` lists them."""
+        r = self.r
+        if not r or b <= r[0][0] or a >= r[-1][1]:
+            return []
+        lo = max(0, bisect.bisect_right(r, a, key=_START) - 1)
+        hi, repl, out = lo, [], []
+        while hi < len(r) and r[hi][0] < b:
+            h = r[hi]
+            if h[1] <= a:
+                repl.append(h)
+            else:
+                out.append([max(h[0], a), min(h[1], b), *h[2:]])
+                if h[0] < a:
+                    repl.append([h[0], a, *h[2:]])
+                if h[1] > b:
+                    repl.append([b, h[1], *h[2:]])
+            hi += 1
+        r[lo:hi] = repl
+        self.n -= sum(p[1] - p[0] for p in out)
+        return out
+
+    def take_if(self, pred) -> list[list]:
+        """Remove and return the ranges ``pred`` holds true of."""
+        out, keep = [], []
+        for h in self.r:
+            (out if pred(h) else keep).append(h)
+        if out:
+            self.r = keep
+            self.n -= sum(h[1] - h[0] for h in out)
+        return out
+
+    def clear(self) -> None:
+        self.r, self.n = [], 0
+
+    def within(self, ranges: _Ranges) -> None:
+        """Keep only the offsets that ``ranges`` (this worker's leases in the state) holds too."""
+        keep, j, lr = [], 0, ranges.r
+        for h in self.r:
+            s, e = h[0], h[1]
+            while j < len(lr) and lr[j][1] <= s:
+                j += 1
+            k = j
+            while k < len(lr) and lr[k][0] < e:
+                a, b = max(s, lr[k][0]), min(e, lr[k][1])
+                if a < b:
+                    keep.append([a, b, *h[2:]])
+                k += 1
+        self.r = keep
+        self.n = sum(h[1] - h[0] for h in keep)
+
+    def copy(self) -> _Held:
+        c = _Held()
+        c.r, c.n = [list(h) for h in self.r], self.n
+        return c
+
+
 class SharePartition:
     """The share-partition of ``group`` on ``log`` (a Log of a writable store), one per broker process.
 
@@ -83,9 +174,8 @@ class SharePartition:
         self._lock = threading.Lock()
         self._timeout = lock_timeout_s
         self.worker = f"worker-{os.getpid()}-{secrets.token_hex(4)}"
-        # offset -> [member id, delivery count, lock deadline, acquired at (monotonic s)]: who holds each of this
-        # worker's leases
-        self.acquired: dict[int, list] = {}
+        # who holds each of this worker's leases, with its delivery count, lock deadline and time of acquisition
+        self.acquired = _Held()
         self.start_offset = 0  # SPSO as last seen
         self.next_offset = 0
         self._jfd = -1
@@ -133,9 +223,11 @@ class SharePartition:
             mine = st.leases.get(self.worker)
             # offsets someone else settled (a power loss reverted this worker's view): no longer this worker's
             if self.acquired:
-                for o in [o for o in self.acquired if mine is None or not _holds(mine, o)]:
-                    del self.acquired[o]
-            saved = dict(self.acquired)
+                if mine is None:
+                    self.acquired = _Held()
+                else:
+                    self.acquired.within(mine)
+            saved = self.acquired.copy()
             try:
                 changed = fn(st) or changed
                 if not st.leases.get(self.worker, True):
@@ -189,7 +281,7 @@ class SharePartition:
 
             def fn(st: _State) -> bool:
                 changed = self._expire(st, now, limit)
-                room = max_in_flight - len(self.acquired)
+                room = max_in_flight - self.acquired.n
                 n = min(max_records, room)
                 if n <= 0:
                     return changed
@@ -228,8 +320,7 @@ class SharePartition:
                     mine = st.leases[self.worker] = _Ranges()
                 for s, e, d in taken:
                     mine.add(s, e, d)
-                    for o in range(s, e):
-                        self.acquired[o] = [member, d, deadline, now]
+                    self.acquired.add(s, e, member, d, deadline, now)
                     out.append((s, e - 1, d))
                 return True
 
@@ -270,40 +361,50 @@ class SharePartition:
         InvalidRequestError for a malformed batch, InvalidRecordStateError for an offset the member does not hold."""
         with self._lock:
             self._check_open()
-            plan = []
+            plan = []  # (a, b, type): runs of one type
             for first, last, types in batches:
                 if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
                     raise InvalidRequestError(f"acknowledgement batch [{first}, {last}] with {len(types)} types")
-                for t in types:
+                for t in set(types):
                     if not GAP <= t <= RENEW or (t == RENEW and not renew_ok):
                         raise InvalidRequestError(f"acknowledge type {t} is not valid here")
                 if first >= self.next_offset:
                     raise InvalidRequestError("Batch record not found. The first offset in request is past acquired "
                                               "records.")
-                for o in range(first, last + 1):
-                    held = self.acquired.get(o)
-                    if held is None or held[0] != member:
-                        raise InvalidRecordStateError(
-                            "The record state is invalid. The acknowledgement of delivery could not be completed.")
-                    plan.append((o, types[0] if len(types) == 1 else types[o - first]))
+                pos = first
+                for h in self.acquired.cover(first, last + 1):
+                    if h[0] != pos or h[2] != member:
+                        break
+                    pos = h[1]
+                if pos != last + 1:
+                    raise InvalidRecordStateError(
+                        "The record state is invalid. The acknowledgement of delivery could not be completed.")
+                if len(types) == 1:
+                    plan.append((first, last + 1, types[0]))
+                else:
+                    a = first
+                    for t, run in itertools.groupby(types):
+                        b = a + sum(1 for _ in run)
+                        plan.append((a, b, t))
+                        a = b
             now = time.monotonic()
 
             def fn(st: _State) -> bool:
                 mine = st.leases.get(self.worker)
                 changed = False
-                for o, t in plan:
-                    held = self.acquired.get(o)
-                    if held is None:
-                        continue
+                for a, b, t in plan:
+                    pieces = self.acquired.cut(a, b)
                     if t == RENEW:
-                        held[2] = now + lock_ms / 1000.0
+                        for p in pieces:
+                            p[4] = now + lock_ms / 1000.0
+                            self.acquired.add(*p)
                         continue
-                    del self.acquired[o]
-                    if mine is not None:
-                        mine.remove(o, o + 1)
-                    if t == RELEASE and held[1] < limit:
-                        st.redeliver.add(o, o + 1, held[1])
-                    changed = True  # GAP, ACCEPT, REJECT, RELEASE at the limit: done for ever
+                    for p in pieces:
+                        if mine is not None:
+                            mine.remove(p[0], p[1])
+                        if t == RELEASE and p[3] < limit:
+                            st.redeliver.add(p[0], p[1], p[3])
+                        changed = True  # GAP, ACCEPT, REJECT, RELEASE at the limit: done for ever
                 return changed
 
             self._update(fn, sync=True)
@@ -314,11 +415,17 @@ class SharePartition:
         with self._lock:
             if self._closed:
                 return 0
-            mine = [o for o, h in self.acquired.items() if h[0] == member and (before is None or h[3] <= before)]
-            if not mine:
+            if not any(h[2] == member and (before is None or h[5] <= before) for h in self.acquired.r):
                 return 0
-            self._update(lambda st: self._give_back(st, mine, limit))
-            return len(mine)
+            n = []
+
+            def fn(st: _State) -> bool:
+                mine = self.acquired.take_if(lambda h: h[2] == member and (before is None or h[5] <= before))
+                n.append(sum(h[1] - h[0] for h in mine))
+                return self._give_back(st, mine, limit)
+
+            self._update(fn)
+            return n[0] if n else 0
 
     def expire(self, limit: int) -> int:
         """Acquisition locks past their deadline: the offsets go back (or are archived at the limit)."""
@@ -326,28 +433,28 @@ class SharePartition:
             if self._closed:
                 return 0
             now = time.monotonic()
-            if not any(h[2] <= now for h in self.acquired.values()):
+            if not any(h[4] <= now for h in self.acquired.r):
                 return 0
             n = []
             self._update(lambda st: n.append(1) or self._expire(st, now, limit))
             return len(n)
 
     def _expire(self, st: _State, now: float, limit: int) -> bool:
-        due = [o for o, h in self.acquired.items() if h[2] <= now]
+        due = self.acquired.take_if(lambda h: h[4] <= now) if self.acquired else []
         return self._give_back(st, due, limit) if due else False
 
-    def _give_back(self, st: _State, offsets, limit: int) -> bool:
+    def _give_back(self, st: _State, pieces, limit: int) -> bool:
+        """``pieces`` (ranges taken out of ``acquired``) go back for redelivery, or are archived at the limit."""
         mine = st.leases.get(self.worker)
-        for o in offsets:
-            held = self.acquired.pop(o)
+        for s, e, _m, d, _dl, _at in pieces:
             if mine is not None:
-                mine.remove(o, o + 1)
-            if held[1] < limit:
-                st.redeliver.add(o, o + 1, held[1])
-        return bool(offsets)
+                mine.remove(s, e)
+            if d < limit:
+                st.redeliver.add(s, e, d)
+        return bool(pieces)
 
     def held_by(self, member: str) -> int:
-        return sum(1 for h in self.acquired.values() if h[0] == member)
+        return sum(h[1] - h[0] for h in self.acquired.r if h[2] == member)
 
     def records(self, first: int, last: int, max_bytes: int = 1 << 20) -> bytes:
         """The whole record batches that hold offsets [first, last]."""
@@ -463,7 +570,7 @@ class SharePartition:
                 return
             try:
                 if self.acquired:
-                    self._update(lambda st: self._give_back(st, list(self.acquired), limit))
+                    self._update(lambda st: self._give_back(st, self.acquired.take_if(lambda h: True), limit))
                 if self._jfd >= 0:
                     try:
                         os.unlink(self.dir / (self.worker + JOURNAL_SUFFIX))
@@ -527,12 +634,3 @@ def _without(lo: int, hi: int, holes: list[tuple[int, int]]) -> list[tuple[int, 
     if pos < hi:
         out.append((pos, hi))
     return out
-
-
-def _holds(ranges: _Ranges, offset: int) -> bool:
-    for s, e, _ in ranges.r:
-        if s <= offset < e:
-            return True
-        if s > offset:
-            return False
-    return False
