@@ -174,6 +174,21 @@ class ShareCoordinator:
         fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
             "share group %s: releasing member %s's records failed: %s", group, member, f.exception()))
 
+    def sync_later(self, group: str, keys) -> None:
+        """fsync, off the loop and while the answer is on its way, the states that ``group``'s acquisitions in
+        ``keys`` [(topic, partition)] wrote without fsyncing (SharePartition.sync_behind): the acknowledgement
+        that follows them then waits for one fsync, not two."""
+        sps = [sp for sp in (self.partitions.get((group, t, p)) for t, p in keys) if sp is not None]
+        if not sps:
+            return
+
+        def run():
+            for sp in sps:
+                sp.sync_behind()
+        fut = self.s.loop.run_in_executor(None, run)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
+            "share group %s: fsyncing acquisitions failed: %s", group, f.exception()))
+
     def release(self, group: str, member: str, before: float | None = None) -> None:
         for (g, _t, _p), sp in list(self.partitions.items()):
             if g == group:
@@ -629,6 +644,8 @@ def share_fetch(s, ctx, header, frame, offset):
                 yield _wait_for_data(s, co, gid, parts, deadline)
                 got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
                                                    req["max_bytes"])
+        if got:
+            co.sync_later(gid, got)
         for (name, idx), (data, ranges) in got.items():
             r = part(_uuid(s.store.topic_id(name)), idx)
             r["records"] = data

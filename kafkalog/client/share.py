@@ -182,6 +182,7 @@ class SharePartition:
         self._jmap = None
         self._closed = False
         self._synced = [-1, -1]  # the Sequence this object last fsynced in each slot
+        self._behind = None  # (slot, Sequence) of this object's last write when it was not fsynced
         make_durable_dir(self.dir)  # the entries of a new group's directories survive a power loss
         self._state_lock = FileLock(self.dir / STATE_LOCK)
         self._files = _StateFiles(self.dir)
@@ -246,6 +247,9 @@ class SharePartition:
                     if sync:
                         self._files.sync(st.seq % 2)
                         self._synced[st.seq % 2] = st.seq
+                        self._behind = None
+                    else:
+                        self._behind = (st.seq % 2, st.seq)
             except BaseException:
                 self.acquired = saved  # the state in force is the one before fn: so is this worker's memory
                 raise
@@ -265,6 +269,19 @@ class SharePartition:
     def _open_journal(self) -> None:
         # created and flocked under state.lock, as a DurableQueue worker's: alive while this process is
         self._jfd, self._jmap = create_journal(self.dir / (self.worker + JOURNAL_SUFFIX))
+
+    def sync_behind(self) -> None:
+        """fsync the state this object last wrote without fsyncing it (an acquisition), off the answer's path: the
+        next write must not overwrite the older slot before the one in force is on disk, so an acknowledgement
+        that comes after this needs one fsync (its own) instead of two."""
+        with self._lock:
+            if self._closed or self._behind is None:
+                return
+            slot, seq = self._behind
+            self._behind = None
+            self._files.sync(slot)  # whatever the slot holds now is at least that write: fsynced with it
+            if self._synced[slot] < seq:
+                self._synced[slot] = seq
 
     # -- Kafka's operations ----------------------------------------------------------------------------------------
 

@@ -73,25 +73,53 @@ def state_of(sp: SharePartition):
     return st.prefix, st.next, red, {o: d for s, e, d in mine.r for o in range(s, e)}
 
 
+class Durability:
+    """Watches a SharePartition's two state slots: each write must leave the other slot's content on disk (fsynced
+    after it was last written), so that a torn write never brings back a state older than an fsynced one; and
+    ``acknowledged()`` checks that the state in force is on disk (an answered acknowledgement is durable)."""
+
+    def __init__(self, sp):
+        self.files = sp._files
+        self.dirty = [False, False]
+        self.wrote = None
+        write, sync = self.files.write, self.files.sync
+
+        def checked_write(st):
+            i = st.seq % 2
+            assert not self.dirty[1 - i], f"state {st.seq} written over slot {i} while slot {1 - i} is not on disk"
+            write(st)
+            self.dirty[i], self.wrote = True, i
+
+        def checked_sync(i):
+            sync(i)
+            self.dirty[i] = False
+        self.files.write, self.files.sync = checked_write, checked_sync
+
+    def acknowledged(self):
+        assert self.wrote is None or not self.dirty[self.wrote], "an acknowledgement answered before its fsync"
+
+
 LIMIT = 2  # low: records reach their last attempt (delivered alone) and the limit (archived) often
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.tuples(st.sampled_from(["acquire", "acquire", "ack", "ack", "ack_mixed", "ack_any", "release",
-                                               "expire"]),
+                                               "expire", "sync_behind"]),
                               st.sampled_from("mn"), st.integers(0, 59), st.integers(1, 25),
                               st.sampled_from([ACCEPT, RELEASE, REJECT, GAP, RENEW])), min_size=1, max_size=25))
 def test_share_partition_matches_a_per_offset_model(tmp_path_factory, ops):
     """Every offset is available (with its count), held by a member (with its count) or done; acquisitions,
     acknowledgements of runs (one type or one per offset), a member's release and expiry keep the state files and
     the in-memory holders equal to that model, and an acknowledgement of anything a member does not hold fully
-    changes nothing."""
+    changes nothing. Every state write leaves the other slot on disk, and an acknowledgement returns with its state
+    on disk, whether or not the acquisitions' states were fsynced behind them (sync_behind)."""
     store = kafkalog.LogStore(tmp_path_factory.mktemp("share") / "data")
     store.create_topic("t", partitions=1)
     lg = store.log("t", 0)
     for i in range(6):
         lg.append_batch([b"%d" % (i * 10 + j) for j in range(10)])
     sp = SharePartition(lg, "g", "earliest")
+    disk = Durability(sp)
     avail = {}  # offset -> count, offsets delivered before and given back (new ones: >= nxt)
     held = {}  # offset -> (member, count)
     nxt = 0
@@ -130,6 +158,8 @@ def test_share_partition_matches_a_per_offset_model(tmp_path_factory, ops):
                     assert a >= nxt
                     continue
                 assert ok
+                if set(types) != {RENEW}:  # a renewal settles nothing: nothing to make durable
+                    disk.acknowledged()
                 for o in range(a, b):
                     typ = types[0] if len(types) == 1 else types[o - a]
                     if typ == RENEW:
@@ -137,6 +167,8 @@ def test_share_partition_matches_a_per_offset_model(tmp_path_factory, ops):
                     m, c = held.pop(o)
                     if typ == RELEASE and c < LIMIT:
                         avail[o] = c
+            elif op == "sync_behind":
+                sp.sync_behind()
             elif op == "release":
                 sp.release_member(member, LIMIT)
                 for o in [o for o, (m, _) in held.items() if m == member]:
