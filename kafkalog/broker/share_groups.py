@@ -635,13 +635,15 @@ def share_fetch(s, ctx, header, frame, offset):
         record_limit = v >= 2 and req["share_acquire_mode"] == 1
         got = {}
         if parts and req["max_wait_ms"] >= 0:
+            seen = _freed(co, gid, parts)
             got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
                                                req["max_bytes"])
             deadline = time.monotonic() + req["max_wait_ms"] / 1000.0
             while not got and not acks and time.monotonic() < deadline:
                 if (gid, mid) not in co.sessions or co.sessions[(gid, mid)] is not sess:
                     break
-                yield _wait_for_data(s, co, gid, parts, deadline)
+                yield _wait_for_data(s, co, gid, parts, deadline, seen)
+                seen = _freed(co, gid, parts)
                 got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
                                                    req["max_bytes"])
         if got:
@@ -657,16 +659,32 @@ def share_fetch(s, ctx, header, frame, offset):
     return respond(header, top)
 
 
-async def _wait_for_data(s, co, gid, parts, deadline):
-    """Until new records reach one of ``parts`` or 100 ms passed (expired locks and other workers' releases are
-    looked for again then), or the deadline."""
+def _freed(co, gid, parts) -> dict:
+    """Each share-partition's ``freed`` count (None: not open yet), taken before an acquisition."""
+    out = {}
+    for topic, p in parts:
+        sp = co.partitions.get((gid, topic, p))
+        out[(topic, p)] = None if sp is None else sp.freed
+    return out
+
+
+async def _wait_for_data(s, co, gid, parts, deadline, seen):
+    """Until one of ``parts`` has something to acquire (records past what was acquired, while it has room for more
+    acquisition locks; offsets settled or given back since ``seen`` was taken, before the acquisition that found
+    nothing) or 100 ms passed (expired locks and other processes' releases are looked for again then), or the
+    deadline. A partition at its limit of locks is not tried again until some are settled: no spinning."""
     end = min(deadline, time.monotonic() + 0.1)
     committed = co.read_committed(gid)  # records past the last stable offset are not there yet
+    max_locks = co.max_locks_of(gid)
     while time.monotonic() < end:
         for topic, p in parts:
             sp = co.partitions.get((gid, topic, p))
-            if sp is not None and (sp.log.last_stable_offset if committed else sp.log.log_end_offset) > \
-                    sp.next_offset:
+            if sp is None:
+                continue
+            if sp.freed != seen.get((topic, p)):
+                return
+            if (sp.log.last_stable_offset if committed else sp.log.log_end_offset) > sp.next_offset and \
+                    sp.acquired.n < max_locks:
                 return
         await asyncio.sleep(min(0.005, max(0.0, end - time.monotonic())))
 

@@ -183,6 +183,9 @@ class SharePartition:
         self._closed = False
         self._synced = [-1, -1]  # the Sequence this object last fsynced in each slot
         self._behind = None  # (slot, Sequence) of this object's last write when it was not fsynced
+        # +1 each time offsets become available again here (released, their lock expired, their holder gone, a
+        # reset): a waiting ShareFetch tries again at once when it moves
+        self.freed = 0
         make_durable_dir(self.dir)  # the entries of a new group's directories survive a power loss
         self._state_lock = FileLock(self.dir / STATE_LOCK)
         self._files = _StateFiles(self.dir)
@@ -421,6 +424,7 @@ class SharePartition:
                             mine.remove(p[0], p[1])
                         if t == RELEASE and p[3] < limit:
                             st.redeliver.add(p[0], p[1], p[3])
+                            self.freed += 1
                         changed = True  # GAP, ACCEPT, REJECT, RELEASE at the limit: done for ever
                 return changed
 
@@ -468,6 +472,7 @@ class SharePartition:
                 mine.remove(s, e)
             if d < limit:
                 st.redeliver.add(s, e, d)
+                self.freed += 1
         return bool(pieces)
 
     def held_by(self, member: str) -> int:
@@ -531,6 +536,7 @@ class SharePartition:
                 st.leases.pop(self.worker, None)
                 st.redeliver = _Ranges()
                 st.prefix = st.next = start
+                self.freed += 1
                 return True
 
             self._update(fn, sync=True)

@@ -361,6 +361,32 @@ def test_record_limit_mode_and_max_records(make_broker):
     assert acquired(m.fetch(max_records=3)) == [(3, 9, 1)]  # batch_optimized: to the end of the batch
 
 
+def test_a_fetch_waiting_on_a_partition_at_its_lock_limit_does_not_spin(make_broker, monkeypatch):
+    """A long poll on a partition with records past what was acquired, but no room for more acquisition locks,
+    waits for offsets to be settled or given back instead of trying to acquire again and again; it acquires as soon
+    as the holder's acknowledgement makes room."""
+    from kafkalog.client import share
+    calls = []
+    real = share.SharePartition.acquire
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return real(self, *a, **k)
+    monkeypatch.setattr(share.SharePartition, "acquire", counted)
+    b = make_broker(**{"group.share.partition.max.record.locks": 100})
+    setup_topic(b.port, "t", [(0, [b"%d" % i for i in range(100)]), (0, [b"x"] * 10)])
+    m, o = Member(b.port, "g", "t"), Member(b.port, "g", "t")
+    m.join()
+    o.join()
+    assert acquired(m.fetch()) == [(0, 99, 1)]  # every lock the partition has
+    calls.clear()
+    assert acquired(o.fetch(wait=300)) == []
+    assert len(calls) <= 10, f"{len(calls)} acquisitions in one 300 ms long poll: spinning"  # 1 + one per 100 ms
+    r = m.fetch({0: [(0, 9, (RELEASE,)), (10, 99, (ACCEPT,))]}, wait=0)
+    assert part(r)["acknowledge_error_code"] == 0
+    assert acquired(r) == [(0, 9, 2), (100, 109, 1)]
+
+
 # ------------------------------------------------------------------------------------------------- one state, two faces
 
 def test_share_group_and_durable_queue_are_one_group(make_broker):
