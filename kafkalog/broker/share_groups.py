@@ -123,6 +123,7 @@ class ShareCoordinator:
         self.sessions: dict[tuple[str, str], ShareSession] = {}
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self._opening = threading.Lock()
+        self._warming: set[tuple[str, str, int]] = set()  # share-partitions open_later is opening
 
     # -- a group's configs ------------------------------------------------------------------------------------------
 
@@ -173,6 +174,27 @@ class ShareCoordinator:
         fut = self.s.loop.run_in_executor(None, self.release, group, member, time.monotonic())
         fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
             "share group %s: releasing member %s's records failed: %s", group, member, f.exception()))
+
+    def open_later(self, group: str, keys) -> None:
+        """Open, off the loop and one after the other, the share-partitions of ``group`` in ``keys`` [(topic,
+        partition)] not open yet (a session's partitions, at its first ShareFetch, as Kafka initializes every
+        partition a ShareFetch names): opening one creates and fsyncs its directories and state, which would
+        otherwise fall on the ShareFetch that first reaches it, one partition per fetch."""
+        todo = [(t, p) for t, p in keys if (group, t, p) not in self._warming and
+                ((sp := self.partitions.get((group, t, p))) is None or sp.log.closed)]
+        if not todo:
+            return
+        self._warming.update((group, t, p) for t, p in todo)
+
+        def run():
+            try:
+                for t, p in todo:
+                    self.partition(group, t, p)
+            finally:
+                self._warming.difference_update((group, t, p) for t, p in todo)
+        fut = self.s.loop.run_in_executor(None, run)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() is None or log.warning(
+            "share group %s: opening its share-partitions failed: %s", group, f.exception()))
 
     def sync_later(self, group: str, keys) -> None:
         """fsync, off the loop and while the answer is on its way, the states that ``group``'s acquisitions in
@@ -628,6 +650,7 @@ def share_fetch(s, ctx, header, frame, offset):
                 sess.partitions.discard((name, idx))
         parts = sorted(sess.partitions)
         if parts:
+            co.open_later(gid, parts)
             k = sess.turn % len(parts)
             parts = parts[k:] + parts[:k]
             sess.turn += 1

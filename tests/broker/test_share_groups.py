@@ -387,6 +387,25 @@ def test_a_fetch_waiting_on_a_partition_at_its_lock_limit_does_not_spin(make_bro
     assert acquired(r) == [(0, 9, 2), (100, 109, 1)]
 
 
+def test_a_sessions_partitions_are_opened_at_its_first_fetch(make_broker, tmp_path):
+    """The share-partitions a ShareFetch names are all initialized then (off the answer's path), not one per later
+    fetch that reaches them (each opening creates and fsyncs a state)."""
+    b = make_broker()
+    setup_topic(b.port, "t", [(p, [b"x"]) for p in range(3)], partitions=3)
+    m = Member(b.port, "g", "t")
+    m.join()
+    assert acquired(m.fetch(partitions=(0, 1, 2), max_records=1, mode=1)) == [(0, 0, 1)]  # enough: p1, p2 not read
+    states = [tmp_path / "data0" / f"t-{p}" / ".kafkalog-queues" / "g" for p in range(3)]
+    for _ in range(20 * POLLS):  # heartbeats pace the looks: no ShareFetch reaches p1 or p2
+        if all(any((d / f).is_file() and (d / f).stat().st_size for f in ("state.0", "state.1")) for d in states):
+            break
+        assert m.heartbeat(topics=None)["error_code"] == 0
+    else:
+        raise AssertionError("the session's other partitions were not initialized")
+    r = m.fetch(partitions=(0, 1, 2))
+    assert (acquired(r, 1), acquired(r, 2)) == ([(0, 0, 1)], [(0, 0, 1)])
+
+
 # ------------------------------------------------------------------------------------------------- one state, two faces
 
 def test_share_group_and_durable_queue_are_one_group(make_broker):
