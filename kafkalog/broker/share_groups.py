@@ -531,10 +531,15 @@ def _acknowledge(s, gid, mid, acks, renew_ok: bool) -> dict:
     return out
 
 
-def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool, max_bytes: int = 0x7FFFFFFF) -> dict:
-    """Worker thread: {(topic, partition): (records bytes, [(first, last, count)])} acquired for the member, up to
-    ``max_records`` and, past the first partition that has records, ``max_bytes`` (Kafka's soft limits)."""
-    out = {}
+def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool, max_bytes: int = 0x7FFFFFFF, acks=None,
+             renew_ok: bool = False) -> tuple[dict, dict]:
+    """Worker thread: ({(topic, partition): (records bytes, [(first, last, count)])} acquired for the member, up to
+    ``max_records`` and, past the first partition that has records, ``max_bytes`` (Kafka's soft limits);
+    {(topic, partition): (error code, message)} of the piggy-backed ``acks``). A partition's acknowledgements and
+    its acquisition are one state write (SharePartition.acknowledge_and_acquire); those of partitions the
+    acquisition does not reach are applied after it, as ``_acknowledge`` applies them."""
+    out, done = {}, {}
+    acks = dict(acks or {})
     co = s.shares
     left = max_records
     size = 0
@@ -543,10 +548,18 @@ def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool, max_bytes
     for topic, p in parts:
         if left <= 0 or (out and size >= max_bytes):
             break
+        batches = acks.pop((topic, p), None)
         try:
             sp = co.partition(gid, topic, p)
-            got = sp.acquire(mid, left, lock_ms, limit, record_limit, max_locks, committed)
+            if batches is None:
+                got = sp.acquire(mid, left, lock_ms, limit, record_limit, max_locks, committed)
+            else:
+                err, got = sp.acknowledge_and_acquire(mid, batches, limit, renew_ok, lock_ms, left, record_limit,
+                                                      max_locks, committed)
+                done[(topic, p)] = (0, None) if err is None else (error_code(err), str(err))
         except KafkaError as e:
+            if batches is not None:
+                done[(topic, p)] = (error_code(e), str(e))
             log.warning("share group %s: acquiring from %s-%d: %s", gid, topic, p, e)
             continue
         if got:
@@ -554,7 +567,9 @@ def _acquire(s, gid, mid, parts, max_records: int, record_limit: bool, max_bytes
             data = b"".join(sp.records(first, last) for first, last, _ in _merged(got))
             out[(topic, p)] = (data, got)
             size += len(data)
-    return out
+    if acks:
+        done.update(_acknowledge(s, gid, mid, acks, renew_ok))
+    return out, done
 
 
 def _merged(got):
@@ -633,48 +648,48 @@ def share_fetch(s, ctx, header, frame, offset):
                 acks[(name, idx)] = _ack_batches(p)
                 part(t["topic_id"], idx)
             wanted.append((name, idx))
-    if acks:
-        done = yield s.loop.run_in_executor(None, _acknowledge, s, gid, mid, acks,
-                                            v >= 2 and req["is_renew_ack"] and co.renew_ok(gid))
-        for (name, idx), (code, message) in done.items():
-            r = part(_uuid(s.store.topic_id(name)), idx)
-            r["acknowledge_error_code"], r["acknowledge_error_message"] = code, message
-    if sess is None:  # epoch -1: the session ends after its acknowledgements
-        co.sessions.pop((gid, mid), None)
-        yield s.loop.run_in_executor(None, co.release, gid, mid)
-    else:
+    renew_ok = v >= 2 and req["is_renew_ack"] and co.renew_ok(gid)
+    done: dict = {}
+    if sess is not None:
         sess.partitions.update(wanted)
         for t in req["forgotten_topics_data"]:
             name = names.get(t["topic_id"])
             for idx in t["partitions"]:
                 sess.partitions.discard((name, idx))
-        parts = sorted(sess.partitions)
-        if parts:
-            co.open_later(gid, parts)
-            k = sess.turn % len(parts)
-            parts = parts[k:] + parts[:k]
-            sess.turn += 1
+    parts = sorted(sess.partitions) if sess is not None and req["max_wait_ms"] >= 0 else []
+    if acks and not parts:  # no acquisition: the acknowledgements alone
+        done = yield s.loop.run_in_executor(None, _acknowledge, s, gid, mid, acks, renew_ok)
+    got = {}
+    if sess is None:  # epoch -1: the session ends after its acknowledgements
+        co.sessions.pop((gid, mid), None)
+        yield s.loop.run_in_executor(None, co.release, gid, mid)
+    elif parts:
+        co.open_later(gid, parts)
+        k = sess.turn % len(parts)
+        parts = parts[k:] + parts[:k]
+        sess.turn += 1
         max_records = req["max_records"] if req["max_records"] > 0 else 500
         record_limit = v >= 2 and req["share_acquire_mode"] == 1
-        got = {}
-        if parts and req["max_wait_ms"] >= 0:
+        seen = _freed(co, gid, parts)
+        got, done = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
+                                                 req["max_bytes"], acks, renew_ok)
+        deadline = time.monotonic() + req["max_wait_ms"] / 1000.0
+        while not got and not acks and time.monotonic() < deadline:
+            if (gid, mid) not in co.sessions or co.sessions[(gid, mid)] is not sess:
+                break
+            yield _wait_for_data(s, co, gid, parts, deadline, seen)
             seen = _freed(co, gid, parts)
-            got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
-                                               req["max_bytes"])
-            deadline = time.monotonic() + req["max_wait_ms"] / 1000.0
-            while not got and not acks and time.monotonic() < deadline:
-                if (gid, mid) not in co.sessions or co.sessions[(gid, mid)] is not sess:
-                    break
-                yield _wait_for_data(s, co, gid, parts, deadline, seen)
-                seen = _freed(co, gid, parts)
-                got = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
-                                                   req["max_bytes"])
+            got, _ = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
+                                                  req["max_bytes"])
         if got:
             co.sync_later(gid, got)
-        for (name, idx), (data, ranges) in got.items():
-            r = part(_uuid(s.store.topic_id(name)), idx)
-            r["records"] = data
-            r["acquired_records"] = [{"first_offset": a, "last_offset": b, "delivery_count": c} for a, b, c in ranges]
+    for (name, idx), (code, message) in done.items():
+        r = part(_uuid(s.store.topic_id(name)), idx)
+        r["acknowledge_error_code"], r["acknowledge_error_message"] = code, message
+    for (name, idx), (data, ranges) in got.items():
+        r = part(_uuid(s.store.topic_id(name)), idx)
+        r["records"] = data
+        r["acquired_records"] = [{"first_offset": a, "last_offset": b, "delivery_count": c} for a, b, c in ranges]
     by_topic: dict[uuid.UUID, list] = {}
     for (tid, _p), r in sorted(results.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         by_topic.setdefault(tid, []).append(r)

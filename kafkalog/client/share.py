@@ -297,55 +297,82 @@ class SharePartition:
         with self._lock:
             self._check_open()
             now = time.monotonic()
-            deadline = now + lock_ms / 1000.0
+            self._update(lambda st: self._take(st, out, now, member, max_records, lock_ms, limit, record_limit,
+                                               max_in_flight, read_committed))
+        return out
+
+    def acknowledge_and_acquire(self, member: str, batches, limit: int, renew_ok: bool, lock_ms: int,
+                                max_records: int, record_limit: bool = False, max_in_flight: int = 2000,
+                                read_committed: bool = False):
+        """``acknowledge`` then ``acquire`` in one state write (a ShareFetch's piggy-backed acknowledgements of the
+        partition it acquires from next: one fsync, one read-modify-write). Returns (the acknowledgements' error or
+        None, what was acquired); acknowledgements refused (the error) change nothing and the acquisition goes on,
+        as apart. A failed write raises: neither happened."""
+        out: list[tuple[int, int, int]] = []
+        with self._lock:
+            self._check_open()
+            try:
+                plan = self._plan(member, batches, renew_ok)
+                error = None
+            except (InvalidRecordStateError, InvalidRequestError) as e:
+                plan, error = [], e
+            now = time.monotonic()
 
             def fn(st: _State) -> bool:
-                changed = self._expire(st, now, limit)
-                room = max_in_flight - self.acquired.n
-                n = min(max_records, room)
-                if n <= 0:
-                    return changed
-                leo = self.log.last_stable_offset if read_committed else self.log.log_end_offset
-                taken = []
-                alone = False
-                while n > 0 and st.redeliver:
-                    s, e, d = st.redeliver.r[0]
-                    if d >= limit:  # a count at the limit (a DurableQueue's nacks): archived, not delivered
-                        st.redeliver.take(e - s)
-                        changed = True
-                        continue
-                    if d + 1 >= limit:  # its last delivery attempt: delivered alone, as Kafka isolates a record
-                        if not taken:  # that may be what makes its consumers fail
-                            st.redeliver.take(1)
-                            taken.append((s, s + 1, d + 1))
-                            alone = True
-                        break
-                    k = min(n, e - s)
-                    st.redeliver.take(k)
-                    taken.append((s, s + k, d + 1))
-                    n -= k
-                if n > 0 and st.next < leo and not alone:
-                    end = min(st.next + n, leo)
-                    if not record_limit:
-                        end = max(end, min(self._batch_end(end - 1), leo))
-                    pieces = _without(st.next, end, self._aborted(st.next, end)) if read_committed else \
-                        [(st.next, end)]
-                    taken += [(a, b, 1) for a, b in pieces]
-                    st.next = end
-                    changed = True  # aborted records alone: archived, the state moves past them
-                if not taken:
-                    return changed
-                mine = st.leases.get(self.worker)
-                if mine is None:
-                    mine = st.leases[self.worker] = _Ranges()
-                for s, e, d in taken:
-                    mine.add(s, e, d)
-                    self.acquired.add(s, e, member, d, deadline, now)
-                    out.append((s, e - 1, d))
-                return True
+                changed = self._settle(st, plan, now, limit, lock_ms)
+                return self._take(st, out, now, member, max_records, lock_ms, limit, record_limit, max_in_flight,
+                                  read_committed) or changed
 
-            self._update(fn)
-        return out
+            self._update(fn, sync=any(t != RENEW for _, _, t in plan))
+        return error, out
+
+    def _take(self, st: _State, out: list, now: float, member: str, max_records: int, lock_ms: int, limit: int,
+              record_limit: bool, max_in_flight: int, read_committed: bool) -> bool:
+        """``acquire``'s change of the state (appends to ``out``); whether it changed."""
+        deadline = now + lock_ms / 1000.0
+        changed = self._expire(st, now, limit)
+        room = max_in_flight - self.acquired.n
+        n = min(max_records, room)
+        if n <= 0:
+            return changed
+        leo = self.log.last_stable_offset if read_committed else self.log.log_end_offset
+        taken = []
+        alone = False
+        while n > 0 and st.redeliver:
+            s, e, d = st.redeliver.r[0]
+            if d >= limit:  # a count at the limit (a DurableQueue's nacks): archived, not delivered
+                st.redeliver.take(e - s)
+                changed = True
+                continue
+            if d + 1 >= limit:  # its last delivery attempt: delivered alone, as Kafka isolates a record
+                if not taken:  # that may be what makes its consumers fail
+                    st.redeliver.take(1)
+                    taken.append((s, s + 1, d + 1))
+                    alone = True
+                break
+            k = min(n, e - s)
+            st.redeliver.take(k)
+            taken.append((s, s + k, d + 1))
+            n -= k
+        if n > 0 and st.next < leo and not alone:
+            end = min(st.next + n, leo)
+            if not record_limit:
+                end = max(end, min(self._batch_end(end - 1), leo))
+            pieces = _without(st.next, end, self._aborted(st.next, end)) if read_committed else \
+                [(st.next, end)]
+            taken += [(a, b, 1) for a, b in pieces]
+            st.next = end
+            changed = True  # aborted records alone: archived, the state moves past them
+        if not taken:
+            return changed
+        mine = st.leases.get(self.worker)
+        if mine is None:
+            mine = st.leases[self.worker] = _Ranges()
+        for s, e, d in taken:
+            mine.add(s, e, d)
+            self.acquired.add(s, e, member, d, deadline, now)
+            out.append((s, e - 1, d))
+        return True
 
     def _aborted(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """[a, b) ranges of the data batches of aborted transactions in [lo, hi) (what a read_committed reader
@@ -381,54 +408,59 @@ class SharePartition:
         InvalidRequestError for a malformed batch, InvalidRecordStateError for an offset the member does not hold."""
         with self._lock:
             self._check_open()
-            plan = []  # (a, b, type): runs of one type
-            for first, last, types in batches:
-                if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
-                    raise InvalidRequestError(f"acknowledgement batch [{first}, {last}] with {len(types)} types")
-                for t in set(types):
-                    if not GAP <= t <= RENEW or (t == RENEW and not renew_ok):
-                        raise InvalidRequestError(f"acknowledge type {t} is not valid here")
-                if first >= self.next_offset:
-                    raise InvalidRequestError("Batch record not found. The first offset in request is past acquired "
-                                              "records.")
-                pos = first
-                for h in self.acquired.cover(first, last + 1):
-                    if h[0] != pos or h[2] != member:
-                        break
-                    pos = h[1]
-                if pos != last + 1:
-                    raise InvalidRecordStateError(
-                        "The record state is invalid. The acknowledgement of delivery could not be completed.")
-                if len(types) == 1:
-                    plan.append((first, last + 1, types[0]))
-                else:
-                    a = first
-                    for t, run in itertools.groupby(types):
-                        b = a + sum(1 for _ in run)
-                        plan.append((a, b, t))
-                        a = b
+            plan = self._plan(member, batches, renew_ok)
             now = time.monotonic()
+            self._update(lambda st: self._settle(st, plan, now, limit, lock_ms), sync=True)
 
-            def fn(st: _State) -> bool:
-                mine = st.leases.get(self.worker)
-                changed = False
-                for a, b, t in plan:
-                    pieces = self.acquired.cut(a, b)
-                    if t == RENEW:
-                        for p in pieces:
-                            p[4] = now + lock_ms / 1000.0
-                            self.acquired.add(*p)
-                        continue
-                    for p in pieces:
-                        if mine is not None:
-                            mine.remove(p[0], p[1])
-                        if t == RELEASE and p[3] < limit:
-                            st.redeliver.add(p[0], p[1], p[3])
-                            self.freed += 1
-                        changed = True  # GAP, ACCEPT, REJECT, RELEASE at the limit: done for ever
-                return changed
+    def _plan(self, member: str, batches, renew_ok: bool) -> list[tuple[int, int, int]]:
+        """The acknowledgements checked (all or nothing), as [a, b) runs of one type each."""
+        plan = []  # (a, b, type): runs of one type
+        for first, last, types in batches:
+            if last < first or not types or (len(types) != 1 and len(types) != last - first + 1):
+                raise InvalidRequestError(f"acknowledgement batch [{first}, {last}] with {len(types)} types")
+            for t in set(types):
+                if not GAP <= t <= RENEW or (t == RENEW and not renew_ok):
+                    raise InvalidRequestError(f"acknowledge type {t} is not valid here")
+            if first >= self.next_offset:
+                raise InvalidRequestError("Batch record not found. The first offset in request is past acquired "
+                                          "records.")
+            pos = first
+            for h in self.acquired.cover(first, last + 1):
+                if h[0] != pos or h[2] != member:
+                    break
+                pos = h[1]
+            if pos != last + 1:
+                raise InvalidRecordStateError(
+                    "The record state is invalid. The acknowledgement of delivery could not be completed.")
+            if len(types) == 1:
+                plan.append((first, last + 1, types[0]))
+            else:
+                a = first
+                for t, run in itertools.groupby(types):
+                    b = a + sum(1 for _ in run)
+                    plan.append((a, b, t))
+                    a = b
+        return plan
 
-            self._update(fn, sync=True)
+    def _settle(self, st: _State, plan, now: float, limit: int, lock_ms: int) -> bool:
+        """The acknowledgements' change of the state; whether it changed."""
+        mine = st.leases.get(self.worker)
+        changed = False
+        for a, b, t in plan:
+            pieces = self.acquired.cut(a, b)
+            if t == RENEW:
+                for p in pieces:
+                    p[4] = now + lock_ms / 1000.0
+                    self.acquired.add(*p)
+                continue
+            for p in pieces:
+                if mine is not None:
+                    mine.remove(p[0], p[1])
+                if t == RELEASE and p[3] < limit:
+                    st.redeliver.add(p[0], p[1], p[3])
+                    self.freed += 1
+                changed = True  # GAP, ACCEPT, REJECT, RELEASE at the limit: done for ever
+        return changed
 
     def release_member(self, member: str, limit: int, before: float | None = None) -> int:
         """Give back everything ``member`` holds (it left, its session closed), or what it acquired up to

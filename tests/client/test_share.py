@@ -104,7 +104,7 @@ LIMIT = 2  # low: records reach their last attempt (delivered alone) and the lim
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.tuples(st.sampled_from(["acquire", "acquire", "ack", "ack", "ack_mixed", "ack_any", "release",
-                                               "expire", "sync_behind"]),
+                                               "expire", "sync_behind", "ack_acquire", "ack_acquire"]),
                               st.sampled_from("mn"), st.integers(0, 59), st.integers(1, 25),
                               st.sampled_from([ACCEPT, RELEASE, REJECT, GAP, RENEW])), min_size=1, max_size=25))
 def test_share_partition_matches_a_per_offset_model(tmp_path_factory, ops):
@@ -124,49 +124,57 @@ def test_share_partition_matches_a_per_offset_model(tmp_path_factory, ops):
     held = {}  # offset -> (member, count)
     nxt = 0
     try:
+        def took(got, member):
+            # the model: lowest available first (a record on its last attempt alone), then new whole batches
+            nonlocal nxt
+            offs = {o: c for f, la, c in got for o in range(f, la + 1)}
+            for o, c in offs.items():
+                assert o not in held
+                if o < nxt:
+                    assert avail.pop(o) + 1 == c
+                else:
+                    assert c == 1
+                held[o] = (member, c)
+            nxt = max([nxt, *(o + 1 for o in offs if o >= nxt)])
+            assert nxt % 10 == 0 or nxt == 60
+
         for op, member, a, n, t in ops:
             b = min(a + n, 60)
             if op == "acquire":
-                got = sp.acquire(member, n, 30000, LIMIT)
-                offs = {o: c for f, la, c in got for o in range(f, la + 1)}
-                # the model: lowest available first (a record on its last attempt alone), then new whole batches
-                for o, c in offs.items():
-                    assert o not in held
-                    if o < nxt:
-                        assert avail.pop(o) + 1 == c
-                    else:
-                        assert c == 1
-                    held[o] = (member, c)
-                nxt = max([nxt, *(o + 1 for o in offs if o >= nxt)])
-                assert nxt % 10 == 0 or nxt == 60
-            elif op in ("ack", "ack_mixed", "ack_any"):
+                took(sp.acquire(member, n, 30000, LIMIT), member)
+            elif op in ("ack", "ack_mixed", "ack_any", "ack_acquire"):
                 mine = sorted(o for o, (m, _) in held.items() if m == member)
                 if op != "ack_any" and mine:  # a run the member holds, from its a-th held offset on
                     a = b = mine[a % len(mine)]
                     while b in mine and b < a + n:
                         b += 1
-                types = [t] if op == "ack" else [(ACCEPT, RELEASE, REJECT)[o % 3] for o in range(a, b)]
+                types = [t] if op != "ack_mixed" else [(ACCEPT, RELEASE, REJECT)[o % 3] for o in range(a, b)]
                 ok = a < nxt and all(held.get(o, ("",))[0] == member for o in range(a, b))
-                if t == RENEW and op == "ack":
-                    types = [RENEW]
-                try:
-                    sp.acknowledge(member, [(a, b - 1, types)], LIMIT, renew_ok=True)
-                except InvalidRecordStateError:
+                error = None
+                if op == "ack_acquire":  # one state write: the acknowledgement, then the acquisition
+                    error, got = sp.acknowledge_and_acquire(member, [(a, b - 1, types)], LIMIT, True, 30000, n)
+                else:
+                    try:
+                        sp.acknowledge(member, [(a, b - 1, types)], LIMIT, renew_ok=True)
+                    except (InvalidRecordStateError, kafkalog.errors.InvalidRequestError) as e:
+                        error = e
+                if isinstance(error, InvalidRecordStateError):
                     assert not ok
-                    continue
-                except kafkalog.errors.InvalidRequestError:
-                    assert a >= nxt
-                    continue
-                assert ok
-                if set(types) != {RENEW}:  # a renewal settles nothing: nothing to make durable
-                    disk.acknowledged()
-                for o in range(a, b):
-                    typ = types[0] if len(types) == 1 else types[o - a]
-                    if typ == RENEW:
-                        continue
-                    m, c = held.pop(o)
-                    if typ == RELEASE and c < LIMIT:
-                        avail[o] = c
+                elif error is not None:
+                    assert isinstance(error, kafkalog.errors.InvalidRequestError) and a >= nxt
+                else:
+                    assert ok
+                    if set(types) != {RENEW}:  # a renewal settles nothing: nothing to make durable
+                        disk.acknowledged()
+                    for o in range(a, b):
+                        typ = types[0] if len(types) == 1 else types[o - a]
+                        if typ == RENEW:
+                            continue
+                        m, c = held.pop(o)
+                        if typ == RELEASE and c < LIMIT:
+                            avail[o] = c
+                if op == "ack_acquire":
+                    took(got, member)
             elif op == "sync_behind":
                 sp.sync_behind()
             elif op == "release":
