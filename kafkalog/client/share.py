@@ -19,9 +19,12 @@ never written: the broker writes its acknowledgements into the state itself, fsy
 loss: the state slots alternate, so before a write overwrites the older slot, the slot in force (newer) is fsynced
 if this process has not fsynced it yet: a torn write then leaves a durable state that holds every acknowledgement
 answered (a DurableQueue worker of the same group does not do this: its acks, and what it writes over, are
-at-least-once under power loss, as its table says). Its
-members' acquisitions are its leases. A member's acquisition lock that expires, a RELEASE, a member that leaves and
-the broker's clean stop give offsets back to the Redeliveries set with their count (ARCHIVED instead when the count
+at-least-once under power loss, as its table says). An acquisition's write is not fsynced before its answer; the
+broker fsyncs it just behind (``sync_behind``), so the acknowledgement that follows usually needs one fsync, and a
+ShareFetch's acknowledgements and acquisition of one partition are one write. Its members' acquisitions are its
+leases; which member holds which offsets is kept as ranges (an acquired batch is one entry, however many
+records). A member's acquisition lock that expires, a RELEASE, a member that leaves and the broker's clean stop
+give offsets back to the Redeliveries set with their count (ARCHIVED instead when the count
 reached ``group.share.delivery.count.limit``); a kill -9 of the broker leaves its journal unlocked, so the next
 worker that reaps (a DurableQueue, or the broker itself when it starts again) gives its leases back. A DurableQueue
 worker's ``nack`` can push a count past the limit: such offsets are archived when the broker would acquire them.
