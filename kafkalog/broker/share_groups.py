@@ -108,6 +108,59 @@ class ShareSession:
         self.conn = conn  # the connection of its last request: the session ends with it, as Kafka's
 
 
+def _simple_assignment(n: int, had: list) -> list[list[int]]:
+    """Kafka 4.4's simple assignment of one topic's ``n`` partitions to members ``0 .. len(had) - 1`` (``had``: the
+    partitions each had): each member's partitions, ascending (see ShareCoordinator._assign)."""
+    members = len(had)
+    sharing = -(-members // n)  # members per partition
+    sharers: list[list[int]] = [[] for _ in range(n)]
+    owned: list[list[int]] = [[] for _ in range(members)]
+    for i, parts in enumerate(had):
+        for p in sorted(parts):
+            if p < n:
+                sharers[p].append(i)
+                owned[i].append(p)
+    # sharing * n places, as even as can be: the ones left over go to the members that have the most now (Kafka
+    # spreads them by member order), so that a member joining or leaving moves no partition between the others
+    base, extra = divmod(sharing * n, members)
+    desired = [base] * members
+    for i in sorted(range(members), key=lambda i: -len(owned[i]))[:extra]:
+        desired[i] += 1
+    over = {i for i in range(members) if len(owned[i]) > desired[i]}
+    for p in range(n):  # partitions shared by too many: taken from members with too many first
+        for pick_over in (True, False):
+            for i in list(sharers[p]):
+                if len(sharers[p]) <= sharing:
+                    break
+                if (i in over) == pick_over:
+                    sharers[p].remove(i)
+                    owned[i].remove(p)
+    for i in range(members):  # members with too many give up their last partitions
+        while len(owned[i]) > desired[i]:
+            sharers[owned[i].pop()].remove(i)
+    unfilled = [i for i in range(members) if len(owned[i]) < desired[i]]
+    k = 0
+    for p in range(n):
+        if not unfilled:
+            break
+        tried = 0  # one round over the members short of partitions without one that can take p: p stays short
+        while len(sharers[p]) < sharing and unfilled and tried < len(unfilled):
+            k %= len(unfilled)
+            i = unfilled[k]
+            if i in sharers[p]:
+                k += 1
+                tried += 1
+                continue
+            sharers[p].append(i)
+            owned[i].append(p)
+            tried = 0
+            if len(owned[i]) >= desired[i]:
+                unfilled.pop(k)
+            else:
+                k += 1
+    return [sorted(parts) for parts in owned]
+
+
 class ShareCoordinator:
     """Share groups of one broker: members, sessions and the open share-partitions. Loop thread, except the
     share-partitions' own methods (thread-safe, called from worker threads)."""
@@ -266,11 +319,17 @@ class ShareCoordinator:
     # -- membership (loop) -----------------------------------------------------------------------------------------
 
     def _assign(self, g: ShareGroup) -> None:
-        """The simple assignor, as Kafka 4.4's answers show it, topic by topic over the members subscribed to it
-        (sorted by member id): with fewer members than partitions each member gets a contiguous share (the first
-        ``partitions % members`` one more), as [0, 1] and [2] for two members and three partitions; with as many
-        members or more, member i gets partition i % partitions, so partitions are shared (a share-partition splits
-        its records between the members that have it)."""
+        """The simple assignor (Kafka 4.4's SimpleAssignor for members of one subscription), topic by topic over the
+        members subscribed to it, sorted by member id (Kafka takes them in its hash map's order): balance first
+        (each partition shared by ceil(members / partitions) members, each member's count within one of the
+        others', the larger counts to the members that hold the most), then stickiness: a member keeps what it had
+        up to its count, gives up its last partitions past it, and partitions short of sharers go round the members
+        short of partitions, lowest partition first. As members join one by one this gives what Kafka's answers
+        show: two members and three partitions [0, 1] and [2]; two partitions and four members one each, each
+        partition twice. A member that joins takes partitions from the others and no partition moves between
+        members that stay (a partition moved between two members sat idle until both had heartbeated: the holder
+        told first stopped fetching it)."""
+        old = {mid: m.assignment for mid, m in g.members.items()}
         for m in g.members.values():
             m.assignment = {}
         by_topic: dict[str, list[str]] = {}
@@ -281,16 +340,8 @@ class ShareCoordinator:
             n = self.s.partitions(t)
             if not n:
                 continue
-            if len(mids) >= n:
-                for i, mid in enumerate(mids):
-                    g.members[mid].assignment[t] = [i % n]
-                continue
-            each, extra = divmod(n, len(mids))
-            start = 0
-            for i, mid in enumerate(mids):
-                k = each + (1 if i < extra else 0)
-                g.members[mid].assignment[t] = list(range(start, start + k))
-                start += k
+            for mid, parts in zip(mids, _simple_assignment(n, [old[mid].get(t, ()) for mid in mids])):
+                g.members[mid].assignment[t] = parts
         g.assignment_epoch = g.epoch
 
     def heartbeat(self, ctx, req) -> tuple[dict, dict | None]:

@@ -498,3 +498,45 @@ def test_describe_share_group_offsets_and_share_coordinator_key(make_broker):
         key = "g:" + base64.urlsafe_b64encode(tid.bytes).decode().rstrip("=") + ":0"
         c = w.call(10, 6, {"key_type": 2, "coordinator_keys": [key, "g:nope:0"]})["coordinators"]
         assert [(x["error_code"], x["node_id"]) for x in c] == [(0, b.services.node_id), (INVALID_REQUEST, -1)]
+
+
+def _assign_simple(n: int, members: dict) -> None:
+    """``members`` (id -> partitions) given their new partitions of an ``n``-partition topic, checked balanced."""
+    from kafkalog.broker.share_groups import _simple_assignment
+    ids = sorted(members)
+    for mid, parts in zip(ids, _simple_assignment(n, [members[m] for m in ids])):
+        members[mid] = parts
+    counts = [len(p) for p in members.values()]
+    assert max(counts) - min(counts) <= 1, (n, members)
+    sharing = -(-len(members) // n)
+    shared = [sum(p in parts for parts in members.values()) for p in range(n)]
+    assert all(1 <= c <= sharing for c in shared), (n, shared, members)
+
+
+def test_the_simple_assignor_is_balanced_and_moves_no_partition_between_members_that_stay():
+    """Members join one by one (ids in random order: a new member may sort before the others), then leave one by
+    one: each assignment is balanced (counts within one of each other, every partition shared by at least one
+    member and at most ceil(members / partitions), as Kafka's, which tolerates a partition short of a sharer when
+    the members short of partitions have it already) and sticky: while members are fewer than partitions, a member
+    that stays keeps a subset of what it had when one joins and a superset when one leaves; the partitions a member
+    gives up go to the newcomer, none to another member that stays. Bounded: 3 topic sizes, 20 members each."""
+    import random
+    rng = random.Random(848)
+    for n in (1, 7, 16):
+        members: dict[float, list[int]] = {}
+        order = [rng.random() for _ in range(20)]
+        for mid in order:
+            before = {m: set(p) for m, p in members.items()}
+            members[mid] = []
+            _assign_simple(n, members)
+            if len(members) <= n:
+                for m, had in before.items():
+                    assert set(members[m]) <= had, (n, m, had, members[m])
+        for mid in order:
+            del members[mid]
+            before = {m: set(p) for m, p in members.items()}
+            if members:
+                _assign_simple(n, members)
+            if len(members) < n:
+                for m, had in before.items():
+                    assert set(members[m]) >= had, (n, m, had, members[m])
