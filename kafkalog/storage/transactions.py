@@ -679,24 +679,11 @@ class TransactionCoordinator:
 
     def _complete(self, meta: TxnMeta) -> None:
         """PrepareX is durable: write the markers everywhere, fsync them, then CompleteX (locks held)."""
-        self._write_markers(meta.producer_id, meta.epoch, meta.state == PREPARE_COMMIT, sorted(meta.partitions))
+        failed = self._write_markers_many([(meta.producer_id, meta.epoch, meta.state == PREPARE_COMMIT,
+                                            sorted(meta.partitions))])
+        if failed:
+            raise failed[0]
         self._mark_complete(meta)
-
-    def _write_markers(self, pid: int, epoch: int, commit: bool, partitions) -> None:
-        for tp in partitions:
-            try:
-                lg = self.logs(tp.topic, tp.partition)
-            except UnknownTopicOrPartitionError:
-                continue  # the topic was deleted with its records
-            try:
-                lg.append_marker(pid, epoch, commit, self.coordinator_epoch)
-            except InvalidProducerEpochError as e:
-                # a newer epoch already ended the producer's transaction there (Kafka's coordinator stops sending
-                # on INVALID_PRODUCER_EPOCH too: the transaction was superseded)
-                _log.warning("transaction marker not written: %s", e)
-                continue
-            failpoints.hit("txn:after-marker")
-            lg.sync()  # before CompleteX: a marker lost to a power loss would leave the transaction open forever
 
     def _write_markers_many(self, ends) -> dict:
         """The markers of several ends (``(pid, epoch, commit, partitions)`` each): every marker appended, then

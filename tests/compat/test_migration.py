@@ -84,14 +84,19 @@ def _commit(w, group, member, generation, topic, partition=0, version=8) -> int:
     return r["topics"][0]["partitions"][0]["error_code"]
 
 
+def _ready(w, ids, group: str, topic: str, partitions: int) -> None:
+    """The group's coordinator up, ``topic`` made with ``partitions`` partitions and known to the coordinator."""
+    _coordinator_ready(w, group)
+    _create(w, ids, topic, partitions)
+    _seen_by_coordinator(w, group, topic)
+
+
 def migration_scenario(target, group: str, assignor: str) -> list:
     ids = Roles()
     out = []
     topic = f"{group}-t"
     with Wire(_port(target), client_id="migration") as w:
-        _coordinator_ready(w, group)
-        _create(w, ids, topic, 4)
-        _seen_by_coordinator(w, group, topic)
+        _ready(w, ids, group, topic, 4)
         sub = protocol.encode_subscription([topic])
         r = _join(w, 9, group, "", "consumer", [(assignor, sub)])
         a = r["member_id"]
@@ -186,9 +191,7 @@ def static_scenario(target, group: str) -> list:
     out = []
     topic = f"{group}-t"
     with Wire(_port(target), client_id="migration") as w:
-        _coordinator_ready(w, group)
-        _create(w, ids, topic, 4)
-        _seen_by_coordinator(w, group, topic)
+        _ready(w, ids, group, topic, 4)
         sub = protocol.encode_subscription([topic])
         r = _join(w, 9, group, "", "consumer", [("range", sub)], instance_id="i-1")
         s1 = r["member_id"]
@@ -222,9 +225,7 @@ def static_replacement_scenario(target, group: str) -> list:
     out = []
     topic = f"{group}-t"
     with Wire(_port(target), client_id="migration") as w:
-        _coordinator_ready(w, group)
-        _create(w, ids, topic, 4)
-        _seen_by_coordinator(w, group, topic)
+        _ready(w, ids, group, topic, 4)
         sub = protocol.encode_subscription([topic])
         r = join(w, group, "static-b-" + "0" * 14, [topic], instance="i-1")
         out.append(("B joins, static", r["error_code"], r["member_epoch"]))
@@ -258,9 +259,7 @@ def refusals_scenario(target, group: str) -> list:
     out = []
     topic = f"{group}-t"
     with Wire(_port(target), client_id="migration") as w:
-        _coordinator_ready(w, group)
-        _create(w, ids, topic, 2)
-        _seen_by_coordinator(w, group, topic)
+        _ready(w, ids, group, topic, 2)
         for kind, protocols, assignment in [
                 ("connect", [("sessioned", b"worker")], b"opaque"),
                 ("consumer", [("cooperative-sticky", b"\x00\x00garbage")], b""),
@@ -365,9 +364,7 @@ def batched_leave_scenario(target, group: str) -> list:
         out.append((what, ids(r)))
 
     with Wire(_port(target), client_id="migration") as w:
-        _coordinator_ready(w, group)
-        _create(w, ids, topic, 6)  # shares even for 3 or 2 members (ids are random)
-        _seen_by_coordinator(w, group, topic)
+        _ready(w, ids, group, topic, 6)  # shares even for 3 or 2 members (ids are random)
         r = join(w, group, B, [topic])
         out.append(("B joins", r["error_code"], r["member_epoch"]))
         a, c = classic_join("A"), classic_join("C")
@@ -406,9 +403,7 @@ def _groups_of_each_type(target, prefix: str) -> None:
     topic = f"{prefix}-t"
     ids = Roles()
     with Wire(_port(target), client_id="groups") as w:
-        _coordinator_ready(w, f"{prefix}-classic")
-        _create(w, ids, topic, 2)
-        _seen_by_coordinator(w, f"{prefix}-classic", topic)
+        _ready(w, ids, f"{prefix}-classic", topic, 2)
         sub = protocol.encode_subscription([topic])
         for group, kind, protocols in ((f"{prefix}-classic", "consumer", [("range", sub)]),
                                        (f"{prefix}-connect", "connect", [("sessioned", b"worker")])):
