@@ -69,6 +69,7 @@ _log = logging.getLogger("kafkalog")
 _TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_LENGTH = 249
 _TOPICS_FILE = ".kafkalog-topics.json"
+_JSON = json.JSONEncoder(sort_keys=True)
 _PARTITION_DIR_RE = re.compile(r"(.+)-(\d+)")
 NULL_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID in its base64 form
 _PARTITION_METADATA = "partition.metadata"
@@ -145,6 +146,8 @@ class LogStore:
         self._producer_ids = None
         self._topics: dict[str, dict] = {}
         self._topics_stamp = None
+        self._registry_raw: bytes | None = None  # the registry's bytes self._topics came from (read or written)
+        self._registry_lines: dict[str, tuple[dict, str]] = {}  # name -> (its entry, the entry's line as written)
         self._names_by_id: dict[uuid.UUID, str] = {}
         self._names_by_id_of: dict | None = None  # the registry dict _names_by_id was made from
         self._closed = False
@@ -312,9 +315,14 @@ class LogStore:
         if stamp == self._topics_stamp and self._topics_stamp is not None:
             return
         topics: dict[str, dict] = {}
+        raw = None
         if stamp is not None:
             try:
-                topics = json.loads(read_replaced(p).decode())
+                raw = read_replaced(p)
+                if raw == self._registry_raw:  # rewritten with the same topics (or the stamp could not tell)
+                    self._topics_stamp = stamp
+                    return
+                topics = json.loads(raw.decode())
             except (OSError, ValueError) as e:
                 raise KafkaStorageError(5, f"unreadable topic registry {p}: {e}") from None
         # a Kafka log dir (or partitions created by another tool) carries topics as directories only
@@ -323,10 +331,37 @@ class LogStore:
             entry["partitions"] = max(entry["partitions"], partition + 1)
         self._topics = topics
         self._topics_stamp = stamp
+        self._registry_raw = raw
+
+    def _write_registry(self, topics: dict) -> None:
+        """The registry replaced whole (atomic_write), one topic per line, by json's compiled encoder (indented
+        output takes its pure-Python one); the line of an entry written before is reused (the registry's entries
+        are replaced on change, never changed in place). A topic create or delete costs O(topics) bytes, not
+        O(topics) encodings."""
+        cache = self._registry_lines
+        lines = []
+        for name in sorted(topics):
+            entry = topics[name]
+            hit = cache.get(name)
+            if hit is None or hit[0] is not entry:
+                hit = cache[name] = (entry, f"{_JSON.encode(name)}: {_JSON.encode(entry)}")
+            lines.append(hit[1])
+        for name in [n for n in cache if n not in topics]:
+            del cache[name]
+        data = ("{\n" + ",\n".join(lines) + "\n}\n").encode()
+        p = self._topics_path()
+        atomic_write(p, data)
+        # under the init lock, so the file is ``topics`` (the caller sets them as self._topics): the next reload
+        # need not read it back (a create's answer asks for the topic's config at once)
+        st = p.stat()
+        self._topics_stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        self._registry_raw = data
 
     @contextlib.contextmanager
     def _registry_locked(self, what: str):
-        """The topic registry read fresh and changed under the store's init lock (across processes)."""
+        """The topic registry read fresh and changed under the store's init lock (across processes): read again
+        whatever its stamp says (a file's mtime can be coarser than two writes), parsed only when its bytes are not
+        the ones this process last read or wrote."""
         init = FileLock(self.path / ".kafkalog-init.lock")
         init.acquire(what=what)
         try:
@@ -413,7 +448,7 @@ class LogStore:
                 topics = dict(self._topics)
                 topic_id = new_topic_id()
                 topics[name] = {"partitions": partitions, "config": topic_config.overrides, "topic_id": topic_id}
-                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._write_registry(topics)
                 self._topics = topics
                 # directories only: a partition's files (and file descriptors) exist from its first use on, so a
                 # topic of many partitions costs no descriptor until it is used
@@ -459,7 +494,7 @@ class LogStore:
                 # partition without its directory
                 self._make_partition_dirs(name, range(have, count), topic_id)
                 fsync_dir(self.path)
-                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._write_registry(topics)
                 self._topics = topics
 
     def _read_topic_id(self, name: str) -> str | None:
@@ -518,7 +553,7 @@ class LogStore:
                 self._make_partition_dirs(name, range(entry["partitions"]), tid)
                 topics = dict(self._topics)
                 topics[name] = dict(entry, topic_id=tid)
-                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._write_registry(topics)
                 self._topics = topics
                 return tid
 
@@ -540,7 +575,7 @@ class LogStore:
                         log.close()
                 topics = dict(self._topics)
                 del topics[name]
-                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._write_registry(topics)
                 self._topics = topics
                 self._remove_partition_dirs(name, range(n))
                 # the renames are durable before the log start offsets are forgotten: a power loss in between must
@@ -574,7 +609,7 @@ class LogStore:
                     raise UnknownTopicOrPartitionError(f"unknown topic {name!r} in {self.path}")
                 topics = dict(self._topics)
                 topics[name] = dict(topics[name], config=topic_config.overrides)
-                atomic_write(self._topics_path(), json.dumps(topics, indent=1, sort_keys=True).encode())
+                self._write_registry(topics)
                 self._topics = topics
             effective = self.config.with_overrides(topic_config.overrides)
             for (topic, _), log in list(self._logs.items()):

@@ -21,7 +21,7 @@ from ..structs import ConsumerRecord
 
 _SIZE = struct.Struct(">i")
 # versions this client speaks (every one of them served by kafkalog and by Apache Kafka 4.x)
-_METADATA, _PRODUCE, _FETCH, _LIST_OFFSETS, _CREATE, _DELETE = 9, 8, 11, 5, 5, 4
+_METADATA, _PRODUCE, _FETCH, _LIST_OFFSETS, _CREATE, _DELETE = 9, 8, 11, 5, 4, 4
 _DESCRIBE_GROUPS, _LIST_GROUPS, _HANDSHAKE, _AUTHENTICATE = 5, 4, 1, 1
 
 

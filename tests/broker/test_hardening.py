@@ -398,11 +398,14 @@ def test_abandoned_long_polls_stop_when_their_clients_go_away(serve, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------- 7, 8: size
 
-def _canary_during(port: int, work) -> float:
-    """The worst round trip (s) of a canary client's ApiVersions calls while ``work()`` runs."""
+def _canary_during(port: int, work) -> tuple[int, float]:
+    """(how many of a canary client's ApiVersions calls were answered while ``work()`` ran, the worst round trip
+    in s). A broker that blocks while it handles ``work``'s request answers the canary once at most meanwhile (the
+    call in flight when the request came, answered after it); one that works in slices answers it all along. A
+    count, not a time bound: a busy machine slows the request and the canary alike."""
     import threading
     import time
-    lat: list[float] = []
+    done: list[tuple[float, float]] = []  # (sent, answered)
     stop = threading.Event()
 
     def canary():
@@ -410,18 +413,21 @@ def _canary_during(port: int, work) -> float:
             while not stop.is_set():
                 t0 = time.perf_counter()
                 w.call(18, 3, {"client_software_name": "canary", "client_software_version": "1"})
-                lat.append(time.perf_counter() - t0)
+                done.append((t0, time.perf_counter()))
                 time.sleep(0.005)
     t = threading.Thread(target=canary)
     t.start()
     try:
-        time.sleep(0.2)
+        while not done:  # the canary's connection is up before the work starts
+            time.sleep(0.01)
+        start = time.perf_counter()
         work()
-        time.sleep(0.1)
+        end = time.perf_counter()
     finally:
         stop.set()
         t.join(60)
-    return max(lat)
+    during = sum(1 for sent, answered in done if start < sent and answered < end)
+    return during, max(answered - sent for sent, answered in done)
 
 
 @pytest.mark.parametrize("api", ["produce", "metadata", "offset-commit", "list-offsets"])
@@ -451,11 +457,12 @@ def test_a_request_naming_120000_partitions_does_not_stall_other_clients(own_bro
         with Wire(own_broker.port, timeout=120) as w:
             w.send_raw(frame)
             answers.append(w.recv_frame())
-    worst = _canary_during(own_broker.port, work)
+    during, worst = _canary_during(own_broker.port, work)
     assert answers[0] is not None
     corr, resp = protocol.decode_response(body[0], body[1], answers[0])
     assert corr == 99
-    assert worst < 1.0, f"a canary waited {worst:.2f} s while one {api} request named {n} partitions"
+    assert during >= 3, (f"a canary was answered {during} times (worst wait {worst:.2f} s) while one {api} request "
+                         f"named {n} partitions")
 
 
 def test_metadata_auto_creates_a_bounded_number_of_topics_per_request(own_broker):
@@ -469,11 +476,11 @@ def test_metadata_auto_creates_a_bounded_number_of_topics_per_request(own_broker
     def work():
         with Wire(own_broker.port, timeout=120) as w:
             answers.append(w.call(3, 4, {"topics": [{"name": n} for n in names], "allow_auto_topic_creation": True}))
-    worst = _canary_during(own_broker.port, work)
+    during, worst = _canary_during(own_broker.port, work)
     codes = [t["error_code"] for t in answers[0]["topics"]]
     assert codes.count(0) == AUTO_CREATE_PER_REQUEST
     assert codes.count(5) == len(names) - AUTO_CREATE_PER_REQUEST
-    assert worst < 1.0
+    assert during >= 3, f"a canary was answered {during} times (worst wait {worst:.2f} s) during the auto-creation"
     with Wire(own_broker.port) as w:  # the client's retries create the rest
         for _ in range(20):
             resp = w.call(3, 4, {"topics": [{"name": n} for n in names], "allow_auto_topic_creation": True})

@@ -196,7 +196,7 @@ def test_data_dirs_go_where_kafkalog_tmp_says(inner, pytester, monkeypatch, tmp_
     assert os.path.dirname(os.path.dirname(os.path.dirname(data_dir))) == want
     if choice == "auto" and os.path.isdir(TMPFS) and os.statvfs(TMPFS).f_bavail * os.statvfs(TMPFS).f_frsize >= 2 << 30:
         assert want == TMPFS
-    assert int(index_size) == 1 << 20
+    assert int(index_size) == 1 << 16
     assert not os.path.exists(data_dir)  # removed at the end of the run, wherever it was
 
 

@@ -699,6 +699,35 @@ def test_delete_topic(open_store, data_dir):
     assert store.log("t", 0).log_end_offset == 0
 
 
+def test_two_stores_keep_one_registry_through_creates_alters_and_deletes(data_dir):
+    """Two stores on one data dir (as two processes have) take turns changing the topic registry: each change is
+    made on what the other wrote, whatever this store last read or wrote itself (its encoded lines and bytes are
+    reused only when they are what the file holds), and a third store opened afterwards reads the same topics."""
+    import json
+    a = kafkalog.LogStore(data_dir, maintenance=False)
+    b = kafkalog.LogStore(data_dir, maintenance=False)
+    try:
+        a.create_topic("one", 2, config={"retention.ms": 1000})
+        b.create_topic("two", 1)
+        a.alter_topic_config("two", {"cleanup.policy": "compact"})
+        b.create_partitions("one", 3)
+        a.create_topic("three", 1)
+        b.delete_topic("three")
+        b.alter_topic_config("one", {"retention.ms": 2000})
+        a.create_topic("four", 4)
+        want = {"one": (3, {"retention.ms": 2000}), "two": (1, {"cleanup.policy": "compact"}), "four": (4, {})}
+        for store in (a, b, kafkalog.LogStore(data_dir, read_only=True, maintenance=False)):
+            assert store.topics() == sorted(want)
+            for name, (n, overrides) in want.items():
+                assert store.partitions_for(name) == n
+                assert store.topic_config(name).overrides == overrides
+        on_disk = json.loads((data_dir / ".kafkalog-topics.json").read_text())
+        assert {k: (v["partitions"], v["config"]) for k, v in on_disk.items()} == want
+    finally:
+        a.close()
+        b.close()
+
+
 def test_exclusive_store_refuses_second_writer(data_dir, child_env):
     import subprocess
     import sys
