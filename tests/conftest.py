@@ -27,6 +27,25 @@ def pytest_collection_finish(session):
         pytest.exit(msg, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
+# Under pytest-xdist (pyproject's ``-n auto --dist loadgroup``), the tests that share a session's heavy fixtures run
+# on one worker each: the compatibility lab's brokers and JVMs (tests/compat), Spark's sessions and cluster
+# (tests/spark). The rest spreads over the workers.
+XDIST_GROUPS = {"compat": "lab", "spark": "spark"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not getattr(config.option, "numprocesses", None):
+        return
+    for item in items:
+        try:
+            top = item.path.relative_to(REPO / "tests").parts[0]
+        except ValueError:
+            continue
+        group = XDIST_GROUPS.get(top)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 FD_COLLECT_AT = 256  # open descriptors in the test process that make the next test's end run a full collection
 
 
