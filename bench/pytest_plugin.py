@@ -3,7 +3,8 @@
 - start: seconds from spawning ``python -m pytest`` to the first record a test's broker acknowledged, and the
   broker's RSS then: kafkalog's plugin in a thread (the RSS is the whole pytest process's) and as a process (the
   ``kafkalog serve`` child's), Apache Kafka 4.4 KRaft from the compatibility lab (tests/compat/lab.py, started by a
-  session fixture the same way; its JVM's RSS), pytest-kafka-broker when it can run here;
+  session fixture the same way; its JVM's RSS), pytest-kafka-broker when it can run here; and the floor: pytest
+  alone to its first (empty) test, which no plugin can start under;
 - a suite of 100 tests, each making its topic, producing 10 records and reading them back through the plugin,
   against the same suite on an in-memory fake (the mocks people write): wall time of each ``pytest`` run.
 
@@ -35,6 +36,14 @@ def test_first(kafka_broker):
         rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
     with open(os.environ["OUT"], "w") as f:
         json.dump({"acked_at": at, "rss": rss}, f)
+'''
+
+FLOOR = r'''
+import json, os, time
+
+def test_first():
+    with open(os.environ["OUT"], "w") as f:
+        json.dump({"acked_at": time.time(), "rss": 0}, f)
 '''
 
 KAFKA_CONFTEST = r'''
@@ -129,10 +138,12 @@ def _pytest(workdir: Path, *args, env=None) -> tuple[float, subprocess.Completed
 
 def start_run(kind: str, scratch: Path) -> dict:
     d = Path(tempfile.mkdtemp(dir=scratch, prefix=kind + "-"))
-    (d / "test_first.py").write_text(FIRST)
+    (d / "test_first.py").write_text(FLOOR if kind == "floor" else FIRST)
     out = d / "out.json"
     env = dict(_env(), OUT=str(out))
-    if kind == "kafka":
+    if kind == "floor":
+        t0, r = _pytest(d, "-p", "no:kafkalog", "test_first.py", env=env)
+    elif kind == "kafka":
         (d / "conftest.py").write_text(KAFKA_CONFTEST.format(compat=str(ROOT / "tests" / "compat")))
         t0, r = _pytest(d, "-p", "no:kafkalog", "test_first.py", env=env)
     else:
@@ -173,7 +184,8 @@ def main() -> None:
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-plugin-"))
     _compile_package()
-    kinds = ["kafkalog-thread", "kafkalog-process"] + ([] if args.no_kafka else ["kafka"])
+    # floor: pytest alone to its first (empty) test, no broker: what no plugin can start under
+    kinds = ["floor", "kafkalog-thread", "kafkalog-process"] + ([] if args.no_kafka else ["kafka"])
     res: dict[str, list] = {k: [] for k in kinds}
     for i in range(args.runs):
         for k in kinds:
@@ -194,11 +206,14 @@ def main() -> None:
         rows.sort(key=lambda r: r["start_s"])
         med = rows[len(rows) // 2]
         best[k] = med
-        print(f"| {k} | {len(rows)} | {med['start_s']:.2f} | {med['rss'] / 2**20:.0f} |")
+        rss = "-" if k == "floor" else f"{med['rss'] / 2**20:.0f}"
+        print(f"| {k} | {len(rows)} | {med['start_s']:.2f} | {rss} |")
     print(f"| pytest-kafka-broker | 0 | n/a | n/a |  ({pytest_kafka_broker_status()})")
     if "kafka" in best:
-        for k in ("kafkalog-thread", "kafkalog-process"):
-            if k in best:
+        for k in ("floor", "kafkalog-thread", "kafkalog-process"):
+            if k == "floor" and k in best:
+                print(f"floor (pytest alone) vs Kafka: start {best[k]['start_s'] / best['kafka']['start_s']:.3f}x")
+            elif k in best:
                 print(f"{k} vs Kafka: start {best[k]['start_s'] / best['kafka']['start_s']:.3f}x, "
                       f"RSS {best[k]['rss'] / best['kafka']['rss']:.3f}x")
     print(f"\n## a suite of {args.tests} tests, a topic each, 10 records produced and read back (wall s of pytest, "
