@@ -17,10 +17,12 @@ Ongoing it first aborts it.
 What makes each step safe, and the first law hold (no acknowledged transaction lost or half visible):
 
 1. Every change is appended to ``__transaction_state`` and fsynced before it is answered or acted upon.
-2. EndTxn answers once PrepareCommit/PrepareAbort is durable: that record is the transaction's fate. The markers
-   are then appended to every partition and fsynced, and only after that CompleteCommit/CompleteAbort is written.
-   A crash anywhere in between leaves PrepareX in the log; opening completes it (markers again: a marker for a
-   producer with no open transaction is harmless) before any request is served.
+2. EndTxn answers once PrepareCommit/PrepareAbort is durable (that record is the transaction's fate) and its
+   markers are appended to every partition (visible to every reader). Behind the answer the markers are fsynced
+   (``_behind_run``), and only after that CompleteCommit/CompleteAbort is written; the next call for the same
+   transactional id finishes that first (``_settle``), so an id's records stay in order. A crash anywhere in
+   between leaves PrepareX in the log; opening completes it (markers again: a marker for a producer with no open
+   transaction is harmless) before any request is served.
    EndTxns that arrive together take these steps together (``end_many``; ``end_txn`` gathers the calls of
    concurrent threads): their PrepareX records in one append and one fsync, every marker before any CompleteX.
 3. A transaction left Ongoing by a producer that vanished is aborted after ``transaction.timeout.ms`` (its epoch
@@ -141,6 +143,18 @@ class _EndReq:
         self.marker = None
 
 
+class _Behind:
+    """The ends of one step of ``_end_batch`` whose markers are appended, waiting for their partitions' fsyncs
+    before their CompleteX records are written (by the background thread, or by ``_settle``)."""
+
+    __slots__ = ("reqs", "logs", "synced")
+
+    def __init__(self, reqs, logs):
+        self.reqs = reqs  # _EndReq: txn_id, want (PrepareX state), marker (pid, epoch)
+        self.logs = logs  # the Logs holding their markers
+        self.synced = False
+
+
 class ProducerIds:
     """Producer ids of one data dir, for idempotent and transactional producers of every process (the broker's and
     embedded ones): handed out in blocks of 1000 from ``.kafkalog-broker/producer-ids`` (the next free id, written and
@@ -216,6 +230,10 @@ class TransactionCoordinator:
         self._end_pending: list[_EndReq] = []
         self._end_running = False
         self._pool = None  # threads fsyncing several partitions' markers side by side
+        # ends whose markers are appended but not yet fsynced (their CompleteX waits for that): txn id -> the step
+        # (_Behind) that holds it; finished by a background thread, or by the next call for the id (_settle)
+        self._behind: dict[str, _Behind] = {}
+        self._behind_pool = None
         self._flock = FileLock(store.path / ".kafkalog-txn-coordinator.lock") \
             if getattr(store, "mode", "shared") != "exclusive" else None
         with self._locked(catch_up=False):
@@ -250,6 +268,13 @@ class TransactionCoordinator:
         return self._locked()
 
     def close(self) -> None:
+        if self._behind_pool is not None:
+            self._behind_pool.shutdown(wait=True)
+        if self._behind:
+            try:
+                self.settle()
+            except (KafkaError, OSError) as e:  # left decided: the next load completes them
+                _log.warning("completing transactions on close: %s", e)
         if self._pool is not None:
             self._pool.shutdown(wait=False)
         if self._flock is not None:
@@ -319,26 +344,22 @@ class TransactionCoordinator:
 
     def _write(self, meta: TxnMeta, sync: bool = True, prev_producer_id: int | None = None) -> None:
         """Append ``meta``'s state to __transaction_state (and fsync it before anyone acts on it)."""
-        lg = self._txn_log()
-        version = 1 if self.transaction_version >= 1 else 0
-        value = encode_txn_log_value(meta.value(version, prev_producer_id), version)
-        offset = lg.append_batch([value], [encode_txn_log_key(meta.txn_id)],
-                                 [meta.last_update_ms])
+        self._write_many([(meta, prev_producer_id)])
         if sync:
             self._need_sync = True  # fsynced as the locks are released (_locked), before the call returns
-        if offset == self._next:
-            self._next = offset + 1  # our own record: the state already holds it
 
     def _write_many(self, metas) -> None:
         """Append the states of ``metas`` (pairs of a TxnMeta and the previous producer id of its transition, or
         None) to __transaction_state in one batch, not fsynced (the caller fsyncs when it must)."""
-        lg = self._txn_log()
         version = 1 if self.transaction_version >= 1 else 0
         values = [encode_txn_log_value(m.value(version, prev), version) for m, prev in metas]
         keys = [encode_txn_log_key(m.txn_id) for m, _ in metas]
-        offset = lg.append_batch(values, keys, [m.last_update_ms for m, _ in metas])
+        self._append(values, keys, [m.last_update_ms for m, _ in metas])
+
+    def _append(self, values, keys, stamps) -> None:
+        offset = self._txn_log().append_batch(values, keys, stamps)
         if offset == self._next:
-            self._next = offset + len(metas)  # our own records: the state already holds them
+            self._next = offset + len(values)  # our own records: the state already holds them
 
     # -- the APIs ---------------------------------------------------------------------------------------------
 
@@ -353,6 +374,7 @@ class TransactionCoordinator:
                 f"transaction.timeout.ms={timeout_ms} is not in (0, transaction.max.timeout.ms="
                 f"{self.max_timeout_ms}]")
         now = _now_ms()
+        self._settle(txn_id)
         meta = self.txns.get(txn_id)
         if meta is None:
             pid = self.new_producer_id()
@@ -440,6 +462,7 @@ class TransactionCoordinator:
 
     def _add(self, txn_id: str, pid: int, epoch: int, partitions, client_tv: int = 0) -> TxnMeta | None:
         """AddPartitionsToTxn's change (locks held): the TxnMeta to write, or None when nothing changed."""
+        self._settle(txn_id)
         meta = self._check(txn_id, pid, epoch)
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the last transaction is completing")
@@ -475,6 +498,7 @@ class TransactionCoordinator:
         producer id and epoch), else the Kafka error raised."""
         if not txn_id:
             raise InvalidRequestError("the transactional id must not be empty")
+        self._settle(txn_id)
         meta = self.txns.get(txn_id)
         what = "commit" if commit else "abort"
         if meta is None:
@@ -615,30 +639,124 @@ class TransactionCoordinator:
                 self._write_many(metas)
         if not prepared:
             return
+        behind = None
         try:
             # the fate of the transactions, fsynced (with whatever else was appended meanwhile)
             self._txn_log().sync()
             failpoints.hit("txn:after-prepare")
-            failed = self._write_markers_many([(r.marker[0], r.marker[1], r.commit, r.partitions) for r in prepared])
-            with self._locked():
-                done = []
-                for i, r in enumerate(prepared):
-                    if i in failed:
-                        r.error = failed[i]
-                        continue
-                    meta = self.txns.get(r.txn_id)
-                    if meta is not None and meta.state == r.want and (meta.producer_id, meta.epoch) == r.marker:
-                        done.append((meta, self._completed(meta)))
-                if done:
-                    failpoints.hit("txn:before-complete")
-                    # not fsynced: lost, they leave PrepareX, which the next start completes again (markers are
-                    # idempotent)
-                    self._write_many(done)
+            failed, to_sync = self._append_markers_many(
+                [(r.marker[0], r.marker[1], r.commit, r.partitions) for r in prepared])
+            ok = []
+            for i, r in enumerate(prepared):
+                if i in failed:
+                    r.error = failed[i]
+                else:
+                    ok.append(r)
+            if ok:
+                # decided (PrepareX durable) and visible (markers appended): the answer goes now; the markers'
+                # fsyncs and then CompleteX happen behind it (a power loss before them leaves PrepareX, which the
+                # next load completes: markers again, idempotent)
+                mine = {i for i, r in enumerate(prepared) if i not in failed}
+                logs = [lg for lg, ids in to_sync.values() if any(i in mine for i in ids)]
+                behind = _Behind(ok, logs)
+                with self._tlock:
+                    for r in ok:
+                        self._behind[r.txn_id] = behind
             for r in prepared:
                 r.done = True
         finally:
             for r in prepared:
+                if behind is None or r not in behind.reqs:
+                    self._completing.discard(r.txn_id)
+        if behind is not None:
+            self._behind_submit(behind)
+
+    # -- the markers' fsyncs and CompleteX, behind the answer -------------------------------------------------
+
+    def _behind_submit(self, behind: _Behind) -> None:
+        with self._tlock:
+            if self._behind_pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+                self._behind_pool = ThreadPoolExecutor(1, thread_name_prefix="kafkalog-txn-complete")
+            pool = self._behind_pool
+        try:
+            pool.submit(self._behind_run, behind)
+        except RuntimeError:  # closed meanwhile: close() settles what is left
+            pass
+
+    def _behind_run(self, behind: _Behind) -> None:
+        """The background step: fsync the markers' partitions (outside the locks), then write CompleteX."""
+        try:
+            err = self._sync_logs(behind.logs)
+            with self._locked():
+                self._finish_behind(behind, err)
+        except BaseException as e:  # noqa: BLE001  (a closed store, a failpoint: PrepareX stays; load completes it)
+            _log.warning("completing transactions %s: %s", [r.txn_id for r in behind.reqs], e)
+
+    def _sync_logs(self, logs):
+        """fsync ``logs`` (side by side when there are several); the first error, or None."""
+        if not logs:
+            return None
+        if len(logs) == 1:
+            results = [self._sync_quietly(logs[0])]
+        else:
+            results = list(self._sync_pool().map(self._sync_quietly, logs))
+        return next((e for e in results if e is not None), None)
+
+    def _finish_behind(self, behind: _Behind, err=None) -> None:
+        """(locks held) The markers of ``behind`` are fsynced (``err`` None): write the CompleteX of every end of it
+        not yet completed. With ``err`` the ends stay PrepareX (an orphan decision, completed by ``expire`` or the
+        next load)."""
+        mine = [r for r in behind.reqs if self._behind.get(r.txn_id) is behind]
+        if not mine:
+            return
+        if err is not None:
+            _log.warning("transaction markers not fsynced (%s): %s stay decided, completed later", err,
+                         [r.txn_id for r in mine])
+            for r in mine:
+                del self._behind[r.txn_id]
                 self._completing.discard(r.txn_id)
+            return
+        behind.synced = True
+        done = []
+        for r in mine:
+            meta = self.txns.get(r.txn_id)
+            if meta is not None and meta.state == r.want and (meta.producer_id, meta.epoch) == r.marker:
+                done.append((meta, self._completed(meta)))
+        if done:
+            failpoints.hit("txn:before-complete")
+            # not fsynced: lost, they leave PrepareX, which the next start completes again (markers are
+            # idempotent)
+            self._write_many(done)
+        for r in mine:
+            del self._behind[r.txn_id]
+            self._completing.discard(r.txn_id)
+
+    def _settle(self, txn_id: str) -> None:
+        """(locks held) Before a call acts on ``txn_id``: an end of it whose markers' fsyncs run behind is finished
+        here first (its markers fsynced, its CompleteX written), so its records stay in order."""
+        behind = self._behind.get(txn_id)
+        if behind is None:
+            return
+        err = self._sync_logs(behind.logs)
+        self._finish_behind(behind, err)
+        if err is not None:
+            raise err
+
+    def wait_behind(self) -> None:
+        """Block until the background steps submitted so far have run (tests)."""
+        with self._tlock:
+            pool = self._behind_pool
+        if pool is not None:
+            with contextlib.suppress(RuntimeError):
+                pool.submit(int).result()
+
+    def settle(self) -> None:
+        """Finish every end whose markers' fsyncs run behind (close(), tests): markers fsynced, CompleteX written."""
+        with self._locked():
+            for txn_id in list(self._behind):
+                with contextlib.suppress(KafkaError):
+                    self._settle(txn_id)
 
     def check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
         """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1). A batch that matches
@@ -689,6 +807,22 @@ class TransactionCoordinator:
         """The markers of several ends (``(pid, epoch, commit, partitions)`` each): every marker appended, then
         each partition fsynced once for all of its markers (side by side when there are several), before any
         CompleteX. Returns {index of an end: the error that stopped it} for the ends whose markers failed."""
+        failed, to_sync = self._append_markers_many(ends)
+        # before CompleteX: a marker lost to a power loss would leave the transaction open forever
+        items = list(to_sync.values())
+        if len(items) == 1:
+            results = [self._sync_quietly(items[0][0])]
+        else:
+            results = list(self._sync_pool().map(self._sync_quietly, [lg for lg, _ in items]))
+        for (_lg, ids), err in zip(items, results):
+            if err is not None:
+                for i in ids:
+                    failed.setdefault(i, err)
+        return failed
+
+    def _append_markers_many(self, ends) -> tuple[dict, dict]:
+        """Append the markers of several ends (not fsynced): ({index of an end: the error that stopped it},
+        {partition: (its Log, the indexes of the ends with a marker there)})."""
         failed: dict[int, BaseException] = {}
         to_sync: dict[TopicPartition, tuple] = {}  # partition -> (log, the ends with a marker there)
         for i, (pid, epoch, commit, partitions) in enumerate(ends):
@@ -709,17 +843,7 @@ class TransactionCoordinator:
                     continue
                 failpoints.hit("txn:after-marker")
                 to_sync.setdefault(tp, (lg, []))[1].append(i)
-        # before CompleteX: a marker lost to a power loss would leave the transaction open forever
-        items = list(to_sync.values())
-        if len(items) == 1:
-            results = [self._sync_quietly(items[0][0])]
-        else:
-            results = list(self._sync_pool().map(self._sync_quietly, [lg for lg, _ in items]))
-        for (_lg, ids), err in zip(items, results):
-            if err is not None:
-                for i in ids:
-                    failed.setdefault(i, err)
-        return failed
+        return failed, to_sync
 
     @staticmethod
     def _sync_quietly(lg):
@@ -773,6 +897,9 @@ class TransactionCoordinator:
         a tombstone in __transaction_state (Kafka's Dead state is never written)."""
         now = _now_ms() if now_ms is None else now_ms
         n = 0
+        for txn_id in list(self._behind):  # ends behind their answers: finished first (records in order)
+            with contextlib.suppress(KafkaError):
+                self._settle(txn_id)
         for meta in list(self.txns.values()):
             if meta.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and \
                     meta.last_update_ms + self.id_expiration_ms <= now:
@@ -799,11 +926,16 @@ class TransactionCoordinator:
 
     @_synchronized
     def describe(self, txn_id: str) -> TxnMeta | None:
+        with contextlib.suppress(KafkaError):
+            self._settle(txn_id)  # an end of it behind its answer shows as Kafka shows it once answered
         return self.txns.get(txn_id)
 
     @_synchronized
     def all(self) -> list[TxnMeta]:
         """Every transactional id's state (ListTransactions)."""
+        for txn_id in list(self._behind):
+            with contextlib.suppress(KafkaError):
+                self._settle(txn_id)
         return list(self.txns.values())
 
 

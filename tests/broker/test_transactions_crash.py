@@ -3,12 +3,13 @@ the middle of a transaction's end, then started again on the same data dir.
 
 A transaction whose EndTxn wrote its PrepareCommit (fsynced) is decided: whatever step the kill interrupts
 (``txn:after-prepare``, ``txn:after-marker``: after the first marker's append, before its fsync,
-``txn:before-complete``), the restarted coordinator completes it, and a read_committed consumer sees every record of
-it exactly once on every partition, the group's offsets sent with it are committed, every partition's last stable
-offset is its high watermark, and the transactional id takes a new producer and a further transaction. The same for
-an abort: its records never show to read_committed, the group's offsets stay as they were. A transaction only
-Ongoing when the broker is killed (records acknowledged, no EndTxn) stays invisible and holds the LSO at its first
-offset until the restarted coordinator aborts it on its timeout.
+``txn:before-complete``: after the answer, the markers fsynced behind it), the restarted coordinator completes it,
+and a read_committed consumer sees every record of it exactly once on every partition, the group's offsets sent
+with it are committed, every partition's last stable offset is its high watermark, and the transactional id takes a
+new producer and a further transaction. The same for an abort: its records never show to read_committed, the
+group's offsets stay as they were. A transaction only Ongoing when the broker is killed (records acknowledged, no
+EndTxn) stays invisible and holds the LSO at its first offset until the restarted coordinator aborts it on its
+timeout.
 
 Bounded by counts (polls), not wall time; the brokers listen on 127.0.0.1 on a port they pick and die with the test
 run (tests/children.py through conftest's Serve).
@@ -245,11 +246,12 @@ def test_end_txn_killed_then_completed_on_restart(brokers, tmp_path, failpoint, 
     p = producer(b1.bootstrap_servers, sc.txn_id)
     p.init_transactions(30)
     txn = write_txn(p, sc, "killed", N_PER_PARTITION, [110, 120], b1.bootstrap_servers)
-    with pytest.raises(KafkaException):  # the broker dies under the EndTxn
-        if commit:
-            p.commit_transaction(3)
-        else:
-            p.abort_transaction(3)
+    end = p.commit_transaction if commit else p.abort_transaction
+    if failpoint == "txn:before-complete":
+        end(30)  # answered (decision fsynced, markers appended): the kill comes with the markers' fsync behind it
+    else:
+        with pytest.raises(KafkaException):  # the broker dies under the EndTxn
+            end(3)
     assert b1.proc.wait(timeout=30) == -signal.SIGKILL, f"the failpoint {failpoint} did not fire: " + \
         b1.stderr()[-3000:]
     del p
@@ -380,7 +382,11 @@ def test_tv2_end_txn_killed_then_completed_on_restart(brokers, tmp_path, failpoi
             values = [f"{topic}-{partition}-{i}".encode() for i in range(N_PER_PARTITION)]
             assert _tv2_produce(w, txn, topic, partition, values, pid, epoch, 0) == 0
         w.send(26, 5, {"transactional_id": txn, "producer_id": pid, "producer_epoch": epoch, "committed": commit})
-        assert w.recv_frame() is None  # the broker died under the EndTxn
+        answer = w.recv_frame()
+        if failpoint == "txn:before-complete":  # answered; the kill comes with the markers' fsync behind it
+            assert answer is not None
+        else:
+            assert answer is None  # the broker died under the EndTxn
     assert b1.proc.wait(timeout=30) == -signal.SIGKILL, f"the failpoint {failpoint} did not fire: " + \
         b1.stderr()[-3000:]
 

@@ -41,6 +41,7 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id_at_the_end_of_the_transac
                                   is_transactional=True))
     new_pid, new_epoch = coord.end_txn("x", pid, 32766, True, client_tv=2)
     assert new_pid != pid and new_epoch == 0
+    coord.wait_behind()  # CompleteX is written behind the answer, once the markers are fsynced
     # the marker closes the old id's transaction with the bumped epoch (32767: never a producer's)
     marker = list(iter_batches(lg.read(1, 1 << 20)))[-1]
     assert marker.is_control and (marker.producer_id, marker.producer_epoch) == (pid, 32767)

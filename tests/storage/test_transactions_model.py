@@ -129,8 +129,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
         pid, epoch = self.handles[txn]
         failpoints.enable(point, "raise")
         try:
-            with pytest.raises(OSError):
+            if point == "txn:before-complete":
+                # behind the answer: EndTxn returns once its markers are appended, the crash hits the background
+                # step (markers fsynced, CompleteX not written)
                 self.coord.end_txn(txn, pid, epoch, commit)
+                self.coord.wait_behind()
+            else:
+                with pytest.raises(OSError):
+                    self.coord.end_txn(txn, pid, epoch, commit)
         finally:
             failpoints.disable(point)
         self._restart()  # PrepareX was durable in every case: the new coordinator completes it
@@ -171,8 +177,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         before = {t: (self.handles[t], {tp for tp, _, _ in self.pending[t]}) for t in txns}
         failpoints.enable(point, "raise")
         try:
-            with pytest.raises(OSError):
-                self.coord.end_many([(t, *self.handles[t], commit[t], self.client_tv) for t in txns])
+            ends = [(t, *self.handles[t], commit[t], self.client_tv) for t in txns]
+            if point == "txn:before-complete":  # behind the answers (see end_and_crash)
+                self.coord.end_many(ends)
+                self.coord.wait_behind()
+            else:
+                with pytest.raises(OSError):
+                    self.coord.end_many(ends)
         finally:
             failpoints.disable(point)
         self._restart()  # every PrepareX of the step was durable: the new coordinator completes them all
@@ -288,8 +299,12 @@ class CoordinatorV2Machine(CoordinatorMachine):
         touched = {tp for tp, _, _ in self.pending[txn]}
         failpoints.enable(point, "raise")
         try:
-            with pytest.raises(OSError):
+            if point == "txn:before-complete":  # behind the answer (see CoordinatorMachine.end_and_crash)
                 self._end(txn, pid, epoch, commit)
+                self.coord.wait_behind()
+            else:
+                with pytest.raises(OSError):
+                    self._end(txn, pid, epoch, commit)
         finally:
             failpoints.disable(point)
         self._restart()  # PrepareX (with the bumped epoch) was durable: the new coordinator completes it
