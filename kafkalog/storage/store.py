@@ -141,6 +141,7 @@ class LogStore:
         self.config = config if isinstance(config, Config) else Config(config)
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
+        self.log_opens = 0  # Logs opened so far (opened_logs)
         self._offsets: OffsetStore | None = None
         self._transactions = None
         self._producer_ids = None
@@ -650,7 +651,14 @@ class LogStore:
                     + (f" (topic has {n} partitions)" if n else ""))
             log = self._open_log(topic, partition, recover=self.mode == EXCLUSIVE, create=self.mode != READ)
             self._logs[key] = log
+            self.log_opens += 1
             return log
+
+    def opened_logs(self) -> tuple[int, list]:
+        """``log_opens`` (how many Logs this store opened) and the Logs open now, as (topic, partition, Log): the
+        transaction coordinator looks at each partition once, when it is first open in the process."""
+        with self._lock:
+            return self.log_opens, [(t, p, lg) for (t, p), lg in self._logs.items()]
 
     @property
     def offsets(self) -> OffsetStore:

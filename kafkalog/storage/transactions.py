@@ -16,13 +16,17 @@ Ongoing it first aborts it.
 
 What makes each step safe, and the first law hold (no acknowledged transaction lost or half visible):
 
-1. Every change is appended to ``__transaction_state`` and fsynced before it is answered or acted upon.
+1. Every change is appended to ``__transaction_state`` and fsynced before it is answered or acted upon, but
+   AddPartitionsToTxn / AddOffsetsToTxn (fsynced with the PrepareX that follows them in the file) and CompleteX.
+   A power loss can so keep a partition's transactional batches and lose the record that put the partition in
+   the transaction: the load's sweep (``_abort_hanging``) aborts such a transaction, fencing its producer.
 2. EndTxn answers once PrepareCommit/PrepareAbort is durable (that record is the transaction's fate) and its
    markers are appended to every partition (visible to every reader). Behind the answer the markers are fsynced
    (``_behind_run``), and only after that CompleteCommit/CompleteAbort is written; the next call for the same
    transactional id finishes that first (``_settle``), so an id's records stay in order. A crash anywhere in
    between leaves PrepareX in the log; opening completes it (markers again: a marker for a producer with no open
-   transaction is harmless) before any request is served.
+   transaction is harmless) before any request is served, but never on a partition where the producer's next
+   transaction already wrote (``_complete``).
    EndTxns that arrive together take these steps together (``end_many``; ``end_txn`` gathers the calls of
    concurrent threads): their PrepareX records in one append and one fsync, every marker before any CompleteX.
 3. A transaction left Ongoing by a producer that vanished is aborted after ``transaction.timeout.ms`` (its epoch
@@ -37,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -49,6 +54,7 @@ from ..errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaError,
+    LogClosedError,
     ProducerFencedError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -64,6 +70,7 @@ from .txnformat import (
     encode_txn_log_key,
     encode_txn_log_value,
 )
+from .txnstate import TXN_MARKER_FILE
 
 TXN_TOPIC = "__transaction_state"
 TXN_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 << 20), "compression.type": "none"}
@@ -233,6 +240,14 @@ class TransactionCoordinator:
         # ends whose markers are appended but not yet fsynced (their CompleteX waits for that): txn id -> the step
         # (_Behind) that holds it; finished by a background thread, or by the next call for the id (_settle)
         self._behind: dict[str, _Behind] = {}
+        # exclusive store: ids completed in memory (the next transaction began) while their markers' fsyncs still
+        # run: their records (CompleteX first) wait here, appended in order once those fsyncs are done
+        self._deferred: dict[str, list] = {}
+        # transactions v0: the log end after an id's CompleteX, until its next AddPartitionsToTxn
+        self._complete_at: dict[str, int] = {}
+        # the partitions looked at for hanging transactions (_abort_hanging): (topic, partition) -> the Log seen
+        self._swept: dict[tuple, object] = {}
+        self._swept_opens = -1
         self._behind_pool = None
         self._flock = FileLock(store.path / ".kafkalog-txn-coordinator.lock") \
             if getattr(store, "mode", "shared") != "exclusive" else None
@@ -253,6 +268,12 @@ class TransactionCoordinator:
             try:
                 if catch_up:
                     self._catch_up()
+                    if self.store.log_opens != self._swept_opens:
+                        try:
+                            self._abort_hanging()  # partitions opened since the last look
+                        except KafkaError as e:  # looked at again by the next call
+                            self._swept_opens = -1
+                            _log.warning("aborting hanging transactions: %s", e)
                 yield
             finally:
                 self._depth -= 1
@@ -341,6 +362,78 @@ class TransactionCoordinator:
             if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
                 _log.info("transactional id %r: completing its %s after a restart", meta.txn_id, meta.state_name)
                 self._complete(meta)
+        if self._log is not None:  # a data dir where transactions ran
+            self._abort_hanging()
+
+    def _abort_hanging(self) -> None:
+        """The sweep for hanging transactions (locks held, taken in with them: run by the load once every PrepareX
+        is completed, then by the first call after a partition is opened in this process). AddPartitionsToTxn and
+        AddOffsetsToTxn records are not fsynced before their answer, so a power loss can keep a partition's
+        transactional batches and lose the record that put the partition in their transaction. Nothing would ever
+        end that transaction there (its LSO stuck). A partition holding an open transaction of a producer whose
+        transaction here does not hold the partition gets it aborted: the producer's transaction (with that
+        partition added) is aborted with its epoch bumped, as one that timed out (the producer died with the
+        power; were it alive it is fenced); a producer id the coordinator does not know at all gets an ABORT
+        marker of its epoch there.
+
+        Cheap: only partitions open in the process are looked at, each once (the Log's open reads its producer
+        state from the newest producer snapshot and the records after it, no scan of the log), and of those only
+        the ones kafkalog ever wrote a transactional batch to (their directory holds the mark a partition gets,
+        fsynced, before its first one: txnstate.py). No race with a live producer of another process: its
+        AddPartitionsToTxn record is appended under these locks before its batches, so a batch seen here has its
+        record taken in (catch-up under the same locks, before the look)."""
+        count, logs = self.store.opened_logs()
+        self._swept_opens = count
+        found: dict[int, set] = {}
+        epochs: dict[tuple, int] = {}
+        root = self.store.path
+        for topic, p, lg in logs:
+            if topic == TXN_TOPIC or self._swept.get((topic, p)) is lg:
+                continue
+            if not os.path.exists(os.path.join(root, f"{topic}-{p}", TXN_MARKER_FILE)):
+                self._swept[(topic, p)] = lg
+                continue  # never a transactional batch here
+            try:
+                producers = lg.transactional_producers()
+            except (UnknownTopicOrPartitionError, LogClosedError):
+                continue
+            self._swept[(topic, p)] = lg
+            tp = TopicPartition(topic, p)
+            for pid, (epoch, _coord_epoch, first) in producers.items():
+                if first < 0:
+                    continue
+                meta = self._by_pid(pid)
+                if meta is None or meta.state not in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT) \
+                        or tp not in meta.partitions:
+                    found.setdefault(pid, set()).add(tp)
+                    epochs[(pid, tp)] = epoch
+        now = _now_ms()
+        for pid, tps in sorted(found.items()):
+            meta = self._by_pid(pid)
+            names = sorted(f"{tp.topic}-{tp.partition}" for tp in tps)
+            if meta is None:
+                _log.warning("producer %d: aborting its open transaction on %s: no transactional id holds it", pid,
+                             names)
+                failed = self._write_markers_many([(pid, max(epochs[(pid, tp)], 0), False, [tp])
+                                                   for tp in sorted(tps)])
+                if failed:
+                    raise next(iter(failed.values()))
+                continue
+            _log.warning("transactional id %r: aborting its transaction on %s, which the coordinator lost (a power "
+                         "loss before its AddPartitionsToTxn record was fsynced)", meta.txn_id, names)
+            if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
+                self._complete(meta)  # its own partitions first (decided): then the lost ones are aborted
+            if meta.state != ONGOING:
+                meta.partitions = set()
+                meta.start_ms = now
+            meta.partitions |= tps
+            self._abort_fenced(meta, now)
+
+    def _by_pid(self, pid: int) -> TxnMeta | None:
+        for m in self.txns.values():
+            if m.producer_id == pid:
+                return m
+        return None
 
     def _write(self, meta: TxnMeta, sync: bool = True, prev_producer_id: int | None = None) -> None:
         """Append ``meta``'s state to __transaction_state (and fsync it before anyone acts on it)."""
@@ -350,11 +443,21 @@ class TransactionCoordinator:
 
     def _write_many(self, metas) -> None:
         """Append the states of ``metas`` (pairs of a TxnMeta and the previous producer id of its transition, or
-        None) to __transaction_state in one batch, not fsynced (the caller fsyncs when it must)."""
+        None) to __transaction_state in one batch, not fsynced (the caller fsyncs when it must). The record of an
+        id whose CompleteX waits for its markers' fsyncs (``_deferred``) waits behind it."""
         version = 1 if self.transaction_version >= 1 else 0
-        values = [encode_txn_log_value(m.value(version, prev), version) for m, prev in metas]
-        keys = [encode_txn_log_key(m.txn_id) for m, _ in metas]
-        self._append(values, keys, [m.last_update_ms for m, _ in metas])
+        values, keys, stamps = [], [], []
+        for m, prev in metas:
+            value = encode_txn_log_value(m.value(version, prev), version)
+            later = self._deferred.get(m.txn_id)
+            if later is not None:
+                later.append((value, m.last_update_ms))
+                continue
+            values.append(value)
+            keys.append(encode_txn_log_key(m.txn_id))
+            stamps.append(m.last_update_ms)
+        if values:
+            self._append(values, keys, stamps)
 
     def _append(self, values, keys, stamps) -> None:
         offset = self._txn_log().append_batch(values, keys, stamps)
@@ -437,7 +540,7 @@ class TransactionCoordinator:
         v4+ from a leader), recorded with the transaction as Kafka records it."""
         meta = self._add(txn_id, pid, epoch, partitions, client_tv)
         if meta is not None:
-            self._write(meta)
+            self._write(meta, sync=False)  # see add_many
 
     def add_many(self, adds) -> list:
         """Several AddPartitionsToTxn in one step (the broker gathers the ones that arrive while a step runs):
@@ -456,13 +559,20 @@ class TransactionCoordinator:
                 if meta is not None:
                     changed[id(meta)] = meta
             if changed:
+                # not fsynced: the PrepareX fsync of the transaction's end covers them (same file, appended
+                # before it); a power loss before that loses them with the producer, and the load's sweep
+                # (_abort_hanging) aborts the batches a partition holds of a transaction the coordinator lost
                 self._write_many([(m, None) for m in changed.values()])
-                self._need_sync = True  # fsynced as the locks are released, before this returns
         return out
 
     def _add(self, txn_id: str, pid: int, epoch: int, partitions, client_tv: int = 0) -> TxnMeta | None:
         """AddPartitionsToTxn's change (locks held): the TxnMeta to write, or None when nothing changed."""
-        self._settle(txn_id)
+        self._settle(txn_id, defer=True)
+        end = self._complete_at.pop(txn_id, None)
+        if end is not None and self._txn_log().recovery_point < end:
+            # transactions v0: the last transaction's CompleteX is durable before this one's batches can be
+            # (a PrepareX left alone would end this transaction with the last one's markers: _complete)
+            self._need_sync = True
         meta = self._check(txn_id, pid, epoch)
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the last transaction is completing")
@@ -705,8 +815,8 @@ class TransactionCoordinator:
 
     def _finish_behind(self, behind: _Behind, err=None) -> None:
         """(locks held) The markers of ``behind`` are fsynced (``err`` None): write the CompleteX of every end of it
-        not yet completed. With ``err`` the ends stay PrepareX (an orphan decision, completed by ``expire`` or the
-        next load)."""
+        not yet completed (and the records deferred behind it). With ``err`` the ends stay PrepareX (an orphan
+        decision, completed by ``expire`` or the next load), or, completed in memory already, stay deferred."""
         mine = [r for r in behind.reqs if self._behind.get(r.txn_id) is behind]
         if not mine:
             return
@@ -714,30 +824,66 @@ class TransactionCoordinator:
             _log.warning("transaction markers not fsynced (%s): %s stay decided, completed later", err,
                          [r.txn_id for r in mine])
             for r in mine:
-                del self._behind[r.txn_id]
-                self._completing.discard(r.txn_id)
+                if r.txn_id not in self._deferred:
+                    del self._behind[r.txn_id]
+                    self._completing.discard(r.txn_id)
             return
         behind.synced = True
-        done = []
+        done, later = [], []
         for r in mine:
+            recs = self._deferred.get(r.txn_id)
+            if recs is not None:
+                later.append((r.txn_id, recs))
+                continue
             meta = self.txns.get(r.txn_id)
             if meta is not None and meta.state == r.want and (meta.producer_id, meta.epoch) == r.marker:
                 done.append((meta, self._completed(meta)))
-        if done:
+        if done or later:
             failpoints.hit("txn:before-complete")
+        if done:
             # not fsynced: lost, they leave PrepareX, which the next start completes again (markers are
-            # idempotent)
+            # idempotent); transactions v0's are fsynced soon (at the release of the locks), as their next
+            # transaction needs them durable (_complete)
             self._write_many(done)
+            end = self._txn_log().log_end_offset
+            for meta, _ in done:
+                if meta.client_tv < 2:
+                    self._complete_at[meta.txn_id] = end
+                    self._need_sync = True
+        if later:
+            values, keys, stamps = [], [], []
+            for txn_id, recs in later:
+                key = encode_txn_log_key(txn_id)
+                for value, ts in recs:
+                    values.append(value)
+                    keys.append(key)
+                    stamps.append(ts)
+            self._append(values, keys, stamps)
+            for txn_id, _ in later:
+                del self._deferred[txn_id]
         for r in mine:
             del self._behind[r.txn_id]
             self._completing.discard(r.txn_id)
 
-    def _settle(self, txn_id: str) -> None:
+    def _settle(self, txn_id: str, defer: bool = False) -> None:
         """(locks held) Before a call acts on ``txn_id``: an end of it whose markers' fsyncs run behind is finished
-        here first (its markers fsynced, its CompleteX written), so its records stay in order."""
+        here first (its markers fsynced, its CompleteX written), so its records stay in order. ``defer`` (the next
+        transaction's AddPartitionsToTxn, in an exclusive store: no other process reads the state) completes it in
+        memory only, its CompleteX and what follows appended once the fsyncs are done (usually by the next
+        transaction's own data fsync of the same partitions, before its PrepareX: ``_end_check`` settles fully)."""
         behind = self._behind.get(txn_id)
-        if behind is None:
+        if behind is None or txn_id in self._deferred and defer:
             return
+        if defer and self._flock is None and not behind.synced:
+            r = next(r for r in behind.reqs if r.txn_id == txn_id)
+            meta = self.txns.get(txn_id)
+            if meta is not None and meta.state == r.want and (meta.producer_id, meta.epoch) == r.marker \
+                    and meta.client_tv >= 2:  # v0: CompleteX durable before the next transaction (_complete)
+                version = 1 if self.transaction_version >= 1 else 0
+                prev = self._completed(meta)
+                self._deferred[txn_id] = [(encode_txn_log_value(meta.value(version, prev), version),
+                                           meta.last_update_ms)]
+                return
         err = self._sync_logs(behind.logs)
         self._finish_behind(behind, err)
         if err is not None:
@@ -796,12 +942,29 @@ class TransactionCoordinator:
     # -- completion and timeouts ------------------------------------------------------------------------------
 
     def _complete(self, meta: TxnMeta) -> None:
-        """PrepareX is durable: write the markers everywhere, fsync them, then CompleteX (locks held)."""
-        failed = self._write_markers_many([(meta.producer_id, meta.epoch, meta.state == PREPARE_COMMIT,
-                                            sorted(meta.partitions))])
+        """PrepareX is durable: write the markers everywhere, fsync them, then CompleteX (locks held).
+
+        A PrepareX found without its CompleteX (a load, an orphan) may be one whose end returned and whose producer
+        went on: CompleteX is not fsynced, and neither are the next transaction's AddPartitionsToTxn records. Its
+        markers must not end that next transaction where its batches are durable. Transactions v2: PrepareX's epoch
+        is one above the transaction's batches, and the next transaction writes with it; a partition whose producer
+        state holds that epoch has the marker already (the next batches come after it in the file, so they are
+        durable only with it), and gets none. Transactions v0 keep the epoch: there the next transaction's first
+        AddPartitionsToTxn makes CompleteX durable first (``_add``)."""
+        parts = sorted(meta.partitions)
+        if meta.client_tv >= 2:
+            parts = [tp for tp in parts if not self._has_epoch(meta.producer_id, meta.epoch, tp)]
+        failed = self._write_markers_many([(meta.producer_id, meta.epoch, meta.state == PREPARE_COMMIT, parts)])
         if failed:
             raise failed[0]
         self._mark_complete(meta)
+
+    def _has_epoch(self, pid: int, epoch: int, tp: TopicPartition) -> bool:
+        try:
+            lg = self.logs(tp.topic, tp.partition)
+        except UnknownTopicOrPartitionError:
+            return False
+        return lg.transactional_producers().get(pid, (-1,))[0] >= epoch
 
     def _write_markers_many(self, ends) -> dict:
         """The markers of several ends (``(pid, epoch, commit, partitions)`` each): every marker appended, then

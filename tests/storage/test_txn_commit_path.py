@@ -1,20 +1,27 @@
-"""What a transaction's end fsyncs before it returns.
+"""What a transaction's end fsyncs before it returns, and the load's sweep for hanging transactions.
 
 EndTxn returns once its PrepareX is durable and its markers are appended (visible to every reader); the markers'
-fsyncs and then CompleteX run behind the answer."""
+fsyncs and then CompleteX run behind the answer. AddPartitionsToTxn / AddOffsetsToTxn records are not fsynced before
+their answer: a power loss can keep a partition's transactional batch and lose the record that put the partition in
+the transaction, and the coordinator's load aborts such a hanging transaction. A power loss is played by cutting
+``__transaction_state`` back to what was fsynced (its size after the last fsync), the store closed first."""
 
 from __future__ import annotations
 
+import os
 import threading
 
+import pytest
 
 import kafkalog
 from kafkalog._engine.batch import build_batch
-from kafkalog.storage.transactions import COMPLETE_COMMIT, PREPARE_COMMIT, TXN_TOPIC
+from kafkalog.errors import ProducerFencedError
+from kafkalog.storage.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, PREPARE_COMMIT, TXN_TOPIC
 from kafkalog.storage.txnformat import decode_txn_log_key, decode_txn_log_value
 from kafkalog.structs import TopicPartition
 
 TP = TopicPartition("t", 0)
+TP2 = TopicPartition("t", 1)
 
 
 def _txn_states(store, txn_id):
@@ -96,3 +103,129 @@ def test_next_transaction_waits_for_the_last_ones_completion(tmp_path):
             lg = store.log("t", 0)
             assert [r.value for r in lg.records(0, lg.log_end_offset, isolation_level="read_committed")] == \
                 [b"%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("opened", ["before", "after"])
+@pytest.mark.parametrize("known", ["ongoing", "complete", "unknown"])
+def test_load_aborts_a_transaction_whose_add_was_lost(tmp_path, known, opened):
+    """Power lost after a transactional batch was fsynced but before its AddPartitionsToTxn record was: the
+    coordinator aborts what the partition holds (the LSO moves to the log end), fences the producer, and keeps what
+    was committed. ``known``: what the durable coordinator state says of the producer: its transaction Ongoing with
+    another partition, its last transaction complete, or nothing (an id the lost records alone named). ``opened``:
+    the partition is open when the coordinator loads (its load looks), or opened after (the next call looks)."""
+    store = kafkalog.LogStore(tmp_path, maintenance=False)
+    store.create_topic("t", 2)
+    coord = store.transactions
+    lg = store.log("t", 0)
+    pid, epoch = coord.init_producer_id("a", 60000)
+    if known == "complete":  # a committed transaction first: it must stay visible
+        coord.add_partitions("a", pid, epoch, [TP])
+        lg.append_records(_batch(pid, epoch, 0, [b"kept"]))
+        lg.flush()
+        pid, epoch = coord.end_txn("a", pid, epoch, True, 2)
+        coord.wait_behind()
+    if known == "ongoing":
+        coord.add_partitions("a", pid, epoch, [TP2])
+    store.log(TXN_TOPIC, 0).flush()
+    durable = _segment(tmp_path).stat().st_size
+    coord.add_partitions("a", pid, epoch, [TP])  # not fsynced
+    before = lg.log_end_offset
+    lg.append_records(_batch(pid, epoch, 0, [b"lost-1", b"lost-2"]))
+    lg.flush()
+    store.close()
+    if known == "unknown":  # the id's every record lost: a fresh data dir's coordinator log, emptied
+        durable = 0
+    with open(_segment(tmp_path), "r+b") as f:  # the power loss: what was not fsynced is gone
+        f.truncate(durable)
+        os.fsync(f.fileno())
+    with kafkalog.LogStore(tmp_path, maintenance=False) as store:
+        if opened == "after":
+            coord = store.transactions
+        lg = store.log("t", 0)
+        assert lg.last_stable_offset == before  # stuck on the hanging transaction until the coordinator looks
+        if opened == "before":
+            coord = store.transactions
+        else:
+            coord.all()  # any call
+        assert lg.open_transactions() == {}
+        assert lg.last_stable_offset == lg.log_end_offset == before + 3  # its ABORT marker
+        got = [r.value for r in lg.records(0, lg.log_end_offset, isolation_level="read_committed")]
+        assert got == ([b"kept"] if known == "complete" else [])
+        if known != "unknown":
+            meta = coord.describe("a")
+            assert meta.state == COMPLETE_ABORT and meta.epoch > epoch
+            with pytest.raises(ProducerFencedError):
+                coord.add_partitions("a", pid, epoch, [TP])
+        if known == "ongoing":  # the partition it knew is aborted too
+            assert store.log("t", 1).last_stable_offset == store.log("t", 1).log_end_offset
+
+
+@pytest.mark.parametrize("tv", [0, 2])
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_lost_complete_never_ends_the_next_transaction(tmp_path, tv, exclusive):
+    """Power lost with the last transaction's PrepareCommit durable, the next transaction's batch durable, and of
+    what is between (CompleteCommit, the next AddPartitionsToTxn) only what was fsynced: the load commits the last
+    transaction, and the next one (same producer id, and same epoch: v0 keeps it, v2 goes on with PrepareX's) stays
+    invisible."""
+    from kafkalog.storage import failpoints
+    store = kafkalog.LogStore(tmp_path, maintenance=False, exclusive=exclusive)
+    store.create_topic("t", 1)
+    coord = store.transactions
+    lg = store.log("t", 0)
+    pid, epoch = coord.init_producer_id("a", 60000)
+    coord.add_partitions("a", pid, epoch, [TP], tv)
+    lg.append_records(_batch(pid, epoch, 0, [b"committed"]))
+    lg.flush()
+    sizes = []
+    failpoints.enable("txn:after-prepare", lambda: sizes.append(_segment(tmp_path).stat().st_size))
+    try:
+        pid, epoch = coord.end_txn("a", pid, epoch, True, tv)
+    finally:
+        failpoints.disable("txn:after-prepare")
+    coord.add_partitions("a", pid, epoch, [TP], tv)
+    txn_log = store.log(TXN_TOPIC, 0)
+    size = _segment(tmp_path).stat().st_size  # before the look: the background step may append meanwhile
+    if txn_log.recovery_point >= txn_log.log_end_offset:  # fsynced by it (v0): that much survives
+        sizes.append(size)
+    seq = 1 if tv == 0 else 0
+    lg.append_records(_batch(pid, epoch, seq, [b"next"]))
+    lg.flush()
+    store.close()
+    with open(_segment(tmp_path), "r+b") as f:  # the power loss: __transaction_state as its PrepareX fsync left it
+        f.truncate(sizes[-1])
+        os.fsync(f.fileno())
+    with kafkalog.LogStore(tmp_path, maintenance=False) as store:
+        coord = store.transactions  # the load
+        lg = store.log("t", 0)
+        assert [r.value for r in lg.records(0, lg.log_end_offset, isolation_level="read_committed")] == \
+            [b"committed"]
+        if tv == 0:  # its AddPartitionsToTxn was fsynced with the CompleteCommit: open, until its timeout
+            coord.expire(now_ms=coord.describe("a").start_ms + 60001)
+        assert lg.last_stable_offset == lg.log_end_offset
+        assert [r.value for r in lg.records(0, lg.log_end_offset, isolation_level="read_committed")] == \
+            [b"committed"]
+
+
+def test_embedded_commit_returns_with_its_records_fsynced(tmp_path, monkeypatch):
+    """An embedded producer's commit_transaction() returns with its records fsynced (the markers' fsyncs held back
+    here, so that nothing but the commit itself can have fsynced them) and its marker appended."""
+    from kafkalog.storage.transactions import TransactionCoordinator
+    held = []
+    monkeypatch.setattr(TransactionCoordinator, "_behind_submit", lambda self, behind: held.append(behind))
+    with kafkalog.LogStore(tmp_path, exclusive=True) as store:
+        store.create_topic("t", 2)
+        p = kafkalog.KafkaProducer(store, transactional_id="a", linger_ms=1000)
+        p.init_transactions()
+        for i in range(3):
+            p.begin_transaction()
+            for part in (0, 1):
+                for j in range(100):
+                    p.send("t", b"%d-%d" % (i, j), partition=part)
+            p.commit_transaction()
+            for part in (0, 1):
+                lg = store.log("t", part)
+                assert lg.recovery_point >= lg.log_end_offset - 1, (i, part)  # all but the marker
+                assert lg.last_stable_offset == lg.log_end_offset
+        assert len(held) == 3
+        p.close()
+        store.transactions.settle()
