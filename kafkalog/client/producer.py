@@ -1154,8 +1154,9 @@ class _TransactionalProducer(KafkaProducer):
                 raise self._state_error("send_offsets_to_transaction()")
             coord = self._coord
             try:
-                # AddOffsetsToTxn returns once it is fsynced; then check and write as one step under the
-                # coordinator's lock (no fencing in between)
+                # AddOffsetsToTxn (in the coordinator's log before any offset of the transaction is written; fsynced
+                # with the decision); then check and write as one step under the coordinator's lock (no fencing in
+                # between)
                 self._call(coord.add_offsets, self._txn_id, self._pid, self._epoch, group, self._tv)
                 self._txn_groups.add(group)
                 with coord.locked():
@@ -1168,11 +1169,12 @@ class _TransactionalProducer(KafkaProducer):
                 raise
 
     def commit_transaction(self, timeout: float | None = None) -> None:
-        """Write every record still buffered (flush), then commit: returns once the transaction's fate is durable
-        and its COMMIT markers are written and fsynced on every partition it touched (records and offsets are then
-        visible to read_committed readers, and survive kill -9 and power loss). Raises the error of a failed send
-        (the transaction must then be aborted), ProducerFencedError when another producer took the transactional
-        id over."""
+        """Write every record still buffered (flush), then commit: returns once the records are fsynced, the
+        transaction's fate is durable and its COMMIT markers are written on every partition it touched (records and
+        offsets are then visible to read_committed readers, and survive kill -9 and power loss; the markers are
+        fsynced behind the return, a power loss before that leaves the decision, which the next load completes).
+        Raises the error of a failed send (the transaction must then be aborted), ProducerFencedError when another
+        producer took the transactional id over."""
         with self._txn_lock:
             if self._txn_state not in (_IN_TRANSACTION, _COMMITTING):  # COMMITTING: a retry after a timeout
                 if self._txn_state == _ABORTABLE_ERROR:
@@ -1199,7 +1201,7 @@ class _TransactionalProducer(KafkaProducer):
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Abort: records still buffered are dropped (their futures fail with TransactionAbortedError), records
-        already written stay in the log behind an ABORT marker (written and fsynced before this returns), which
+        already written stay in the log behind an ABORT marker (written before this returns, fsynced behind it), which
         hides them and the transaction's offsets from read_committed readers for good."""
         with self._txn_lock:
             if self._txn_state not in (_IN_TRANSACTION, _ABORTABLE_ERROR, _COMMITTING, _ABORTING):
@@ -1275,8 +1277,9 @@ class _TransactionalProducer(KafkaProducer):
                     data = bytearray(data)
                 _stamp(data, self._pid, self._epoch, seq)
                 if tp not in self._txn_parts:
-                    # AddPartitionsToTxn returns once it is fsynced: the coordinator knows the partition (and will
-                    # write its marker) before any batch of the transaction can reach it
+                    # AddPartitionsToTxn: the coordinator knows the partition (and will write its marker) before any
+                    # batch of the transaction can reach it; its record is fsynced with the decision (a power loss
+                    # before that: the coordinator's load aborts the batches it does not know of)
                     self._call(coord.add_partitions, self._txn_id, self._pid, self._epoch, [tp], self._tv)
                     self._txn_parts.add(tp)
                 with coord.locked():  # check and append as one step: no fencing in between
