@@ -61,7 +61,7 @@ from .files import (
 )
 from .log import EXCLUSIVE, READ, SHARED, Log, retire_changes
 from .offsets import OffsetStore
-from .transactions import TXN_TOPIC, ProducerIds, TransactionCoordinator
+from .transactions import TXN_SWEEP_FILE, TXN_TOPIC, ProducerIds, TransactionCoordinator
 
 _log = logging.getLogger("kafkalog")
 # fullmatch, never match with "$": "$" also matches before a final newline, and a topic named "t\n" (accepted that way
@@ -141,7 +141,6 @@ class LogStore:
         self.config = config if isinstance(config, Config) else Config(config)
         self._lock = threading.RLock()
         self._logs: dict[tuple[str, int], Log] = {}
-        self.log_opens = 0  # Logs opened so far (opened_logs)
         self._offsets: OffsetStore | None = None
         self._transactions = None
         self._producer_ids = None
@@ -206,6 +205,10 @@ class LogStore:
                     # deleted first: a crash while we run (or while loading) must read as unclean (KAFKA-10471)
                     marker.unlink()
                     fsync_dir(self.path)
+                elif self.had_clean_shutdown is False and (self.path / f"{TXN_TOPIC}-0").is_dir():
+                    # a power loss may have lost AddPartitionsToTxn records (not fsynced before their answer):
+                    # the transaction coordinator's next load looks for the transactions they leave hanging
+                    atomic_write(self.path / TXN_SWEEP_FILE, b"")
                 self._write_meta()
             self._session = self._open_session(first)
             self._reload_topics()
@@ -651,14 +654,7 @@ class LogStore:
                     + (f" (topic has {n} partitions)" if n else ""))
             log = self._open_log(topic, partition, recover=self.mode == EXCLUSIVE, create=self.mode != READ)
             self._logs[key] = log
-            self.log_opens += 1
             return log
-
-    def opened_logs(self) -> tuple[int, list]:
-        """``log_opens`` (how many Logs this store opened) and the Logs open now, as (topic, partition, Log): the
-        transaction coordinator looks at each partition once, when it is first open in the process."""
-        with self._lock:
-            return self.log_opens, [(t, p, lg) for (t, p), lg in self._logs.items()]
 
     @property
     def offsets(self) -> OffsetStore:

@@ -61,7 +61,7 @@ from ..errors import (
 )
 from ..structs import TopicPartition
 from . import failpoints
-from .files import FileLock, atomic_write, make_durable_dir
+from .files import FileLock, atomic_write, fsync_dir, make_durable_dir
 from .txnformat import (
     STATE_NAMES,
     TxnLogValue,
@@ -73,6 +73,9 @@ from .txnformat import (
 from .txnstate import TXN_MARKER_FILE
 
 TXN_TOPIC = "__transaction_state"
+# left by a store's first opener after an unclean shutdown of a data dir with transactions; the coordinator's next
+# load sweeps for hanging transactions (TransactionCoordinator._abort_hanging), then removes it
+TXN_SWEEP_FILE = ".kafkalog-txn-sweep"
 TXN_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 << 20), "compression.type": "none"}
 
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT, COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = range(8)
@@ -245,9 +248,6 @@ class TransactionCoordinator:
         self._deferred: dict[str, list] = {}
         # transactions v0: the log end after an id's CompleteX, until its next AddPartitionsToTxn
         self._complete_at: dict[str, int] = {}
-        # the partitions looked at for hanging transactions (_abort_hanging): (topic, partition) -> the Log seen
-        self._swept: dict[tuple, object] = {}
-        self._swept_opens = -1
         self._behind_pool = None
         self._flock = FileLock(store.path / ".kafkalog-txn-coordinator.lock") \
             if getattr(store, "mode", "shared") != "exclusive" else None
@@ -268,12 +268,6 @@ class TransactionCoordinator:
             try:
                 if catch_up:
                     self._catch_up()
-                    if self.store.log_opens != self._swept_opens:
-                        try:
-                            self._abort_hanging()  # partitions opened since the last look
-                        except KafkaError as e:  # looked at again by the next call
-                            self._swept_opens = -1
-                            _log.warning("aborting hanging transactions: %s", e)
                 yield
             finally:
                 self._depth -= 1
@@ -361,52 +355,56 @@ class TransactionCoordinator:
         for meta in list(self.txns.values()):
             if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
                 _log.info("transactional id %r: completing its %s after a restart", meta.txn_id, meta.state_name)
-                self._complete(meta)
-        if self._log is not None:  # a data dir where transactions ran
+                self._complete(meta, recovered=True)
+        sweep = self.store.path / TXN_SWEEP_FILE
+        if sweep.exists():  # an unclean shutdown (LogStore): the hanging transactions a power loss can leave
             self._abort_hanging()
+            sweep.unlink()
+            fsync_dir(self.store.path)
 
     def _abort_hanging(self) -> None:
-        """The sweep for hanging transactions (locks held, taken in with them: run by the load once every PrepareX
-        is completed, then by the first call after a partition is opened in this process). AddPartitionsToTxn and
-        AddOffsetsToTxn records are not fsynced before their answer, so a power loss can keep a partition's
-        transactional batches and lose the record that put the partition in their transaction. Nothing would ever
-        end that transaction there (its LSO stuck). A partition holding an open transaction of a producer whose
-        transaction here does not hold the partition gets it aborted: the producer's transaction (with that
-        partition added) is aborted with its epoch bumped, as one that timed out (the producer died with the
-        power; were it alive it is fenced); a producer id the coordinator does not know at all gets an ABORT
+        """The load's sweep for hanging transactions (locks held, every PrepareX completed), after an unclean
+        shutdown (the store's first opener then leaves ``TXN_SWEEP_FILE``; removed once a sweep is done).
+        AddPartitionsToTxn and AddOffsetsToTxn records are not fsynced before their answer, so a power loss can keep
+        a partition's transactional batches and lose the record that put the partition in their transaction.
+        Nothing would ever end that transaction there (its LSO stuck). A partition holding an open transaction of a
+        producer whose transaction here does not hold the partition gets it aborted: the producer's transaction
+        (with that partition added) is aborted with its epoch bumped, as one that timed out (the producer died with
+        the power; were it alive it is fenced); a producer id the coordinator does not know at all gets an ABORT
         marker of its epoch there.
 
-        Cheap: only partitions open in the process are looked at, each once (the Log's open reads its producer
-        state from the newest producer snapshot and the records after it, no scan of the log), and of those only
-        the ones kafkalog ever wrote a transactional batch to (their directory holds the mark a partition gets,
-        fsynced, before its first one: txnstate.py). No race with a live producer of another process: its
-        AddPartitionsToTxn record is appended under these locks before its batches, so a batch seen here has its
-        record taken in (catch-up under the same locks, before the look)."""
-        count, logs = self.store.opened_logs()
-        self._swept_opens = count
+        Cheap: only partitions kafkalog ever wrote a transactional batch to are opened (their directory holds the
+        mark a partition gets, fsynced, before its first one: txnstate.py), and each one's open transactions come
+        from its producer state (the newest producer snapshot and the records after it), not from a scan of the
+        log; and only after an unclean shutdown, when the store's own recovery looks at every partition too. No
+        race with a live producer of another process: its AddPartitionsToTxn record is appended under these locks
+        before its batches, so a batch seen here has its record taken in."""
         found: dict[int, set] = {}
         epochs: dict[tuple, int] = {}
         root = self.store.path
-        for topic, p, lg in logs:
-            if topic == TXN_TOPIC or self._swept.get((topic, p)) is lg:
+        for topic in self.store.topics():
+            if topic == TXN_TOPIC:
                 continue
-            if not os.path.exists(os.path.join(root, f"{topic}-{p}", TXN_MARKER_FILE)):
-                self._swept[(topic, p)] = lg
-                continue  # never a transactional batch here
             try:
-                producers = lg.transactional_producers()
-            except (UnknownTopicOrPartitionError, LogClosedError):
+                n = self.store.partitions_for(topic)
+            except UnknownTopicOrPartitionError:
                 continue
-            self._swept[(topic, p)] = lg
-            tp = TopicPartition(topic, p)
-            for pid, (epoch, _coord_epoch, first) in producers.items():
-                if first < 0:
+            for p in range(n):
+                if not os.path.exists(os.path.join(root, f"{topic}-{p}", TXN_MARKER_FILE)):
+                    continue  # never a transactional batch here
+                try:
+                    producers = self.logs(topic, p).transactional_producers()
+                except (UnknownTopicOrPartitionError, LogClosedError):
                     continue
-                meta = self._by_pid(pid)
-                if meta is None or meta.state not in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT) \
-                        or tp not in meta.partitions:
-                    found.setdefault(pid, set()).add(tp)
-                    epochs[(pid, tp)] = epoch
+                tp = TopicPartition(topic, p)
+                for pid, (epoch, _coord_epoch, first) in producers.items():
+                    if first < 0:
+                        continue
+                    meta = self._by_pid(pid)
+                    if meta is None or meta.state not in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT) \
+                            or tp not in meta.partitions:
+                        found.setdefault(pid, set()).add(tp)
+                        epochs[(pid, tp)] = epoch
         now = _now_ms()
         for pid, tps in sorted(found.items()):
             meta = self._by_pid(pid)
@@ -421,8 +419,9 @@ class TransactionCoordinator:
                 continue
             _log.warning("transactional id %r: aborting its transaction on %s, which the coordinator lost (a power "
                          "loss before its AddPartitionsToTxn record was fsynced)", meta.txn_id, names)
+            self._settle(meta.txn_id)
             if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
-                self._complete(meta)  # its own partitions first (decided): then the lost ones are aborted
+                self._complete(meta, recovered=True)  # decided: its own partitions first, then the lost ones aborted
             if meta.state != ONGOING:
                 meta.partitions = set()
                 meta.start_ms = now
@@ -496,7 +495,7 @@ class TransactionCoordinator:
                                           f"current one ({meta.epoch})")
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT) and meta.txn_id not in self._completing \
                 and meta.last_update_ms + _ORPHAN_PREPARE_MS <= now:
-            self._complete(meta)  # an orphan decision (its process died while writing markers): finish it first
+            self._complete(meta, recovered=True)  # an orphan decision (its process died writing markers): finish it
         if meta.state in (PREPARE_COMMIT, PREPARE_ABORT):
             raise ConcurrentTransactionsError(f"transactional id {txn_id!r}: the last transaction is completing")
         if meta.state == ONGOING:
@@ -941,7 +940,7 @@ class TransactionCoordinator:
 
     # -- completion and timeouts ------------------------------------------------------------------------------
 
-    def _complete(self, meta: TxnMeta) -> None:
+    def _complete(self, meta: TxnMeta, recovered: bool = False) -> None:
         """PrepareX is durable: write the markers everywhere, fsync them, then CompleteX (locks held).
 
         A PrepareX found without its CompleteX (a load, an orphan) may be one whose end returned and whose producer
@@ -950,9 +949,10 @@ class TransactionCoordinator:
         is one above the transaction's batches, and the next transaction writes with it; a partition whose producer
         state holds that epoch has the marker already (the next batches come after it in the file, so they are
         durable only with it), and gets none. Transactions v0 keep the epoch: there the next transaction's first
-        AddPartitionsToTxn makes CompleteX durable first (``_add``)."""
+        AddPartitionsToTxn makes CompleteX durable first (``_add``). ``recovered``: such a PrepareX, found (not one
+        ``_abort_fenced`` just wrote: at an exhausted epoch its epoch is the batches' own)."""
         parts = sorted(meta.partitions)
-        if meta.client_tv >= 2:
+        if recovered and meta.client_tv >= 2:
             parts = [tp for tp in parts if not self._has_epoch(meta.producer_id, meta.epoch, tp)]
         failed = self._write_markers_many([(meta.producer_id, meta.epoch, meta.state == PREPARE_COMMIT, parts)])
         if failed:
@@ -1078,7 +1078,7 @@ class TransactionCoordinator:
                 # process's coordinator: this one would have finished it): finish it here
                 _log.info("transactional id %r: completing its %s, left by a process that stopped %d ms ago",
                           meta.txn_id, meta.state_name, now - meta.last_update_ms)
-                self._complete(meta)
+                self._complete(meta, recovered=True)
                 continue
             if meta.state == ONGOING and meta.start_ms >= 0 and meta.start_ms + meta.timeout_ms < now:
                 _log.info("transactional id %r: aborting its transaction open since %d ms (timeout %d ms)",

@@ -36,6 +36,14 @@ def _segment(path):
     return max(d.glob("*.log"))
 
 
+def _lose_power(path, durable):
+    """After the store's close: __transaction_state cut back to ``durable`` bytes, and no clean-shutdown mark."""
+    with open(_segment(path), "r+b") as f:
+        f.truncate(durable)
+        os.fsync(f.fileno())
+    os.unlink(path / ".kafka_cleanshutdown")
+
+
 def _batch(pid, epoch, seq, values):
     return build_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq, is_transactional=True)
 
@@ -105,14 +113,13 @@ def test_next_transaction_waits_for_the_last_ones_completion(tmp_path):
                 [b"%d" % i for i in range(5)]
 
 
-@pytest.mark.parametrize("opened", ["before", "after"])
 @pytest.mark.parametrize("known", ["ongoing", "complete", "unknown"])
-def test_load_aborts_a_transaction_whose_add_was_lost(tmp_path, known, opened):
+def test_load_aborts_a_transaction_whose_add_was_lost(tmp_path, known):
     """Power lost after a transactional batch was fsynced but before its AddPartitionsToTxn record was: the
-    coordinator aborts what the partition holds (the LSO moves to the log end), fences the producer, and keeps what
-    was committed. ``known``: what the durable coordinator state says of the producer: its transaction Ongoing with
-    another partition, its last transaction complete, or nothing (an id the lost records alone named). ``opened``:
-    the partition is open when the coordinator loads (its load looks), or opened after (the next call looks)."""
+    coordinator's load aborts what the partition holds (the LSO moves to the log end), fences the producer, and
+    keeps what was committed. ``known``: what the durable coordinator state says of the producer: its transaction
+    Ongoing with another partition, its last transaction complete, or nothing (an id the lost records alone
+    named)."""
     store = kafkalog.LogStore(tmp_path, maintenance=False)
     store.create_topic("t", 2)
     coord = store.transactions
@@ -135,18 +142,11 @@ def test_load_aborts_a_transaction_whose_add_was_lost(tmp_path, known, opened):
     store.close()
     if known == "unknown":  # the id's every record lost: a fresh data dir's coordinator log, emptied
         durable = 0
-    with open(_segment(tmp_path), "r+b") as f:  # the power loss: what was not fsynced is gone
-        f.truncate(durable)
-        os.fsync(f.fileno())
+    _lose_power(tmp_path, durable)
     with kafkalog.LogStore(tmp_path, maintenance=False) as store:
-        if opened == "after":
-            coord = store.transactions
         lg = store.log("t", 0)
-        assert lg.last_stable_offset == before  # stuck on the hanging transaction until the coordinator looks
-        if opened == "before":
-            coord = store.transactions
-        else:
-            coord.all()  # any call
+        assert lg.last_stable_offset == before  # stuck on the hanging transaction until the coordinator loads
+        coord = store.transactions
         assert lg.open_transactions() == {}
         assert lg.last_stable_offset == lg.log_end_offset == before + 3  # its ABORT marker
         got = [r.value for r in lg.records(0, lg.log_end_offset, isolation_level="read_committed")]
@@ -191,9 +191,7 @@ def test_a_lost_complete_never_ends_the_next_transaction(tmp_path, tv, exclusive
     lg.append_records(_batch(pid, epoch, seq, [b"next"]))
     lg.flush()
     store.close()
-    with open(_segment(tmp_path), "r+b") as f:  # the power loss: __transaction_state as its PrepareX fsync left it
-        f.truncate(sizes[-1])
-        os.fsync(f.fileno())
+    _lose_power(tmp_path, sizes[-1])  # __transaction_state as its last fsync left it
     with kafkalog.LogStore(tmp_path, maintenance=False) as store:
         coord = store.transactions  # the load
         lg = store.log("t", 0)
@@ -229,3 +227,27 @@ def test_embedded_commit_returns_with_its_records_fsynced(tmp_path, monkeypatch)
         assert len(held) == 3
         p.close()
         store.transactions.settle()
+
+
+def test_a_clean_restart_opens_no_partition_for_the_sweep(tmp_path):
+    """The sweep runs after an unclean shutdown only (and then opens only partitions that held transactional
+    batches): a clean restart's coordinator load opens none."""
+    with kafkalog.LogStore(tmp_path, maintenance=False) as store:
+        store.create_topic("t", 2)
+        store.create_topic("plain", 3)
+        for part in range(3):
+            store.log("plain", part).append_batch([b"x"])
+        p = kafkalog.KafkaProducer(store, transactional_id="a")
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"v", partition=0)
+        p.commit_transaction()
+        p.close()
+    with kafkalog.LogStore(tmp_path, maintenance=False) as store:
+        store.transactions  # noqa: B018  (the load)
+        assert [k for k in store._logs if k[0] != TXN_TOPIC] == []
+    os.unlink(tmp_path / ".kafka_cleanshutdown")  # as a kill -9 or a power loss leaves it
+    with kafkalog.LogStore(tmp_path, maintenance=False) as store:
+        store.transactions  # noqa: B018
+        assert sorted(k for k in store._logs if k[0] != TXN_TOPIC and not k[0].startswith("__")) == [("t", 0)]
+        assert not (tmp_path / ".kafkalog-txn-sweep").exists()
