@@ -1111,6 +1111,10 @@ _LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) (\w+) ([\w.]+):
 # every maintenance round after it failed)
 _STORAGE_WARNINGS = ("maintenance round failed", "malformed checkpoint")
 _PEER = re.compile(r"^(?:closing connection from|internal error serving) (\S+?):(\d+)(?::|\s|$)")
+# A broker log line's time (ms, truncated) against a connection's open time (time.time() after connect, before its
+# first frame): the broker can close a connection only after that frame was sent, so its line is never more than
+# the truncation before the open; a line further back is of an earlier connection on the same (reused) client port.
+_LOG_SLACK_S = 0.002
 _TB_FILE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 
 
@@ -1421,7 +1425,7 @@ class Run:
         t_open = self.opened[fr.worker] if 0 <= fr.worker < len(self.opened) else 0.0
         with self.lock:
             b = self._broker_closes.pop(port, None)
-            if b is not None and b[0] < t_open - 0.05:  # a line of an earlier connection on this port
+            if b is not None and b[0] < t_open - _LOG_SLACK_S:  # a line of an earlier connection on this port
                 self._stale(b)
                 b = None
             if b is None:
@@ -1432,7 +1436,7 @@ class Run:
     def _broker_closed(self, port: int, reason: str, tb: str, when: float) -> None:
         with self.lock:
             c = self._client_closes.pop(port, None)
-            if c is not None and when < c[2] - 0.05:  # the client record is of a later connection: keep it
+            if c is not None and when < c[2] - _LOG_SLACK_S:  # the client record is of a later connection: keep it
                 self._client_closes[port] = c
                 c = None
                 self._stale((when, reason, tb))
