@@ -1,5 +1,7 @@
 import gc
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,15 @@ def unclean():
 @pytest.fixture
 def child_env():
     return subprocess_env()
+
+
+@pytest.fixture(scope="session")
+def spawn():
+    """``popen(args, **kw)``: subprocess.Popen whose child dies with this test process however it ends
+    (tests/children.py, one copy per process under its module name)."""
+    name = "kafkalog_test_children"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "children.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name].popen

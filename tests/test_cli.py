@@ -236,9 +236,9 @@ def _read_line(proc, timeout=60.0) -> bytes:
     return buf
 
 
-def test_follow_sees_another_process_and_stops_on_sigterm(data_dir, child_env):
+def test_follow_sees_another_process_and_stops_on_sigterm(data_dir, child_env, spawn):
     run(["produce", data_dir, "live", "--create"], child_env, input="first\n")
-    proc = subprocess.Popen([sys.executable, "-m", "kafkalog", "consume", str(data_dir), "live", "--follow",
+    proc = spawn([sys.executable, "-m", "kafkalog", "consume", str(data_dir), "live", "--follow",
                              "--from-beginning", "--group", "tail"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=child_env, bufsize=0)
     try:

@@ -1192,8 +1192,10 @@ class BrokerProcess:
         env = _env()
         if pythonpath:  # e.g. a sitecustomize that injects a fault (the fuzzer's own tests)
             env["PYTHONPATH"] = pythonpath + os.pathsep + env["PYTHONPATH"]
+        # --parent-pid: the broker stops when this process goes, however it goes (a test run killed with SIGKILL
+        # left one running, re-parented to init)
         cmd = [sys.executable, "-m", "kafkalog", "serve", "--data-dir", str(self.data_dir), "--listen",
-               "127.0.0.1:0", "--verbose"]
+               "127.0.0.1:0", "--verbose", "--parent-pid", str(os.getpid())]
         for k, v in dict(BROKER_OVERRIDES, **(overrides or {})).items():
             cmd += ["--override", f"{k}={v}"]
         self.log = open(self.log_path, "wb")  # noqa: SIM115  (closed in stop)

@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from .conftest import children  # tests/children.py: a kcat member dies with this process
+
 pytestmark = pytest.mark.usefixtures("deadline")
 
 T0 = (int(time.time()) - 600) * 1000
@@ -168,7 +170,7 @@ class KcatMember:
     ASSIGNED = re.compile(r"rebalanced \(memberid [^)]*\): assigned: (.*)$")
 
     def __init__(self, kcat_path, broker, group, topic):
-        self.proc = subprocess.Popen(
+        self.proc = children.popen(
             [kcat_path, "-b", broker.bootstrap_servers, "-X", "broker.address.family=v4", "-G", group, "-u", "-J",
              *GROUP_OPTS, "-X", "auto.commit.interval.ms=60000", topic],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

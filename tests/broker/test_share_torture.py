@@ -26,7 +26,7 @@ from collections import defaultdict
 
 import pytest
 
-from .conftest import Serve
+from .conftest import Serve, children
 from .test_share_groups import ACCEPT, Member, acquired, part
 from .wire import Wire, batch
 
@@ -71,7 +71,7 @@ class Workers:
 
     def start(self, name, prefetch):
         out = self.tmp / f"{name}.out"
-        p = subprocess.Popen([sys.executable, str(self.script), str(self.data), str(out), str(self.stop),
+        p = children.popen([sys.executable, str(self.script), str(self.data), str(out), str(self.stop),
                               str(prefetch)], env=self.env, stderr=subprocess.PIPE, text=True)
         self.procs[name] = (p, out)
 

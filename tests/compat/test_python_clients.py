@@ -44,6 +44,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from .lab import children  # tests/children.py: a kcat member dies with this process
+
 LAB_TEST_DEADLINE_S = 100
 CLIENTS = ("kafka-python", "confluent-kafka", "aiokafka", "kcat")
 T0 = (int(time.time()) - 600) * 1000  # a whole second in the recent past: CreateTime timestamps T0 + i s
@@ -1181,7 +1183,7 @@ class KcatMember:
     """A running `kcat -G` member; a thread collects its JSON records (stdout), another its stderr."""
 
     def __init__(self, path, b, group, topic, client_id):
-        self.proc = subprocess.Popen(
+        self.proc = children.popen(
             [path, "-b", b, "-X", "broker.address.family=v4", "-G", group, "-u", "-J", "-X", f"client.id={client_id}",
              *KCAT_GROUP_OPTS, topic],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

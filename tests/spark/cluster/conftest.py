@@ -110,7 +110,8 @@ class Broker:
         args = [sys.executable, "-m", "kafkalog", "serve", "--data-dir", str(data),
                 "--listen", f"{protocol}://{net.broker_ip}:{port}",
                 "--override", f"advertised.listeners={protocol}://{net.broker_ip}:{port}",
-                "--metrics", f"{net.broker_ip}:{self.metrics_port}"]
+                "--metrics", f"{net.broker_ip}:{self.metrics_port}",
+                "--parent-pid", str(os.getpid())]  # stops when this test process goes, however it goes
         for k, v in (overrides or {}).items():
             args += ["--override", f"{k}={v}"]
         env = dict(os.environ, PYTHONPATH=str(PKG_ROOT), PYTHONSAFEPATH="1")
