@@ -804,13 +804,13 @@ class TransactionCoordinator:
 
     def _sync_logs(self, logs):
         """fsync ``logs`` (side by side when there are several); the first error, or None."""
-        if not logs:
-            return None
-        if len(logs) == 1:
-            results = [self._sync_quietly(logs[0])]
-        else:
-            results = list(self._sync_pool().map(self._sync_quietly, logs))
-        return next((e for e in results if e is not None), None)
+        return next((e for e in self._sync_each(logs) if e is not None), None)
+
+    def _sync_each(self, logs) -> list:
+        """fsync ``logs``, side by side when there are several: each one's error, or None."""
+        if len(logs) <= 1:
+            return [self._sync_quietly(lg) for lg in logs]
+        return list(self._sync_pool().map(self._sync_quietly, logs))
 
     def _finish_behind(self, behind: _Behind, err=None) -> None:
         """(locks held) The markers of ``behind`` are fsynced (``err`` None): write the CompleteX of every end of it
@@ -973,11 +973,7 @@ class TransactionCoordinator:
         failed, to_sync = self._append_markers_many(ends)
         # before CompleteX: a marker lost to a power loss would leave the transaction open forever
         items = list(to_sync.values())
-        if len(items) == 1:
-            results = [self._sync_quietly(items[0][0])]
-        else:
-            results = list(self._sync_pool().map(self._sync_quietly, [lg for lg, _ in items]))
-        for (_lg, ids), err in zip(items, results):
+        for (_lg, ids), err in zip(items, self._sync_each([lg for lg, _ in items])):
             if err is not None:
                 for i in ids:
                     failed.setdefault(i, err)
