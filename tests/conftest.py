@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 def pytest_collection_finish(session):
     """Before the first test: the Debian packages the collected tests use are installed when missing (sysdeps.py);
     what cannot be had stops the session here with one message, not one failure per test."""
+    _groups_taken(session)
     if session.config.option.collectonly or not session.items:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -35,9 +36,10 @@ def pytest_collection_finish(session):
 XDIST_GROUPS = {"compat": "lab", "spark": "spark"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group marks into the node ids
 def pytest_collection_modifyitems(config, items):
-    if not getattr(config.option, "numprocesses", None):
-        return
+    # always: xdist's workers, where the groups are read, have no numprocesses option (it was None there, so no test
+    # was grouped and two workers ran the lab's brokers and two Spark clusters at once: CI's run took 22 min)
     for item in items:
         try:
             top = item.path.relative_to(REPO / "tests").parts[0]
@@ -46,6 +48,33 @@ def pytest_collection_modifyitems(config, items):
         group = XDIST_GROUPS.get(top)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config):
+    """The known case of _groups_taken's, said before any worker starts (a worker's exit reaches the terminal only
+    as xdist's INTERNALERROR about a crashed item)."""
+    if config.getvalue("dist") == "loadgroup" and not getattr(config, "workerinput", None):
+        import importlib.metadata
+        xdist = importlib.metadata.version("pytest-xdist")
+        def v(s: str) -> tuple:
+            return tuple(int(x) for x in s.split(".")[:2] if x.isdigit())
+        if v(pytest.__version__) >= (9, 2) and v(xdist) <= (3, 8):
+            raise pytest.UsageError(f"pytest {pytest.__version__} with pytest-xdist {xdist}: xdist's loadgroup "
+                                    "drops the suite's xdist groups (lab, spark); pyproject's test extra pins "
+                                    "pytest<9.2: pip install '.[test]'")
+
+
+def _groups_taken(session) -> None:
+    """An xdist worker whose grouped tests lost their group (pytest-xdist's loadgroup writes it into the node id, as
+    ``id@group``; pytest 9.2 moved node ids where xdist 3.8 does not write) would spread the lab and Spark over the
+    workers unseen: two brokers pairs and two Spark clusters at once, a CI run of 22 min instead of 13. Stop then."""
+    if not getattr(session.config, "workerinput", None) or not session.config.getvalue("loadgroup"):
+        return
+    lost = [it.nodeid for it in session.items if it.get_closest_marker("xdist_group") and "@" not in it.nodeid]
+    if lost:
+        pytest.exit(f"pytest-xdist did not take the xdist_group of {len(lost)} tests (e.g. {lost[0]}): this pytest "
+                    f"({pytest.__version__}) and pytest-xdist do not work together; see pyproject's test extra",
+                    returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 FD_COLLECT_AT = 256  # open descriptors in the test process that make the next test's end run a full collection

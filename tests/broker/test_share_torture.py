@@ -10,8 +10,9 @@ What must hold (the first law for queues, README's durability table):
 - delivery counts never go back: no message is delivered twice with the same count;
 - what a dead holder held comes back, with a higher count.
 
-Bounded by counts: 3 rounds of 200 messages (and at most 1,000 more while a victim waits for work), 3 worker
-kills, 1 broker kill, at most POLLS member fetches and two more per message put.
+Bounded by counts: 3 rounds of 200 messages (and at most 1,000 more while a victim waits for work, 1,950 more
+while the member looks for something to hold), 3 worker kills, 1 broker kill, at most POLLS member fetches and two
+more per message put.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.usefixtures("deadline")
 
 ROUNDS, PER_ROUND = 3, 200
 POLLS = 400
+HOLD_TRIES = 40  # fetches for something to hold at the broker's kill, 50 more messages before each but the first
 WAITS = 1000  # looks at a victim's progress (10 ms apart) before its kill: a hang guard, not a bound on work
 SEED = 20261127
 
@@ -180,11 +182,13 @@ def test_share_group_torture_queue_workers_wire_member_and_kills(tmp_path, child
             if rnd == 1:
                 # the broker killed while its member holds acquired records (never acknowledged)
                 held = []
-                for _ in range(POLLS):
+                for i in range(HOLD_TRIES):
+                    if i:  # the workers took everything first (a busy machine): more work, fetched at once
+                        produce(50)
                     held = member_step(accept=False)
                     if held:
                         break
-                assert held, "the member acquired nothing to hold"
+                assert held, f"the member acquired nothing to hold in {HOLD_TRIES} fetches"
                 s.proc.send_signal(signal.SIGKILL)
                 assert s.proc.wait(30) == -signal.SIGKILL
                 member.close()
