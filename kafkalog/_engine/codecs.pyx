@@ -43,9 +43,26 @@ from .framing cimport (
 import threading
 import zlib
 
-import cramjam
-import lz4.frame as _lz4_frame
-import zstandard as _zstd
+import importlib
+
+
+class _OnFirstUse:
+    """A codec library imported when a batch first needs it (about 8 ms of every process's start otherwise, most of
+    which never meets a compressed batch); each name it gives is kept on the instance, so later uses are plain
+    attribute reads."""
+
+    def __init__(self, module):
+        self._module_name = module
+
+    def __getattr__(self, name):
+        value = getattr(importlib.import_module(self._module_name), name)
+        setattr(self, name, value)
+        return value
+
+
+cramjam = _OnFirstUse("cramjam")
+_lz4_frame = _OnFirstUse("lz4.frame")
+_zstd = _OnFirstUse("zstandard")
 
 from kafkalog.errors import (
     InvalidConfigError,
