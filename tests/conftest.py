@@ -38,8 +38,10 @@ XDIST_GROUPS = {"compat": "lab", "spark": "spark"}
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads xdist_group marks into the node ids
 def pytest_collection_modifyitems(config, items):
-    # always: xdist's workers, where the groups are read, have no numprocesses option (it was None there, so no test
-    # was grouped and two workers ran the lab's brokers and two Spark clusters at once: CI's run took 22 min)
+    # whenever xdist is loaded, not on numprocesses: xdist's workers, where the groups are read, have none (it was
+    # None there, so no test was grouped and two workers ran the lab's brokers and two Spark clusters at once)
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
     for item in items:
         try:
             top = item.path.relative_to(REPO / "tests").parts[0]
@@ -53,7 +55,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     """The known case of _groups_taken's, said before any worker starts (a worker's exit reaches the terminal only
     as xdist's INTERNALERROR about a crashed item)."""
-    if config.getvalue("dist") == "loadgroup" and not getattr(config, "workerinput", None):
+    if config.getoption("dist", None) == "loadgroup" and not getattr(config, "workerinput", None):
         import importlib.metadata
         xdist = importlib.metadata.version("pytest-xdist")
         def v(s: str) -> tuple:
@@ -67,8 +69,8 @@ def pytest_configure(config):
 def _groups_taken(session) -> None:
     """An xdist worker whose grouped tests lost their group (pytest-xdist's loadgroup writes it into the node id, as
     ``id@group``; pytest 9.2 moved node ids where xdist 3.8 does not write) would spread the lab and Spark over the
-    workers unseen: two brokers pairs and two Spark clusters at once, a CI run of 22 min instead of 13. Stop then."""
-    if not getattr(session.config, "workerinput", None) or not session.config.getvalue("loadgroup"):
+    workers unseen: two broker pairs and two Spark clusters at once, a CI run of 22 min instead of 16. Stop then."""
+    if not getattr(session.config, "workerinput", None) or not session.config.getoption("loadgroup", None):
         return
     lost = [it.nodeid for it in session.items if it.get_closest_marker("xdist_group") and "@" not in it.nodeid]
     if lost:
