@@ -382,6 +382,7 @@ class TransactionCoordinator:
         found: dict[int, set] = {}
         epochs: dict[tuple, int] = {}
         root = self.store.path
+        by_pid = {m.producer_id: m for m in self.txns.values()}  # the scan changes nothing: one index for it
         for topic in self.store.topics():
             if topic == TXN_TOPIC:
                 continue
@@ -400,7 +401,7 @@ class TransactionCoordinator:
                 for pid, (epoch, _coord_epoch, first) in producers.items():
                     if first < 0:
                         continue
-                    meta = self._by_pid(pid)
+                    meta = by_pid.get(pid)
                     if meta is None or meta.state not in (ONGOING, PREPARE_COMMIT, PREPARE_ABORT) \
                             or tp not in meta.partitions:
                         found.setdefault(pid, set()).add(tp)
@@ -877,7 +878,7 @@ class TransactionCoordinator:
             r = next(r for r in behind.reqs if r.txn_id == txn_id)
             meta = self.txns.get(txn_id)
             if meta is not None and meta.state == r.want and (meta.producer_id, meta.epoch) == r.marker \
-                    and meta.client_tv >= 2:  # v0: CompleteX durable before the next transaction (_complete)
+                    and meta.client_tv >= 2:  # v2 only: v0's CompleteX is durable before the next transaction (_add)
                 version = 1 if self.transaction_version >= 1 else 0
                 prev = self._completed(meta)
                 self._deferred[txn_id] = [(encode_txn_log_value(meta.value(version, prev), version),
@@ -899,9 +900,14 @@ class TransactionCoordinator:
     def settle(self) -> None:
         """Finish every end whose markers' fsyncs run behind (close(), tests): markers fsynced, CompleteX written."""
         with self._locked():
-            for txn_id in list(self._behind):
-                with contextlib.suppress(KafkaError):
-                    self._settle(txn_id)
+            self._settle_all()
+
+    def _settle_all(self) -> None:
+        """(locks held) ``_settle`` for every id with an end behind its answer; an id whose fsync fails stays
+        decided (completed later)."""
+        for txn_id in list(self._behind):
+            with contextlib.suppress(KafkaError):
+                self._settle(txn_id)
 
     def check_produce(self, txn_id: str, pid: int, epoch: int, tp: TopicPartition) -> None:
         """Before a transactional batch is appended (Kafka's verification, KIP-890 part 1). A batch that matches
@@ -1056,9 +1062,7 @@ class TransactionCoordinator:
         a tombstone in __transaction_state (Kafka's Dead state is never written)."""
         now = _now_ms() if now_ms is None else now_ms
         n = 0
-        for txn_id in list(self._behind):  # ends behind their answers: finished first (records in order)
-            with contextlib.suppress(KafkaError):
-                self._settle(txn_id)
+        self._settle_all()  # ends behind their answers: finished first (records in order)
         for meta in list(self.txns.values()):
             if meta.state in (EMPTY, COMPLETE_COMMIT, COMPLETE_ABORT) and \
                     meta.last_update_ms + self.id_expiration_ms <= now:
@@ -1092,9 +1096,7 @@ class TransactionCoordinator:
     @_synchronized
     def all(self) -> list[TxnMeta]:
         """Every transactional id's state (ListTransactions)."""
-        for txn_id in list(self._behind):
-            with contextlib.suppress(KafkaError):
-                self._settle(txn_id)
+        self._settle_all()
         return list(self.txns.values())
 
 

@@ -716,11 +716,15 @@ def test_two_stores_keep_one_registry_through_creates_alters_and_deletes(data_di
         b.alter_topic_config("one", {"retention.ms": 2000})
         a.create_topic("four", 4)
         want = {"one": (3, {"retention.ms": 2000}), "two": (1, {"cleanup.policy": "compact"}), "four": (4, {})}
-        for store in (a, b, kafkalog.LogStore(data_dir, read_only=True, maintenance=False)):
-            assert store.topics() == sorted(want)
-            for name, (n, overrides) in want.items():
-                assert store.partitions_for(name) == n
-                assert store.topic_config(name).overrides == overrides
+        reader = kafkalog.LogStore(data_dir, read_only=True, maintenance=False)
+        try:
+            for store in (a, b, reader):
+                assert store.topics() == sorted(want)
+                for name, (n, overrides) in want.items():
+                    assert store.partitions_for(name) == n
+                    assert store.topic_config(name).overrides == overrides
+        finally:
+            reader.close()
         on_disk = json.loads((data_dir / ".kafkalog-topics.json").read_text())
         assert {k: (v["partitions"], v["config"]) for k, v in on_disk.items()} == want
     finally:
