@@ -149,9 +149,10 @@ class Side:
                                                  for a in p["acquired_records"]]
         return out
 
-    def fetch_until(self, group, member, tid, partitions=(0,), tries=30):
+    def fetch_until(self, group, member, tid, partitions=(0,), tries=150):
         """The first ShareFetch that acquires something (Kafka initializes a share-partition on its first fetch)
-        in a new session; (acquired, the session's next epoch)."""
+        in a new session; (acquired, the session's next epoch). A hang guard of ``tries`` fetches (each waits up to
+        500 ms): Kafka acquired nothing in 30 of them once, in CI beside the other tests."""
         epoch = 0
         for _ in range(tries):
             got = self.fetch(group, member, epoch, tid, partitions)
