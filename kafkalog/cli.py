@@ -686,6 +686,9 @@ def _walk_log(path: Path):
     n = len(data)
     pos = 0
     while pos < n:
+        if not any(data[pos:pos + 61]):  # a zero header: the preallocated room of a preallocate=true segment
+            yield pos, None, None
+            return
         if n - pos < 17:
             yield pos, None, f"{n - pos} trailing bytes (a torn write?)"
             return
@@ -710,6 +713,9 @@ def _dump_log(path: Path, deep: bool, max_records: int | None) -> int:
     print(f"Dumping {path}")
     shown = 0
     for pos, batch, problem in _walk_log(path):
+        if batch is None and problem is None:
+            print(f"position: {pos} preallocated zeros to the end of the file")
+            break
         if batch is None:
             print(f"position: {pos} ERROR: {problem}")
             return EXIT_ERROR
@@ -816,6 +822,11 @@ def check_partition_dir(d: Path, notes: list[str] | None = None) -> list[str]:
         batch_at = {}
         max_ts = -1
         for pos, batch, problem in _walk_log(log):
+            if batch is None and problem is None:  # preallocated zeros (trimmed at roll: the active segment's only)
+                if i < len(logs) - 1:
+                    notes.append(f"{log}: position {pos}: zeros to the end of a sealed segment (preallocated room a "
+                                 f"roll did not trim)")
+                break
             if problem:
                 if batch is None and i == len(logs) - 1 and not problem.startswith("illegal"):
                     notes.append(f"{log}: position {pos}: {problem}: an incomplete batch at the log end")

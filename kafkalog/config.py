@@ -109,12 +109,14 @@ CONFIG_KEYS = _keys(
               "cleaner (the latest record per key is kept below the active segment) and refuses records without a "
               "key (INVALID_RECORD), as Kafka does; 'compact,delete' does both.",
               validator=lambda v: set(v.replace(" ", "").split(",")) <= {"delete", "compact"}),
+    ConfigKey("preallocate", bool, False, "The active segment's .log keeps up to 1 MiB of zero-written room past its "
+              "last batch (Kafka's setLength leaves a sparse file; zeros written once let each durable append's "
+              "fdatasync skip the size change); trimmed at roll. DurableQueue topics are made with it on."),
     # Kafka topic keys that have no effect on a single node; accepted so that apps and tools that set them
     # (kafka-python's NewTopic, kafka-topics.sh habits) work unchanged.
     ConfigKey("min.insync.replicas", int, 1, "Accepted for compatibility; one node is always in sync.", low=1,
               high=INT_MAX),
     ConfigKey("unclean.leader.election.enable", bool, False, "Accepted for compatibility; no replicas."),
-    ConfigKey("preallocate", bool, False, "Accepted for compatibility; .log files are not preallocated."),
     ConfigKey("leader.replication.throttled.replicas", str, "", "Accepted for compatibility; one node replicates "
               "nothing to throttle (kafka-reassign-partitions sets and clears it)."),
     ConfigKey("follower.replication.throttled.replicas", str, "", "Accepted for compatibility; one node replicates "

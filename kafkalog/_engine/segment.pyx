@@ -85,6 +85,11 @@ cdef enum:
     _PREFETCH_AHEAD = 2048
     _PREFETCH_FIRST = 1024  # the first bytes of the batch, all at once
 cdef int64_t _CHUNK = 4 << 20
+# refresh() reads 64 KiB first, doubling up to _CHUNK while whole chunks hold batches: past the last batch of a
+# preallocated segment lie up to segment.bytes of zeros, which a refresh must not read through
+cdef int64_t _FIRST_CHUNK = 64 << 10
+cdef Py_ssize_t _ZEROS_LEN = 64 << 10
+cdef unsigned char _ZEROS[65536]  # zero-initialised (static storage)
 
 
 def segment_file_name(int64_t base_offset, str suffix=".log"):
@@ -316,7 +321,8 @@ cdef class LogSegment:
             # loading writes nothing: an entry missing after a crash only makes the index sparser
             self._note_batch_foreign(pos, h.base_offset + h.last_offset_delta, h.max_timestamp, h.batch_length + 12)
             pos = self.size
-        self.torn_bytes = file_size - self.size
+        # zeros where the next batch would start are preallocated room (``preallocate``), not a torn write
+        self.torn_bytes = 0 if self._zeros_at(self.size, file_size) else file_size - self.size
 
     # ------------------------------------------------------------------------------------------------ append
 
@@ -665,7 +671,7 @@ cdef class LogSegment:
         """
         cdef struct_stat st
         cdef BatchHeader h
-        cdef int64_t file_size, pos, start = self.size, want, need, chunk_len = _CHUNK
+        cdef int64_t file_size, pos, start = self.size, want, need, chunk_len = _FIRST_CHUNK
         cdef bytearray chunk
         cdef const unsigned char *p
         cdef Py_ssize_t got, q, k
@@ -704,9 +710,11 @@ cdef class LogSegment:
                     k += h.batch_length + KL_LOG_OVERHEAD
                 pos += q
             if q == got or rc != KL_BATCH_INCOMPLETE or got < want:
-                # read to the end, an invalid batch, or the file shrank meanwhile: the view ends here
+                # read to the end, an invalid batch (preallocated zeros too), or the file shrank meanwhile: the view
+                # ends here
                 if q < got or got < want:
                     break
+                chunk_len = min(chunk_len * 2, _CHUNK)  # a whole chunk of batches: read on in larger ones
                 continue
             # the bytes end inside a batch: when the file holds all of it, read on from its start
             if pos + need > file_size:
@@ -773,6 +781,7 @@ cdef class LogSegment:
                 pass  # another process sealed this segment first: its final entry is already there
         self.offset_index.trim_to_valid_size()
         self.time_index.trim_to_valid_size()
+        self.trim_padding()
 
     def close(self):
         """Final time-index entry and trimmed indexes (writable), then release files. Idempotent."""
@@ -803,10 +812,81 @@ cdef class LogSegment:
         self._map = Mapping.__new__(Mapping)
 
     def torn_bytes_now(self):
-        """Bytes in the file past the last complete batch of our view (a writer died mid-append)."""
+        """Bytes in the file past the last complete batch of our view (another process appended, or a writer died
+        mid-append); 0 when the file holds only zeros there (preallocated room: see ``preallocate``)."""
         cdef struct_stat st
         if fstat(self.fd, &st) != 0:
             raise _os_error("fstat", self.log_path)
+        if st.st_size > self.size and self._zeros_at(self.size, st.st_size):
+            return 0
+        return st.st_size - self.size
+
+    cdef int _zeros_at(self, int64_t pos, int64_t file_size) except -1:
+        """1 when the batch header that would start at ``pos`` is all zeros in the file (read with pread, never
+        through the mapping), or the file ends at ``pos``. A writer's pwrite fills the page cache from its first byte
+        on, so a writer killed mid-append leaves a prefix of its batch: zeros at the header mean it wrote nothing
+        (or only zeros) there. A power loss can leave other bytes further on; the recovery that follows an unclean
+        shutdown validates and cuts everything past the last valid batch."""
+        cdef unsigned char buf[64]
+        cdef Py_ssize_t n = <Py_ssize_t>min(file_size - pos, <int64_t>61), got, i  # 61: a batch's header
+        if n <= 0:
+            return 1
+        got = _pread_full(self.fd, buf, n, pos)
+        if got < 0:
+            raise _os_error("read", self.log_path)
+        for i in range(got):
+            if buf[i] != 0:
+                return 0
+        return 1
+
+    def preallocate(self, int64_t chunk, int64_t limit):
+        """Keep zero-written room past the last batch (the ``preallocate`` topic config): when less than half of
+        ``chunk`` bytes of zeros are left, write ``chunk`` more (not past ``limit`` bytes of file, segment.bytes).
+        Appends then overwrite blocks the file already has, so their fdatasync writes the data alone: no size
+        change and no block allocation to commit to the file system's journal (an fdatasync of a size-changing
+        append costs that commit besides the data). The zeros go at the end of the file, never over a batch; only
+        a writer calls this, under the partition lock. Nothing is fsynced here: the next durable append's fdatasync
+        carries the new size once. Returns the bytes written."""
+        cdef struct_stat st
+        cdef int64_t end, target, at
+        cdef ssize_t w
+        if not self.writable or chunk <= 0:
+            return 0
+        if fstat(self.fd, &st) != 0:
+            raise _os_error("fstat", self.log_path)
+        end = st.st_size
+        if end < self.size or end - self.size >= chunk // 2:
+            return 0
+        target = min(self.size + chunk, max(limit, self.size))
+        if target <= end:
+            return 0
+        at = end
+        with nogil:
+            while at < target:
+                w = pwrite(self.fd, _ZEROS, <size_t>min(target - at, <int64_t>_ZEROS_LEN), at)
+                if w < 0:
+                    if errno == EINTR:
+                        continue
+                    break
+                at += w
+        if at < target:
+            err = _os_error("write", self.log_path)
+            ftruncate(self.fd, end)  # never past what was there: a reader meets the same file as before
+            raise err
+        return target - end
+
+    def trim_padding(self):
+        """Cut preallocated zeros past the last batch (at roll and at an exclusive close: a sealed segment is
+        exactly its batches, as Kafka trims). Bytes that are not zeros are never cut here. Returns the bytes cut."""
+        cdef struct_stat st
+        if not self.writable or self.fd < 0:
+            return 0
+        if fstat(self.fd, &st) != 0:
+            raise _os_error("fstat", self.log_path)
+        if st.st_size <= self.size or not self._zeros_at(self.size, st.st_size):
+            return 0
+        if ftruncate(self.fd, self.size) != 0:
+            raise _os_error("truncate", self.log_path)
         return st.st_size - self.size
 
     def truncate_torn_tail(self):
@@ -818,8 +898,8 @@ cdef class LogSegment:
             return 0  # another process's recovery truncated the file under us: the caller reopens the segment
         if fstat(self.fd, &st) != 0:
             raise _os_error("fstat", self.log_path)
-        if st.st_size <= self.size:
-            return 0
+        if st.st_size <= self.size or self._zeros_at(self.size, st.st_size):
+            return 0  # nothing past the view, or preallocated zeros: nothing torn
         if ftruncate(self.fd, self.size) != 0:
             raise _os_error("truncate", self.log_path)
         self.torn_bytes = 0

@@ -919,10 +919,13 @@ def _log_dir_sizes(s, wanted) -> list:
             d = s.store.path / f"{name}-{p}"
             size = 0
             try:
-                for f in os.scandir(d):
-                    if f.name.endswith(".log"):
-                        size += f.stat().st_size
-            except OSError:
+                if s.store.topic_config(name)["preallocate"]:
+                    size = s.store.log(name, p).size_in_bytes  # the batches, not the active segment's zero room
+                else:
+                    for f in os.scandir(d):
+                        if f.name.endswith(".log"):
+                            size += f.stat().st_size
+            except (OSError, KafkaError):
                 continue
             parts.append({"partition_index": p, "partition_size": size, "offset_lag": 0, "is_future_key": False})
         if parts:

@@ -155,6 +155,7 @@ TOPIC_CONFIG = {
     "segment.bytes": 16 << 20,
     "segment.index.bytes": 1 << 20,
     "file.delete.delay.ms": 0,
+    "preallocate": True,  # each put's fdatasync overwrites zeros: no file size change to commit (Log, segment.pyx)
 }
 
 JOURNAL_BYTES = 16384  # a journal holds this many bytes of AckRecords (1024) before a fold must empty it

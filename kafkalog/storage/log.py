@@ -96,6 +96,9 @@ EXCLUSIVE, SHARED, READ = "exclusive", "shared", "read"
 CODECS = {None: 0, "none": 0, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 STAGED_BATCH_BYTES = 16384  # Kafka's batch.size: a staged append() batch is written when it reaches this
 RECORD_BATCH_OVERHEAD = 61
+# ``preallocate=true`` (Kafka's topic config): the active segment keeps up to this many zero-written bytes past its
+# last batch (LogSegment.preallocate), so a durable append's fdatasync has no size change to commit
+PREALLOCATE_BYTES = 1 << 20
 INT32_MAX = 2**31 - 1
 _PARTITION_LOCK = ".kafkalog.lock"
 _log = logging.getLogger("kafkalog")
@@ -206,6 +209,7 @@ class Log:
         self._topic_codec = None if ctype == "producer" else codec_id(ctype)
         self._delete_policy = "delete" in c["cleanup.policy"]
         self._compact = "compact" in c["cleanup.policy"]
+        self._prealloc = PREALLOCATE_BYTES if c["preallocate"] else 0
 
     def reconfigure(self, config: Config) -> None:
         """Run with a new topic config from now on (LogStore.alter_topic_config): segment size, retention, flush,
@@ -1060,6 +1064,8 @@ class Log:
         failpoints.hit("append:before-write")
         seg.append(data, self._leo)
         failpoints.hit("append:after-write")
+        if self._prealloc:
+            seg.preallocate(self._prealloc, self._segment_bytes)
         self._leo = last_offset + 1
         if self._session and self._changes is not None:
             self._changes.publish_end(self._leo, self._session)

@@ -55,6 +55,7 @@ CASES = {
     "exclusive": [("exclusive", 0)],
     "shared-writers": [("shared", 0), ("shared", 1), ("shared", 2)],
     "shared-retention": [("shared", 1), ("shared", 2), ("retention", 0)],
+    "preallocated-writers": [("prealloc", 0), ("prealloc", 1), ("prealloc", 2)],
     "producer-acks-all": [("producer", 0), ("producer", 1)],
     "consumer-commits": [("consumer", 0), ("consumer", 1)],
     "durable-queue": [("queue", 0), ("queue", 1)],

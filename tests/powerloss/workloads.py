@@ -83,9 +83,9 @@ def ensure_topic(store, name, config=SMALL, partitions=1):
             pass
 
 
-def appender(store, acks, rng, tag, deletes=True, flushes=0.7):
-    ensure_topic(store, "t")
-    log = store.log("t", 0)
+def appender(store, acks, rng, tag, deletes=True, flushes=0.7, topic="t", config=SMALL):
+    ensure_topic(store, topic, config)
+    log = store.log(topic, 0)
     seq = 0
     while True:
         vals = values(rng, f"{tag}.{seq}", rng.randint(1, 40))
@@ -93,11 +93,11 @@ def appender(store, acks, rng, tag, deletes=True, flushes=0.7):
         base = log.append_batch(vals, compression=rng.choice([None, None, "lz4", "zstd"]))
         if rng.random() < flushes:
             log.flush()
-            acks.write(*(f"R t 0 {base + i} {digest(v)}" for i, v in enumerate(vals)))
+            acks.write(*(f"R {topic} 0 {base + i} {digest(v)}" for i, v in enumerate(vals)))
         if deletes and rng.random() < 0.05:
             end = log.log_end_offset
             target = rng.randint(log.log_start_offset, max(log.log_start_offset, end - 50))
-            acks.write(f"D t 0 {log.delete_records_before(target)}")
+            acks.write(f"D {topic} 0 {log.delete_records_before(target)}")
         if rng.random() < 0.03:
             log.roll()
 
@@ -111,6 +111,14 @@ def w_shared(data, acks, rng, wid):
     with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}) as store:
         # writer 2 never flushes: it rolls segments whose directory entries only the others' flushes make durable
         appender(store, acks, rng, f"s{wid}", deletes=wid == 0, flushes=0.0 if wid == 2 else 0.7)
+
+
+def w_prealloc(data, acks, rng, wid):
+    """Shared writers on a ``preallocate`` topic: each append overwrites zero-written room past the last batch, whose
+    size change an earlier fdatasync made durable (or not: the room a power loss cut off was never a promise)."""
+    with kafkalog.LogStore(data, {"lock.timeout.ms": 60000}) as store:
+        appender(store, acks, rng, f"pa{wid}", deletes=wid == 0, flushes=0.0 if wid == 2 else 0.7, topic="pa",
+                 config=dict(SMALL, preallocate=True))
 
 
 # removed segments go at once: on plfs every directory fsync writes the whole table, and the swaps fsync it often

@@ -882,12 +882,21 @@ TAILS = {"garbage": _garbage, "zeros": _zeros, "truncated-copy": _truncated_copy
          "flipped-crc": None, "flipped-payload": None, "bad-crc-copy": None}
 
 
+@pytest.mark.parametrize("room", ["none", "preallocated"])
 @pytest.mark.parametrize("reopen_mode", ["exclusive", "shared"])
 @pytest.mark.parametrize("tail", list(TAILS))
-def test_torn_tail(tail, reopen_mode, zygote, tmp_path):
-    rng = random.Random(f"{SEED}-{tail}-{reopen_mode}")
+def test_torn_tail(tail, reopen_mode, room, zygote, tmp_path):
+    """A writer killed after flushing part of what it appended; its active segment then gets a damaged tail (torn
+    bytes, zeros, a partial copy, a flipped CRC or payload bit) where its next batch would go: past the end of the
+    file, or (room "preallocated": a ``preallocate`` topic) over the zero-written room past its last batch, with the
+    rest of the room still zeros after it. A reader never hands out a damaged record; the recovery keeps every
+    flushed record and the valid prefix, and the store takes appends again."""
+    rng = random.Random(f"{SEED}-{tail}-{reopen_mode}-{room}")
     data = tmp_path / "data"
-    make_store(data, 200, {"segment.bytes": 4096, "index.interval.bytes": 256})  # clean close: recovery point 200
+    config = {"segment.bytes": 4096, "index.interval.bytes": 256}
+    if room == "preallocated":
+        config.update({"preallocate": True, "segment.bytes": 65536})
+    make_store(data, 200, config)  # clean close: recovery point 200
     spec = make_spec(tmp_path, "w", data, [
         ["open", {"mode": rng.choice(["exclusive", "shared"])}],
         ["append", {"n": 150, "how": "batch", "per": 7}], ["flush", {}],
@@ -899,15 +908,25 @@ def test_torn_tail(tail, reopen_mode, zygote, tmp_path):
     assert written == 410 and j.max("F") == 350
     path = active_log(data)
     batches = batches_of(path)
-    assert batches and batches[-1][3] + 1 == written and batches[-1][0] + batches[-1][1] == path.stat().st_size
+    assert batches and batches[-1][3] + 1 == written
     last_pos, last_size, last_base, _ = batches[-1]
+    end = last_pos + last_size
+    raw_end = path.stat().st_size
+    if room == "preallocated":
+        assert raw_end > end and not any(path.read_bytes()[end:]), "the killed writer left zero-written room"
+    else:
+        assert end == raw_end
+
+    def put_tail(tail_bytes):  # where the writer's next batch would have gone
+        with open(path, "r+b") as f:
+            f.seek(end)
+            f.write(tail_bytes)
+
     if TAILS[tail] is not None:
-        with open(path, "ab") as f:
-            f.write(TAILS[tail](path, rng, written))
+        put_tail(TAILS[tail](path, rng, written))
         expected = written
     elif tail == "bad-crc-copy":
-        with open(path, "ab") as f:
-            f.write(corrupt_copy_of_last_batch(path, written))
+        put_tail(corrupt_copy_of_last_batch(path, written))
         expected = written
     else:
         raw = bytearray(path.read_bytes())
@@ -1055,12 +1074,15 @@ class MultiProcess:
         return image, seen
 
 
-def test_two_shared_writers_and_a_reader_with_kills(zygote, tmp_path):
+@pytest.mark.parametrize("room", ["none", "preallocated"])
+def test_two_shared_writers_and_a_reader_with_kills(room, zygote, tmp_path):
     """Shared writers (at most MP_WRITER_OPS appends each, 5 writers) and a reader; three writers killed at a random
-    count of appends: the survivor and the reader go on, nothing acknowledged is lost, moved or torn."""
-    rng = random.Random(SEED)
+    count of appends: the survivor and the reader go on, nothing acknowledged is lost, moved or torn. Room
+    "preallocated": a ``preallocate`` topic, every append overwriting zero-written room that readers must tell from
+    batches and killed writers leave behind."""
+    rng = random.Random(f"{SEED}-{room}")
     data = tmp_path / "data"
-    make_store(data, 0, MP_TOPIC_CONFIG)
+    make_store(data, 0, dict(MP_TOPIC_CONFIG, preallocate=True) if room == "preallocated" else MP_TOPIC_CONFIG)
     mp = MultiProcess(zygote, tmp_path, data)
     mp.start_reader()
     mp.start_writer(1)
@@ -1401,7 +1423,7 @@ def _consume_beside(data: Path, model: Model, late: list) -> int:
     return seen.total
 
 
-def _torture(zygote, tmp_path, kills):
+def _torture(zygote, tmp_path, kills, room="none"):
     """The bound: 3 + ``kills`` writers, each at most TORTURE_OPS appends of at most 6 small records and
     TORTURE_BURSTS bursts of at most TORTURE_BURST_BYTES (3,100 records of 2 KiB): at most 25 MiB and 15,000 records
     a writer, so at most 150 MiB / 90,000 records with kills=3 and 1.1 GB / 650,000 records with kills=40, on disk
@@ -1414,7 +1436,8 @@ def _torture(zygote, tmp_path, kills):
     data = tmp_path / "data"
     # deleted segments wait file.delete.delay.ms before their files go: 5 s keeps the delay (and the readers' open
     # views across it) in play without piling the removed files up
-    make_store(data, 0, {"segment.bytes": 16 << 20, "index.interval.bytes": 4096, "file.delete.delay.ms": 5000})
+    make_store(data, 0, {"segment.bytes": 16 << 20, "index.interval.bytes": 4096, "file.delete.delay.ms": 5000,
+                         "preallocate": room == "preallocated"})
     mp = MultiProcess(zygote, tmp_path, data)
 
     def writer(wid):
@@ -1463,15 +1486,18 @@ def _torture(zygote, tmp_path, kills):
     assert mp.model.top > 10_000, mp.model.top
 
 
-def test_multiprocess_torture(zygote, tmp_path):
+@pytest.mark.parametrize("room", ["none", "preallocated"])
+def test_multiprocess_torture(room, zygote, tmp_path):
     """Shared writers appending megabyte bursts (more than 4 MiB while others do not look) and deleting, readers
     that pause, CLI tools beside them, writers killed at random: nothing appended is lost, hidden or moved.
-    Bounded by counts (see _torture): 6 writers, at most 150 MiB and 90,000 records written."""
-    _torture(zygote, tmp_path, kills=3)
+    Bounded by counts (see _torture): 6 writers, at most 150 MiB and 90,000 records written. Room "preallocated":
+    the topic's active segment keeps up to 1 MiB of zero-written room past its last batch (``preallocate``)."""
+    _torture(zygote, tmp_path, kills=3, room=room)
 
 
 @pytest.mark.slow
-def test_multiprocess_torture_soak(zygote, tmp_path):
+@pytest.mark.parametrize("room", ["none", "preallocated"])
+def test_multiprocess_torture_soak(room, zygote, tmp_path):
     """The torture with 40 kills (KAFKALOG_TORTURE_KILLS): 43 writers, at most 1.1 GB and 650,000 records written
     (25 MiB and 15,000 records more a kill)."""
-    _torture(zygote, tmp_path, kills=int(os.environ.get("KAFKALOG_TORTURE_KILLS", "40")))
+    _torture(zygote, tmp_path, kills=int(os.environ.get("KAFKALOG_TORTURE_KILLS", "40")), room=room)
