@@ -60,7 +60,7 @@ def test_room_never_goes_past_segment_bytes(tmp_path):
     with LogStore(data, maintenance=False) as store:
         store.create_topic(TOPIC, 1, {"preallocate": True, "segment.bytes": 20000})
         log = store.log(TOPIC, 0)
-        for i in range(100):
+        for _ in range(100):
             log.append_batch([b"x" * 500])
             for seg, path in zip(log.segments(), sorted((data / f"{TOPIC}-0").glob("*.log"))):
                 assert path.stat().st_size <= max(20000, seg.size), (path.name, path.stat().st_size)
