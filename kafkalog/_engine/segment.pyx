@@ -683,6 +683,8 @@ cdef class LogSegment:
             return -1
         pos = self.size
         while pos < file_size:
+            if self._zeros_at(pos, file_size):
+                break  # preallocated room (or nothing written there yet): 61 bytes read, not a chunk of zeros
             want = min(file_size - pos, chunk_len)
             chunk = bytearray(want)
             p = <const unsigned char *>(<char *>chunk)
