@@ -210,6 +210,7 @@ class Log:
         self._delete_policy = "delete" in c["cleanup.policy"]
         self._compact = "compact" in c["cleanup.policy"]
         self._prealloc = PREALLOCATE_BYTES if c["preallocate"] else 0
+        self._prealloc_failed = -1  # the base offset of a segment whose room could not be written
 
     def reconfigure(self, config: Config) -> None:
         """Run with a new topic config from now on (LogStore.alter_topic_config): segment size, retention, flush,
@@ -1064,9 +1065,9 @@ class Log:
         failpoints.hit("append:before-write")
         seg.append(data, self._leo)
         failpoints.hit("append:after-write")
-        if self._prealloc:
-            seg.preallocate(self._prealloc, self._segment_bytes)
         self._leo = last_offset + 1
+        if self._prealloc and seg.base_offset != self._prealloc_failed:
+            self._preallocate(seg)
         if self._session and self._changes is not None:
             self._changes.publish_end(self._leo, self._session)
         self._changed(current=True)
@@ -1075,6 +1076,16 @@ class Log:
             self._flush_locked()
         if self._waiters:
             self._wake()
+
+    def _preallocate(self, seg: LogSegment) -> None:
+        """More zero-written room past the batch just written (``preallocate``): an optimisation only. A failure
+        (the disk full, say) leaves the file as it was and the append done; the next appends go on without room."""
+        try:
+            seg.preallocate(self._prealloc, self._segment_bytes)
+        except (OSError, KafkaStorageError) as e:
+            self._prealloc_failed = seg.base_offset  # not tried again in this segment (by this view)
+            _log.warning("%s-%d: preallocating room in segment %d failed (appends go on without it): %s",
+                         self.topic, self.partition, seg.base_offset, e)
 
     def _maybe_roll(self, size: int, max_ts: int, last_offset: int) -> LogSegment:
         seg = self._segments[-1]

@@ -204,3 +204,30 @@ def test_bytes_past_zeros_are_cut_by_recovery_after_an_unclean_stop(tmp_path, cl
         assert not any(raw[end + _batch_size_of_one(b"next"):]), "a remnant of the power loss survived recovery"
     with LogStore(data, read_only=True) as store:
         assert [r.value for r in store.log(TOPIC, 0).records()][-2:] == [b"kept-9", b"next"]
+
+
+def test_room_that_cannot_be_written_leaves_appends_working(tmp_path, child_env):
+    """Writing the room fails (here: a file size limit, EFBIG, as a full disk fails with ENOSPC): the append that
+    triggered it is done and acknowledged, the file is as it was, and appends go on without room."""
+    data = tmp_path / "data"
+    code = f"""
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+from kafkalog import LogStore
+with LogStore({str(data)!r}, exclusive=True, maintenance=False) as store:
+    store.create_topic({TOPIC!r}, 1, {{"preallocate": True, "segment.bytes": 4 << 20,
+                                        "segment.index.bytes": 65536}})
+    log = store.log({TOPIC!r}, 0)
+    for i in range(20):
+        assert log.append_batch([b"%d-" % i + b"x" * 1000]) == i
+        log.flush()
+    print("appended", log.log_end_offset, log.segments()[-1].size)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("appended 20 "), p.stdout
+    assert p.stderr.count("preallocating room in segment 0 failed") == 1, p.stderr  # not tried at every append
+    with LogStore(data, read_only=True) as store:
+        assert [r.value[:3] for r in store.log(TOPIC, 0).records()] == [b"%d-" % i + b"x" for i in range(10)] + \
+            [b"%d-" % i for i in range(10, 20)]
