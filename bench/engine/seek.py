@@ -73,8 +73,9 @@ def m_time_seek(ctx):
     finally:
         reader.close()
         shared.close()
-    # info: the same records staged by append() into Kafka-sized 16 KiB batches (~140 records each): the in-batch
-    # scan that follows the index lookup is ~7x shorter than in the 1000-record batches above
+    # the same records staged by append() into Kafka-sized 16 KiB batches (~140 records each), issue 25's definition
+    # of the goal ("1 M records, 16 KiB batches"), in every open mode: the in-batch scan that follows the index
+    # lookup is ~7x shorter than in the 1000-record batches above (the stricter rows, kept as goals too)
     d16 = ctx.tmpdir("kl-seek16")
     store16, log16 = new_store(d16)
     ap = log16.append
@@ -84,6 +85,19 @@ def m_time_seek(ctx):
     log16.flush()
     l16 = timed(log16.offset_for_time)
     store16.close()
+    by_mode16 = {}
+    shared = common.LogStore(d16)
+    reader = common.LogStore(d16, read_only=True)
+    try:
+        for mode, s in (("shared", shared), ("read_only", reader)):
+            slog = s.log(TOPIC, 0)
+            for T in targets[:200]:
+                got = slog.offset_for_time(T)
+                assert got is not None and got[0] == int(ss(mm, T)) and got[1] == T, (mode, T, got)
+            by_mode16[mode] = timed(slog.offset_for_time)
+    finally:
+        reader.close()
+        shared.close()
     rmtree(d16)
     k = len(targets)
     method = f"p50 of {k:,} individually timed calls, uniform random targets (1,000 warm-up)"
@@ -91,8 +105,13 @@ def m_time_seek(ctx):
                 seconds=sum(lo), method=method, note="default segment/index config; page cache hot; "
                 "1000-record batches", **latency_stats(lo)),
             row("kafkalog.offset_for_time[16KiB]", "kafkalog", f"log.offset_for_time(T) over {n:,} records", n=k,
-                seconds=sum(l16), method=method, note="info: same records written by append() in 16 KiB batches "
-                "(Kafka's batch.size)", **latency_stats(l16)),
+                seconds=sum(l16), method=method, note="same records written by append() in 16 KiB batches "
+                "(Kafka's batch.size); exclusive store", **latency_stats(l16)),
+            *[row(f"kafkalog.offset_for_time[16KiB,{mode}]", "kafkalog", f"log.offset_for_time(T) over {n:,} records",
+                  n=k, seconds=sum(lat), method=method, note="16 KiB batches; opened " + (
+                      "LogStore(path) (shared, the default)" if mode == "shared" else
+                      "LogStore(path, read_only=True) beside a shared store"), **latency_stats(lat))
+              for mode, lat in by_mode16.items()],
             *[row(f"kafkalog.offset_for_time[{mode}]", "kafkalog", f"log.offset_for_time(T) over {n:,} records",
                   n=k, seconds=sum(lat), method=method, note="opened " + (
                       "LogStore(path) (shared, the default)" if mode == "shared" else
