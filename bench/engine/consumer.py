@@ -79,22 +79,41 @@ def m_consumer_poll_modes(ctx):
         try:
             for mode, store in (("shared", shared), ("read_only", reader)):
                 rlog = store.log(TOPIC, 0)
-                for name, what, run in (
-                        (f"kafkalog.records[{mode}]", f"for rec in log.records(): rec.key, rec.value ({mode} store)",
-                         lambda m, rlog=rlog: _records_run(rlog, m)),
-                        (f"kafkalog.KafkaConsumer.poll[{mode}]",
-                         f"poll(max_records=500), rec.key, rec.value ({mode} store)",
-                         lambda m, store=store: _poll_run(store, tp, m))):
-                    sec, times, method = repeat(ctx, run, n, "best")
+                cases = ((f"kafkalog.records[{mode}]", f"for rec in log.records(): rec.key, rec.value ({mode} store)",
+                          lambda m, rlog=rlog: _records_run(rlog, m)),
+                         (f"kafkalog.KafkaConsumer.poll[{mode}]",
+                          f"poll(max_records=500), rec.key, rec.value ({mode} store)",
+                          lambda m, store=store: _poll_run(store, tp, m)))
+                # the two cases take turns, run by run (a machine whose speed drifts over seconds, as a shared VM's
+                # does, would otherwise favour whichever ran in its faster moment)
+                timed = [repeat(ctx, run, n, "best") for _, _, run in cases] if ctx.p.reps <= 1 else \
+                    _turns(ctx, [run for _, _, run in cases], n)
+                for (name, what, _), (sec, times, method) in zip(cases, timed):
                     rows.append(row(name, "kafkalog", what, n=n, seconds=sec, nbytes=n * REC_BYTES, method=method,
                                     runs=times, note=f"one log written through a shared store, read through a "
-                                    f"{mode.replace('_', '-')} one"))
+                                    f"{mode.replace('_', '-')} one; records() and poll() runs taking turns"))
         finally:
             reader.close()
     finally:
         shared.close()
         rmtree(d)
     return rows
+
+
+def _turns(ctx, runs, n):
+    """Each of ``runs`` (run(m) -> seconds) warmed up once, then timed ``ctx.p.reps`` times, the runs taking turns:
+    [(best seconds, times, method)] per run."""
+    import gc
+    warm = max(common.BATCH, (n // 10) // common.BATCH * common.BATCH)
+    for run in runs:
+        run(warm)
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(ctx.p.reps):
+        for i, run in enumerate(runs):
+            gc.collect()
+            times[i].append(run(n))
+    method = f"best of {ctx.p.reps}, taking turns (warm-up of {warm:,} discarded)"
+    return [(min(t), t, method) for t in times]
 
 
 _WAKE_CHILD = r"""
