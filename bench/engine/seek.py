@@ -60,19 +60,25 @@ def m_time_seek(ctx):
     # the same log in the other open modes, as the processes beside a writer see it: the default (shared) store,
     # and a read-only one opened beside it (the exclusive store closes first: it excludes other writers)
     store.close()
-    by_mode = {}
-    shared = common.LogStore(d)
-    reader = common.LogStore(d, read_only=True)
-    try:
-        for mode, s in (("shared", shared), ("read_only", reader)):
-            slog = s.log(TOPIC, 0)
-            for T in targets[:200]:
-                got = slog.offset_for_time(T)
-                assert got is not None and got[0] == int(ss(mm, T)) and got[1] == T, (mode, T, got)
-            by_mode[mode] = timed(slog.offset_for_time)
-    finally:
-        reader.close()
-        shared.close()
+
+    def other_modes(path):
+        """{mode: latencies} of the log at ``path`` opened shared and, beside it, read-only."""
+        out = {}
+        shared = common.LogStore(path)
+        reader = common.LogStore(path, read_only=True)
+        try:
+            for mode, s in (("shared", shared), ("read_only", reader)):
+                slog = s.log(TOPIC, 0)
+                for T in targets[:200]:
+                    got = slog.offset_for_time(T)
+                    assert got is not None and got[0] == int(ss(mm, T)) and got[1] == T, (mode, T, got)
+                out[mode] = timed(slog.offset_for_time)
+        finally:
+            reader.close()
+            shared.close()
+        return out
+
+    by_mode = other_modes(d)
     # the same records staged by append() into Kafka-sized 16 KiB batches (~140 records each), issue 25's definition
     # of the goal ("1 M records, 16 KiB batches"), in every open mode: the in-batch scan that follows the index
     # lookup is ~7x shorter than in the 1000-record batches above (the stricter rows, kept as goals too)
@@ -85,19 +91,7 @@ def m_time_seek(ctx):
     log16.flush()
     l16 = timed(log16.offset_for_time)
     store16.close()
-    by_mode16 = {}
-    shared = common.LogStore(d16)
-    reader = common.LogStore(d16, read_only=True)
-    try:
-        for mode, s in (("shared", shared), ("read_only", reader)):
-            slog = s.log(TOPIC, 0)
-            for T in targets[:200]:
-                got = slog.offset_for_time(T)
-                assert got is not None and got[0] == int(ss(mm, T)) and got[1] == T, (mode, T, got)
-            by_mode16[mode] = timed(slog.offset_for_time)
-    finally:
-        reader.close()
-        shared.close()
+    by_mode16 = other_modes(d16)
     rmtree(d16)
     k = len(targets)
     method = f"p50 of {k:,} individually timed calls, uniform random targets (1,000 warm-up)"
