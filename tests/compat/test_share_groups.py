@@ -376,7 +376,7 @@ def test_franz_go_share_consumer_accept_release_reject(brokers, franz):
     for name, b in brokers.items():
         produce(b.bootstrap, topic, 2, per)
         r = subprocess.run([*franz, b.bootstrap, topic, group, "share", "9"], capture_output=True,
-                           text=True, timeout=120, stdin=subprocess.DEVNULL)
+                           text=True, timeout=300, stdin=subprocess.DEVNULL)
         lines = _lines(r.stdout)
         assert r.returncode == 0 and lines and lines[-1]["op"] == "share_result", (name, r.stdout, r.stderr[-3000:])
         assert all("error" not in x for x in lines if x["op"] == "flush"), (name, lines)
