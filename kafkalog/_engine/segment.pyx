@@ -314,15 +314,34 @@ cdef class LogSegment:
             if rc == 0:
                 self.rolling_based_timestamp = h.max_timestamp
         self.size = pos
+        cdef int64_t last_pos = -1, prev_next = 0, prev_max_ts = 0, prev_off_max = 0, prev_rolling = 0
         while pos < file_size:
             rc = parse_batch_header(self._ptr(pos), file_size - pos, &h)
             if rc != 0 or not _sane(&h, self.base_offset, self.next_offset if pos > 0 else -1):
                 break
+            last_pos, prev_next, prev_max_ts = pos, self.next_offset, self.max_timestamp_so_far
+            prev_off_max, prev_rolling = self.offset_of_max_timestamp_so_far, self.rolling_based_timestamp
             # loading writes nothing: an entry missing after a crash only makes the index sparser
             self._note_batch_foreign(pos, h.base_offset + h.last_offset_delta, h.max_timestamp, h.batch_length + 12)
             pos = self.size
+        if last_pos >= 0 and self.size < file_size and not self._complete_at(last_pos, self.size - last_pos):
+            # bytes follow the last batch (preallocated room, say), so its length alone does not prove it was
+            # written whole: a writer may be writing it now, or have died writing it. Its CRC decides; without it
+            # the view ends before it (refresh() takes it in once it is whole)
+            self.size, self.next_offset, self.max_timestamp_so_far = last_pos, prev_next, prev_max_ts
+            self.offset_of_max_timestamp_so_far, self.rolling_based_timestamp = prev_off_max, prev_rolling
         # zeros where the next batch would start are preallocated room (``preallocate``), not a torn write
         self.torn_bytes = 0 if self._zeros_at(self.size, file_size) else file_size - self.size
+
+    cdef int _complete_at(self, int64_t pos, int64_t length) except -1:
+        """1 when the ``length`` bytes at ``pos`` (read with pread, never through the mapping) are one whole batch
+        whose CRC holds."""
+        cdef BatchHeader h
+        cdef bytearray buf = bytearray(length)
+        cdef Py_ssize_t got = _pread_full(self.fd, <unsigned char *>(<char *>buf), length, pos)
+        if got < 0:
+            raise _os_error("read", self.log_path)
+        return got == length and check_batch(<const unsigned char *>(<char *>buf), length, &h) == 0
 
     # ------------------------------------------------------------------------------------------------ append
 

@@ -231,3 +231,35 @@ with LogStore({str(data)!r}, exclusive=True, maintenance=False) as store:
     with LogStore(data, read_only=True) as store:
         assert [r.value[:3] for r in store.log(TOPIC, 0).records()] == [b"%d-" % i + b"x" for i in range(10)] + \
             [b"%d-" % i for i in range(10, 20)]
+
+
+@pytest.mark.parametrize("opener", ["read_only", "shared"])
+def test_a_batch_being_written_into_the_room_is_not_taken_in_by_an_opener(tmp_path, opener):
+    """A writer in the middle of its pwrite (or killed there) has written the first page of its batch into the room
+    and not the rest, which reads as zeros: the batch's header gives a length the file holds, so its length alone
+    proves nothing. A store opened then must end its view before that batch (its CRC fails), never hand it out,
+    and take it in once it is whole."""
+    from kafkalog._engine.batch import build_batch
+    data = tmp_path / "data"
+    with LogStore(data, maintenance=False) as store:
+        store.create_topic(TOPIC, 1, CONFIG)
+        log = store.log(TOPIC, 0)
+        log.append_batch([b"whole-%d" % i for i in range(5)])
+        log.flush()
+        end = log.segments()[-1].size
+        batch = bytearray(build_batch([b"x" * 3000 for _ in range(4)]))
+        batch[0:8] = (5).to_bytes(8, "big")  # the next batch's base offset, as its writer assigns it
+        path = _active(data)
+        with open(path, "r+b") as f:  # its first 4 KiB page only, the rest still the room's zeros
+            f.seek(end)
+            f.write(batch[:4096 - end % 4096])
+        with LogStore(data, read_only=opener == "read_only", maintenance=False) as other:
+            olog = other.log(TOPIC, 0)
+            assert olog.log_end_offset == 5, "a batch not yet written whole was taken in"
+            assert [r.value for r in olog.records()] == [b"whole-%d" % i for i in range(5)]
+            with open(path, "r+b") as f:  # the writer finishes it, then bumps the partition's change counter
+                f.seek(end)
+                f.write(batch)
+            log._changed(current=False)
+            assert olog.has_data_after(5)
+            assert [r.value for r in olog.records(5)] == [b"x" * 3000] * 4
