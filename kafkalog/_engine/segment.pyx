@@ -315,11 +315,15 @@ cdef class LogSegment:
                 self.rolling_based_timestamp = h.max_timestamp
         self.size = pos
         cdef int64_t last_pos = -1, prev_next = 0, prev_max_ts = 0, prev_off_max = 0, prev_rolling = 0
+        cdef int64_t scan_start = pos
         while pos < file_size:
             rc = parse_batch_header(self._ptr(pos), file_size - pos, &h)
             if rc != 0 or not _sane(&h, self.base_offset, self.next_offset if pos > 0 else -1):
                 break
-            last_pos, prev_next, prev_max_ts = pos, self.next_offset, self.max_timestamp_so_far
+            # the log end before this batch: the previous batch's end, or (the first batch of the scan, which may
+            # start at the index's last entry) this batch's base offset
+            last_pos, prev_next = pos, self.next_offset if pos > scan_start else h.base_offset
+            prev_max_ts = self.max_timestamp_so_far
             prev_off_max, prev_rolling = self.offset_of_max_timestamp_so_far, self.rolling_based_timestamp
             # loading writes nothing: an entry missing after a crash only makes the index sparser
             self._note_batch_foreign(pos, h.base_offset + h.last_offset_delta, h.max_timestamp, h.batch_length + 12)
