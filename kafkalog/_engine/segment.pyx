@@ -102,6 +102,20 @@ cdef object _os_error(str operation, object path):
     return storage_error(OSError(err, strerror(err).decode()), operation, path)
 
 
+cdef Py_ssize_t _pwrite_full(int fd, const unsigned char *p, Py_ssize_t n, int64_t offset) noexcept nogil:
+    """pwrite until n bytes are written or an error stops it (errno set): the bytes written."""
+    cdef Py_ssize_t done = 0
+    cdef ssize_t w
+    while done < n:
+        w = pwrite(fd, p + done, n - done, offset + done)
+        if w < 0:
+            if errno == EINTR:
+                continue
+            break
+        done += w
+    return done
+
+
 cdef Py_ssize_t _pread_full(int fd, unsigned char *p, Py_ssize_t n, int64_t offset) noexcept nogil:
     """pread until n bytes or end of file; -1 on error (errno set)."""
     cdef Py_ssize_t done = 0
@@ -385,13 +399,7 @@ cdef class LogSegment:
                 q += h.batch_length + KL_LOG_OVERHEAD
             self._ensure_mapped(start + n)
             with nogil:
-                while written < n:
-                    w = pwrite(self.fd, p + written, n - written, start + written)
-                    if w < 0:
-                        if errno == EINTR:
-                            continue
-                        break
-                    written += w
+                written = _pwrite_full(self.fd, p, n, start)
             if written < n:
                 err = _os_error("write", self.log_path)
                 ftruncate(self.fd, start)
@@ -888,12 +896,10 @@ cdef class LogSegment:
         at = end
         with nogil:
             while at < target:
-                w = pwrite(self.fd, _ZEROS, <size_t>min(target - at, <int64_t>_ZEROS_LEN), at)
-                if w < 0:
-                    if errno == EINTR:
-                        continue
-                    break
+                w = _pwrite_full(self.fd, _ZEROS, <Py_ssize_t>min(target - at, <int64_t>_ZEROS_LEN), at)
                 at += w
+                if w < min(target - at + w, <int64_t>_ZEROS_LEN):
+                    break  # an error (errno set)
         if at < target:
             err = _os_error("write", self.log_path)
             ftruncate(self.fd, end)  # never past what was there: a reader meets the same file as before
