@@ -7,7 +7,7 @@ Data path::
                   the rest of the partition's current chunk, then Log.read(position) -> whole batches, zero copy
                   (the next chunk) -> records from position on -> ConsumerRecord, built in C
            -> nothing yet: sleep on an Event that every append through this process's Log objects sets, checking
-              Log.has_data_after() (one fstat) every WAKE_POLL_S for appends by other processes
+              Log.has_data_after() (one lseek) every WAKE_POLL_S for appends by other processes
 
 Positions start at the group's committed offset, else at ``auto_offset_reset`` ('earliest', 'latest', 'none'
 raises ``NoOffsetForPartitionError``). A position below the log start offset (a delete-before or retention ran
@@ -57,7 +57,7 @@ __all__ = ["ConsumerRebalanceListener", "KafkaConsumer"]
 
 _log = logging.getLogger("kafkalog.consumer")
 
-# A waiting poll looks for appends made by other processes (one fstat + one stat per partition) every WAKE_POLL_S,
+# A waiting poll looks for appends made by other processes (one lseek + one stat per partition) every WAKE_POLL_S,
 # backing off to WAKE_POLL_MAX_S while nothing comes: ~1 ms latency after recent traffic, <= 5 ms when idle.
 WAKE_POLL_S = 0.0005
 WAKE_POLL_MAX_S = 0.005

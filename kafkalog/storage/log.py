@@ -1142,7 +1142,7 @@ class Log:
     def has_data_after(self, offset: int) -> bool:
         """Cheap check that a record at ``offset`` or later exists or is staged, including appends by other
         processes since this view last looked (one memory load while the change counter has not moved, else one
-        fstat plus one stat; no lock, no read). A True answer may precede the view catching up: read through
+        lseek plus one stat; no lock, no read). A True answer may precede the view catching up: read through
         ``read``/``records``, which do."""
         if self._leo > offset or (self._staged is not None and self._staged.count):
             return True
