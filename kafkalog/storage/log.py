@@ -1105,6 +1105,7 @@ class Log:
         old.on_become_inactive()
         failpoints.hit("roll:after-trim")
         seg = self._open_segment(self._leo, writable=True, create=True)
+        failpoints.hit("roll:after-create")  # the next segment exists, its change not counted yet
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         self._new_active()
@@ -1952,11 +1953,26 @@ class _PartitionLock:
         timeout = log.config.get("lock.timeout.ms", 30000) / 1000.0
         log._plock.acquire(timeout=timeout, what=f"append to {log.topic}-{log.partition}")
         try:
-            log._refresh()
+            c = log._changes
+            if not (c is not None and log._segments and c.unchanged()
+                    and not _segment_exists(os.path.join(log._dir_str, segment_file_name(log._leo)))):
+                log._refresh()
+            # else the view is the partition: every writer counts its change before it lets go of this lock, so
+            # the counter unmoved since this view took the files in leaves only what a writer that died may have
+            # left uncounted: a segment it created rolling (looked for above), bytes past the view's end (a batch,
+            # whole or torn: the torn-tail check below takes whole ones in and cuts the rest) or, from a recovery
+            # killed before its count, a file shorter than the view (below)
             if log._session:
                 log._check_published_end()  # before anything is cut: bytes past a view behind it are batches
             active = log._segments[-1]
-            if active.torn_bytes_now() > 0:
+            torn = active.torn_bytes_now()
+            if torn < 0:
+                log._refresh()  # the active segment is shorter than the view: reopen it
+                if log._session:
+                    log._check_published_end()
+                active = log._segments[-1]
+                torn = active.torn_bytes_now()
+            if torn > 0:
                 active.truncate_torn_tail()  # a writer died mid-append: cut its partial batch before ours
                 log._refresh()  # the view's log end follows what the segment took in before it cut
                 log._changed(current=True)

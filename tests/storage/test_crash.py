@@ -1134,6 +1134,30 @@ def test_shared_writer_killed_mid_roll_while_another_appends(zygote, tmp_path):
     check_cli(data)
 
 
+def test_shared_writer_killed_after_creating_the_next_segment(zygote, tmp_path):
+    """A shared writer dies after it created the next segment and before it counted the roll (roll:after-create):
+    the other writer's view is unchanged by the change counter, yet it must append to the new segment, never past
+    its base in the sealed one."""
+    data = tmp_path / "data"
+    make_store(data, 0, MP_TOPIC_CONFIG)
+    mp = MultiProcess(zygote, tmp_path, data)
+    mp.start_reader()
+    mp.start_writer(1)
+    mp.wait_appends(1, 21)
+    mp.start_writer(2, extra_ops=[["arm", {"name": "roll:after-create"}]])
+    pid2, spec2 = mp.writers[2]
+    st = mp.z.wait(pid2, timeout=30)
+    assert_killed(st, spec2, "writer 2 (killed by roll:after-create)")
+    mp.killed.add(2)
+    mp.wait_appends(1, mp.appended(1) + 200)
+    mp.wait_progress(mp.reader_max, mp.reader_max() + 100, "the reader after writer 2 died having created a segment",
+                     enough=mp.reader_caught_up, pid=mp.readers[0][0], spec=mp.readers[0][1])
+    mp.finish()
+    image, _ = mp.verify()
+    assert image.lso == 0
+    check_cli(data)
+
+
 # ============================================================================================ 5. issue 10 regressions
 
 def test_damaged_index_hint_never_shortens_a_shared_writers_view(tmp_path):
