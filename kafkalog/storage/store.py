@@ -369,7 +369,12 @@ class LogStore:
         init = FileLock(self.path / ".kafkalog-init.lock")
         init.acquire(what=what)
         try:
+            # a full reload: the registry parsed and the partition directories listed again, whatever this process
+            # last read. A listing made without the lock may hold a directory another process's delete_topic had
+            # not renamed yet (its registry already written without the topic): kept, that topic would be written
+            # back into the registry by this change, deleted (acknowledged) yet back
             self._topics_stamp = None
+            self._registry_raw = None
             self._reload_topics()
             yield
         finally:
@@ -581,6 +586,7 @@ class LogStore:
                 del topics[name]
                 self._write_registry(topics)
                 self._topics = topics
+                failpoints.hit("delete-topic:after-registry")
                 self._remove_partition_dirs(name, range(n))
                 # the renames are durable before the log start offsets are forgotten: a power loss in between must
                 # not bring a partition dir back without its log start (records deleted before it would come back)

@@ -732,6 +732,35 @@ def test_two_stores_keep_one_registry_through_creates_alters_and_deletes(data_di
         b.close()
 
 
+def test_a_deleted_topic_never_comes_back_through_another_stores_registry_write(data_dir):
+    """Store b lists the data dir (without the registry lock) while store a's delete_topic has written the registry
+    without the topic and not renamed its directory yet: b's view holds the topic as a directory-only one. b's next
+    registry change must be made on the registry and directories as they are then, never on that view: the deleted
+    topic stays deleted (the power-loss soak's topics-create-delete case found it back)."""
+    a = kafkalog.LogStore(data_dir, maintenance=False)
+    b = kafkalog.LogStore(data_dir, maintenance=False)
+    seen = []
+    try:
+        a.create_topic("gone", 1)
+        a.log("gone", 0).append_batch(values(3))
+        a.create_topic("kept", 1)
+        assert b.topics() == ["gone", "kept"]
+        failpoints.enable("delete-topic:after-registry", lambda: seen.append(b.topics()))
+        try:
+            a.delete_topic("gone")
+        finally:
+            failpoints.disable("delete-topic:after-registry")
+        assert seen == [["gone", "kept"]], "b did not list the directory mid-delete: the test proves nothing"
+        b.create_topic("new", 1)
+        for store in (a, b):
+            assert store.topics() == ["kept", "new"]
+        with kafkalog.LogStore(data_dir, read_only=True, maintenance=False) as reader:
+            assert reader.topics() == ["kept", "new"]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_exclusive_store_refuses_second_writer(data_dir, child_env):
     import subprocess
     import sys
