@@ -1111,51 +1111,40 @@ def test_two_shared_writers_and_a_reader_with_kills(room, zygote, tmp_path):
     assert image.leo > 200 and seen > 100
 
 
-def test_shared_writer_killed_mid_roll_while_another_appends(zygote, tmp_path):
-    """A shared writer dies between sealing the active segment (its indexes trimmed) and creating the next one
-    (roll:after-trim); the other writer, which still has that segment open, must keep appending to it safely."""
+def _second_writer_killed_at(zygote, tmp_path, failpoint: str, what: str) -> None:
+    """Writer 1 appends, a reader reads; writer 2 joins armed with ``failpoint`` and dies there (kill -9); writer 1
+    goes on for 200 more appends and the reader must follow: everything verified, `kafkalog check` clean."""
     data = tmp_path / "data"
     make_store(data, 0, MP_TOPIC_CONFIG)
     mp = MultiProcess(zygote, tmp_path, data)
     mp.start_reader()
     mp.start_writer(1)
     mp.wait_appends(1, 21)
-    mp.start_writer(2, extra_ops=[["arm", {"name": "roll:after-trim"}]])
+    mp.start_writer(2, extra_ops=[["arm", {"name": failpoint}]])
     pid2, spec2 = mp.writers[2]
     st = mp.z.wait(pid2, timeout=30)
-    assert_killed(st, spec2, "writer 2 (killed by roll:after-trim)")
+    assert_killed(st, spec2, f"writer 2 (killed by {failpoint})")
     mp.killed.add(2)
     mp.wait_appends(1, mp.appended(1) + 200)
-    mp.wait_progress(mp.reader_max, mp.reader_max() + 100, "the reader after writer 2 died mid-roll",
+    mp.wait_progress(mp.reader_max, mp.reader_max() + 100, f"the reader after writer 2 died {what}",
                      enough=mp.reader_caught_up, pid=mp.readers[0][0], spec=mp.readers[0][1])
     mp.finish()
     image, _ = mp.verify()
     assert image.lso == 0
     check_cli(data)
+
+
+def test_shared_writer_killed_mid_roll_while_another_appends(zygote, tmp_path):
+    """A shared writer dies between sealing the active segment (its indexes trimmed) and creating the next one
+    (roll:after-trim); the other writer, which still has that segment open, must keep appending to it safely."""
+    _second_writer_killed_at(zygote, tmp_path, "roll:after-trim", "mid-roll")
 
 
 def test_shared_writer_killed_after_creating_the_next_segment(zygote, tmp_path):
     """A shared writer dies after it created the next segment and before it counted the roll (roll:after-create):
     the other writer's view is unchanged by the change counter, yet it must append to the new segment, never past
     its base in the sealed one."""
-    data = tmp_path / "data"
-    make_store(data, 0, MP_TOPIC_CONFIG)
-    mp = MultiProcess(zygote, tmp_path, data)
-    mp.start_reader()
-    mp.start_writer(1)
-    mp.wait_appends(1, 21)
-    mp.start_writer(2, extra_ops=[["arm", {"name": "roll:after-create"}]])
-    pid2, spec2 = mp.writers[2]
-    st = mp.z.wait(pid2, timeout=30)
-    assert_killed(st, spec2, "writer 2 (killed by roll:after-create)")
-    mp.killed.add(2)
-    mp.wait_appends(1, mp.appended(1) + 200)
-    mp.wait_progress(mp.reader_max, mp.reader_max() + 100, "the reader after writer 2 died having created a segment",
-                     enough=mp.reader_caught_up, pid=mp.readers[0][0], spec=mp.readers[0][1])
-    mp.finish()
-    image, _ = mp.verify()
-    assert image.lso == 0
-    check_cli(data)
+    _second_writer_killed_at(zygote, tmp_path, "roll:after-create", "having created a segment")
 
 
 # ============================================================================================ 5. issue 10 regressions
