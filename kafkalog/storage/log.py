@@ -1723,6 +1723,10 @@ class Log:
 
     def _advance_log_start(self, offset: int) -> None:
         self._checkpoints.set_log_start(self.topic, self.partition, offset)
+        failpoints.hit("delete-records:before-count")
+        # the checkpoint keeps the highest start ever set: one a deleter killed before it counted its change set
+        # there is the start now, even when this view (current by the counter) never took it in
+        offset = max(offset, self._checkpoints.log_start(self.topic, self.partition))
         self._lso = offset
         self._lso_stamp = self._checkpoints.log_start_stamp()
         self._changed()  # the new start is checkpointed: views take it in now, before the files go

@@ -1532,3 +1532,51 @@ def test_a_reader_racing_with_an_append_is_not_taken_for_one_that_missed_a_roll(
     assert reloads == [] and "listing the segments again" not in caplog.text
     monkeypatch.undo()
     assert view.log_end_offset == 9
+
+
+def test_delete_before_after_a_deleter_killed_before_it_counted(data_dir, child_env):
+    """Another process's delete_records_before checkpoints the new log start and dies (kill -9) before it counts
+    the change: this store's view, current by the change counter, never took that start in. Its own
+    delete_records_before of a lower offset must leave the start where the checkpoint has it, never lower."""
+    import subprocess
+    import sys
+    store = kafkalog.LogStore(data_dir, maintenance=False)
+    try:
+        store.create_topic("t", 1, {"segment.bytes": 1024})
+        log = store.log("t", 0)
+        for i in range(40):
+            log.append_batch([b"%03d" % i + b"x" * 100])
+        log.flush()
+        assert len(log.segments()) > 3
+        ready, go = data_dir / "ready", data_dir / "go"
+        code = ("import kafkalog, os, sys, time\n"
+                "s = kafkalog.LogStore(sys.argv[1], maintenance=False)\n"
+                "log = s.log('t', 0)\n"  # opening counts a change: the parent takes it in before the delete
+                "open(sys.argv[2], 'w').close()\n"
+                "for _ in range(6000):\n"
+                "    if os.path.exists(sys.argv[3]):\n"
+                "        break\n"
+                "    time.sleep(0.01)\n"
+                "log.delete_records_before(30)\n")
+        child = subprocess.Popen([sys.executable, "-c", code, str(data_dir), str(ready), str(go)],
+                                 env=dict(child_env, KAFKALOG_FAILPOINTS="delete-records:before-count=kill"))
+        try:
+            for _ in range(6000):
+                if ready.exists() or child.poll() is not None:
+                    break
+                time.sleep(0.01)
+            assert ready.exists(), f"the deleter did not open the log (exit {child.poll()})"
+            assert log.log_end_offset == 40 and next(iter(log.records())).offset == 0  # the view takes the open in
+            assert log._changes.unchanged(), "the view is not current by the counter: the test proves nothing"
+            go.touch()
+            assert child.wait(timeout=60) == -9
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        assert log._changes.unchanged(), "the deleter counted its change: the test proves nothing"
+        assert log.delete_records_before(10) == 30
+        assert log.log_start_offset == 30
+        assert next(iter(log.records())).offset == 30
+    finally:
+        store.close()
