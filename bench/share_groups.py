@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Share groups (KIP-932, issue 27): records per second through one share group of 1, 4 and 16 Java
-KafkaShareConsumers, Apache Kafka 4.4 against kafkalog serve on the same machine, one broker at a time.
+KafkaShareConsumers, Apache Kafka 4.4 against kafkalog serve on the same machine, one broker at a time, the brokers
+taking turns for --rounds rounds (kafka, kafkalog, kafka, kafkalog, ...; the median of each's rounds is its row: on a
+shared machine the disk's and the CPU's speed drift over minutes, and brokers run one after the other would each
+get their own moment).
 
     python bench/share_groups.py [--records 200000] [--consumers 1 --consumers 4 --consumers 16] [--partitions 16]
+                                 [--rounds 3]
 
 Method: per broker (bench/brokers/procs.py's each_broker: fresh, alone), a topic of --partitions partitions gets
 --records records of --value-bytes bytes (confluent-kafka, acks=all, before any timing). Then, per consumer count C,
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import uuid
@@ -76,6 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--max-poll", type=int, default=500)
     ap.add_argument("--brokers", default="kafka,kafkalog")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the brokers taking turns (median kept)")
     args = ap.parse_args(argv)
     counts = args.consumers or [1, 4, 16]
     lab, _ = kafka_libs()
@@ -83,30 +89,37 @@ def main(argv=None) -> int:
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-share-") as scratch:
         snapshot = snapshot_kafkalog(str(Path(scratch) / "snapshot"))
-        for name, broker in each_broker(scratch, snapshot, notes, names=tuple(args.brokers.split(",")),
-                                        kafkalog_overrides=("share.auto.offset.reset=earliest",)):
-            topic = f"share-bench-{uuid.uuid4().hex[:6]}"
-            progress(f"{name}: {args.records:,} records into {topic}")
-            load(broker.bootstrap, topic, args.partitions, args.records, args.value_bytes)
-            for c in counts:
-                progress(f"{name}: {c} share consumer(s)")
-                res = read(lab, broker, topic, c, args.records, args.max_poll)
-                results[(name, c)] = res
-                if "error" in res:
-                    notes.append(f"{name}, {c} consumers: {res['error']}")
+        for rnd in range(args.rounds):
+            for name, broker in each_broker(scratch, snapshot, notes, names=tuple(args.brokers.split(",")),
+                                            kafkalog_overrides=("share.auto.offset.reset=earliest",)):
+                topic = f"share-bench-{uuid.uuid4().hex[:6]}"
+                progress(f"round {rnd + 1}/{args.rounds}, {name}: {args.records:,} records into {topic}")
+                load(broker.bootstrap, topic, args.partitions, args.records, args.value_bytes)
+                for c in counts:
+                    progress(f"round {rnd + 1}/{args.rounds}, {name}: {c} share consumer(s)")
+                    res = read(lab, broker, topic, c, args.records, args.max_poll)
+                    results.setdefault((name, c), []).append(res)
+                    if "error" in res:
+                        notes.append(f"round {rnd + 1}, {name}, {c} consumers: {res['error']}")
     print(f"\n{args.records:,} records of {args.value_bytes} bytes in {args.partitions} partitions, one share group a "
-          f"row, implicit acknowledgement (records/s; ratio = kafkalog / Kafka, goal >= 1.0)")
+          f"row, implicit acknowledgement (records/s, median of {args.rounds} rounds taking turns; ratio = kafkalog / "
+          f"Kafka, goal >= 1.0)")
     print(f"{'consumers':>9} {'kafka rec/s':>12} {'kafkalog rec/s':>15} {'ratio':>7}   deliveries (kafka / kafkalog), "
-          f"broker CPU s (kafka / kafkalog)")
-    for c in counts:
-        k, m = results.get(("kafka", c), {}), results.get(("kafkalog", c), {})
+          f"mean broker CPU s (kafka / kafkalog)")
 
-        def rate(x):
-            return args.records / x["seconds"] if x.get("seconds", -1) > 0 and "error" not in x else None
-        kr, mr = rate(k), rate(m)
-        ratio = f"{mr / kr:.2f}x" if kr and mr else "-"
-        print(f"{c:>9} {kr or 0:>12,.0f} {mr or 0:>15,.0f} {ratio:>7}   {k.get('deliveries', '-')} / "
-              f"{m.get('deliveries', '-')}, {k.get('broker_cpu_s', 0):.1f} / {m.get('broker_cpu_s', 0):.1f}")
+    def rates(runs):
+        return [args.records / x["seconds"] for x in runs if x.get("seconds", -1) > 0 and "error" not in x]
+
+    for c in counts:
+        k, m = results.get(("kafka", c), []), results.get(("kafkalog", c), [])
+        kr, mr = rates(k), rates(m)
+        km, mm = (statistics.median(kr) if kr else None), (statistics.median(mr) if mr else None)
+        ratio = f"{mm / km:.2f}x" if km and mm else "-"
+        each = " | ".join(f"{x:,.0f}" for x in kr) + " ; " + " | ".join(f"{x:,.0f}" for x in mr)
+        print(f"{c:>9} {km or 0:>12,.0f} {mm or 0:>15,.0f} {ratio:>7}   "
+              f"{[x.get('deliveries', '-') for x in k]} / {[x.get('deliveries', '-') for x in m]}, "
+              f"{sum(x.get('broker_cpu_s', 0) for x in k) / max(1, len(k)):.1f} / "
+              f"{sum(x.get('broker_cpu_s', 0) for x in m) / max(1, len(m)):.1f}   rounds (kafka ; kafkalog): {each}")
     for n in notes:
         print("note:", n)
     return 0
