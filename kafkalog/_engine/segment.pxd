@@ -35,6 +35,7 @@ cdef class LogSegment:
     cdef int _walk_to(self, int64_t offset, int64_t *pos, int64_t *last, int64_t *bsize) noexcept nogil
     cdef int _zeros_at(self, int64_t pos, int64_t file_size) except -1
     cdef int _complete_at(self, int64_t pos, int64_t length) except -1
+    cdef int64_t _size_now(self) except -1
     cdef int _note_batch(self, int64_t pos, int64_t last_offset, int64_t max_ts, int64_t batch_size) except -1
     cdef const unsigned char *_ptr(self, int64_t pos) noexcept nogil
     cdef int64_t _index_position(self, int64_t offset)

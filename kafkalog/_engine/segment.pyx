@@ -266,9 +266,7 @@ cdef class LogSegment:
         self.fd = c_open(bpath, flags, 0o644)
         if self.fd < 0:
             raise _os_error("open", self.log_path)
-        file_size = _file_size(self.fd)
-        if file_size < 0:
-            raise _os_error("lseek", self.log_path)
+        file_size = self._size_now()
         self._reserve = max(file_size, reserve_bytes)
         self._map = _map_file(self.fd, self._reserve, self.log_path)
         self._open_indexes(create)
@@ -617,9 +615,7 @@ cdef class LogSegment:
         cdef BatchHeader h
         cdef int64_t pos = 0, last = 0, bsize = 0, file_size, prev_next
         cdef int rc
-        file_size = _file_size(self.fd)
-        if file_size < 0:
-            raise _os_error("lseek", self.log_path)
+        file_size = self._size_now()
         self._ensure_mapped(file_size)
         # a sealed (trimmed) or damaged index gets its full preallocated size back before it is rebuilt
         self.offset_index.resize(self.max_index_size)
@@ -715,9 +711,7 @@ cdef class LogSegment:
         cdef const unsigned char *p
         cdef Py_ssize_t got, q, k
         cdef int rc
-        file_size = _file_size(self.fd)
-        if file_size < 0:
-            raise _os_error("lseek", self.log_path)
+        file_size = self._size_now()
         if file_size < self.size:
             return -1
         pos = self.size
@@ -855,13 +849,17 @@ cdef class LogSegment:
     def torn_bytes_now(self):
         """Bytes in the file past the last complete batch of our view (another process appended, or a writer died
         mid-append); 0 when the file holds only zeros there (preallocated room: see ``preallocate``)."""
-        cdef int64_t file_size
-        file_size = _file_size(self.fd)
-        if file_size < 0:
-            raise _os_error("lseek", self.log_path)
+        cdef int64_t file_size = self._size_now()
         if file_size > self.size and self._zeros_at(self.size, file_size):
             return 0
         return file_size - self.size
+
+    cdef int64_t _size_now(self) except -1:
+        """The .log's size now (``_file_size``: lseek, never fstat)."""
+        cdef int64_t size = _file_size(self.fd)
+        if size < 0:
+            raise _os_error("lseek", self.log_path)
+        return size
 
     cdef int _zeros_at(self, int64_t pos, int64_t file_size) except -1:
         """1 when the batch header that would start at ``pos`` is all zeros in the file (read with pread, never
@@ -889,15 +887,11 @@ cdef class LogSegment:
         append costs that commit besides the data). The zeros go at the end of the file, never over a batch; only
         a writer calls this, under the partition lock. Nothing is fsynced here: the next durable append's fdatasync
         carries the new size once. Returns the bytes written."""
-        cdef int64_t file_size
         cdef int64_t end, target, at
-        cdef ssize_t w
+        cdef Py_ssize_t n, w
         if not self.writable or chunk <= 0:
             return 0
-        file_size = _file_size(self.fd)
-        if file_size < 0:
-            raise _os_error("lseek", self.log_path)
-        end = file_size
+        end = self._size_now()
         if end < self.size or end - self.size >= chunk // 2:
             return 0
         target = min(self.size + chunk, max(limit, self.size))
@@ -906,9 +900,10 @@ cdef class LogSegment:
         at = end
         with nogil:
             while at < target:
-                w = _pwrite_full(self.fd, _ZEROS, <Py_ssize_t>min(target - at, <int64_t>_ZEROS_LEN), at)
+                n = <Py_ssize_t>min(target - at, <int64_t>_ZEROS_LEN)
+                w = _pwrite_full(self.fd, _ZEROS, n, at)
                 at += w
-                if w < min(target - at + w, <int64_t>_ZEROS_LEN):
+                if w < n:
                     break  # an error (errno set)
         if at < target:
             err = _os_error("write", self.log_path)
@@ -922,9 +917,7 @@ cdef class LogSegment:
         cdef int64_t file_size
         if not self.writable or self.fd < 0:
             return 0
-        file_size = _file_size(self.fd)
-        if file_size < 0:
-            raise _os_error("lseek", self.log_path)
+        file_size = self._size_now()
         if file_size <= self.size or not self._zeros_at(self.size, file_size):
             return 0
         if ftruncate(self.fd, self.size) != 0:
@@ -938,9 +931,7 @@ cdef class LogSegment:
         cdef int64_t file_size
         if self.refresh() < 0:
             return 0  # another process's recovery truncated the file under us: the caller reopens the segment
-        file_size = _file_size(self.fd)
-        if file_size < 0:
-            raise _os_error("lseek", self.log_path)
+        file_size = self._size_now()
         if file_size <= self.size or self._zeros_at(self.size, file_size):
             return 0  # nothing past the view, or preallocated zeros: nothing torn
         if ftruncate(self.fd, self.size) != 0:
