@@ -139,6 +139,26 @@ def test_nothing_started():
     r.assert_outcomes(passed=1)
 
 
+def test_kafkalog_is_imported_as_itself_not_rewritten_by_pytest(inner):
+    """pytest marks every module of a plugin's distribution for assert rewriting; the plugin takes kafkalog off that
+    list (~70 ms of a broker's first start): the engine and broker a test imports are Python's own bytecode, while
+    the test file's asserts are still rewritten."""
+    r = inner('''
+import sys
+
+def test_broker_modules(kafka_broker):
+    kafka_broker.produce("t", [b"x"])
+    for name in ("kafkalog.broker.server", "kafkalog.storage.log", "kafkalog.testing.broker"):
+        loader = type(sys.modules[name].__loader__).__name__
+        assert loader == "SourceFileLoader", (name, loader)
+
+def test_own_asserts_rewritten():
+    assert [1, 2] == [1, 3]
+''')
+    r.assert_outcomes(passed=1, failed=1)
+    r.stdout.fnmatch_lines(["*At index 1 diff: 2 != 3*"])
+
+
 def test_client_fixture_skips_without_its_client(inner):
     r = inner('''
 import sys
