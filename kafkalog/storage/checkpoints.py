@@ -118,7 +118,8 @@ class Checkpoints:
         with self._lock:
             self._file_lock.acquire(what="checkpoint")
             try:
-                entries = dict(self._read_locked(file))
+                before = self._read_locked(file)
+                entries = dict(before)
                 for key, value in changes.items():
                     if value is None:
                         entries.pop(key, None)
@@ -126,6 +127,8 @@ class Checkpoints:
                         entries[key] = max(entries.get(key, value), value)
                     else:
                         entries[key] = value
+                if entries == before:  # nothing to change (e.g. forgetting a topic never checkpointed): the file
+                    return             # stays as it is, one atomic write (two fsyncs) saved
                 file.write(entries)
                 if file is self.log_starts:
                     self._lso_cache, self._lso_stamp = entries, file.stamp()

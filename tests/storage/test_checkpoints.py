@@ -275,3 +275,26 @@ def test_a_newline_topic_of_an_older_kafkalog_keeps_its_log_start(open_store, da
     assert not [r for r in caplog.records if "malformed" in r.getMessage()]
     store.delete_topic("old\n")
     assert b"old" not in (data_dir / LOG_START_OFFSET_CHECKPOINT).read_bytes()
+
+
+def test_deleting_a_topic_rewrites_only_the_checkpoints_that_name_it(open_store, data_dir):
+    """A topic deletion drops the topic's lines from every checkpoint file; a file without such lines is not
+    rewritten (each rewrite is a new file, two fsyncs): deleting a topic that was never checkpointed, the common case
+    of a short-lived test topic, writes none of them."""
+    store = open_store()
+    store.create_topic("t", 1)
+    store.log("t", 0).append_batch([b"a", b"b", b"c"])
+    store.log("t", 0).delete_records_before(2)
+    store.log("t", 0).flush()
+    store.run_maintenance()  # the recovery point checkpointed
+    paths = [data_dir / RECOVERY_POINT_CHECKPOINT, data_dir / LOG_START_OFFSET_CHECKPOINT]
+    assert all(("t", 0) in parse_checkpoint(p.read_bytes(), p.name) for p in paths)
+    before = [(p.stat().st_ino, p.read_bytes()) for p in paths]
+    store.create_topic("v", 2)
+    store.log("v", 0).append(b"x")
+    store.delete_topic("v")
+    assert [(p.stat().st_ino, p.read_bytes()) for p in paths] == before
+    store.delete_topic("t")
+    for p, (ino, _) in zip(paths, before):
+        assert p.stat().st_ino != ino
+        assert parse_checkpoint(p.read_bytes(), p.name) == {}
