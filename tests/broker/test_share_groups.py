@@ -352,6 +352,29 @@ def test_partitions_take_turns_and_max_bytes(make_broker):
     assert [len(acquired(body, p)) for p in (0, 1)] == [1, 0]
 
 
+def test_acknowledgements_of_another_partition_ride_beside_the_acquisition(make_broker):
+    """A consumer's ShareFetch acknowledges what it got last time, from the partition it was handed then, while the
+    acquisition starts at the next one (partitions take turns): those acknowledgements are applied beside the
+    acquisition (their fsync overlapping it), each partition's answered in its AcknowledgeErrorCode, a refused one
+    changing nothing of the others; an accepted record never comes back, a released one does."""
+    b = make_broker()
+    setup_topic(b.port, "t", [(p, [b"%d" % i for i in range(10)]) for p in range(3)], partitions=3)
+    m = Member(b.port, "g", "t")
+    m.join()
+    everything = (0, 1, 2)
+    assert acquired(m.fetch(partitions=everything, max_records=5, mode=1), 0) == [(0, 4, 1)]
+    # partition 1's turn: accept 0-2 and release 3-4 of partition 0; partition 2 was never fetched: refused
+    r = m.fetch({0: [(0, 2, (ACCEPT,)), (3, 4, (RELEASE,))], 2: [(0, 0, (ACCEPT,))]}, partitions=everything,
+                max_records=5, mode=1)
+    assert [acquired(r, p) for p in everything] == [[], [(0, 4, 1)], []]
+    assert part(r, 0)["acknowledge_error_code"] == 0
+    assert part(r, 2)["acknowledge_error_code"] == INVALID_REQUEST
+    assert part(r, 1)["acknowledge_error_code"] == 0
+    assert acquired(m.fetch(partitions=everything, max_records=5, mode=1), 2) == [(0, 4, 1)]
+    # partition 0's turn again: the released two (their second delivery), then new ones; 0-2 never again
+    assert acquired(m.fetch(partitions=everything, max_records=5, mode=1), 0) == [(3, 4, 2), (5, 7, 1)]
+
+
 def test_record_limit_mode_and_max_records(make_broker):
     b = make_broker()
     setup_topic(b.port, "t", [(0, [b"%d" % i for i in range(10)])])

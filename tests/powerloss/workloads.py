@@ -463,11 +463,12 @@ def w_kip848_group(data, acks, rng, wid):
 
 
 def w_share_member(data, acks, rng, wid):
-    """A KIP-932 share-group member on the broker workload, over the wire: it appends batches to topic "sh" (acks=all:
-    R lines), acquires them through ShareFetch and accepts, releases or rejects them (piggy-backed, or alone in a
-    ShareAcknowledge); an offset is settled for good once the answer to its ACCEPT or REJECT came back without error
-    (A lines). After each power loss it comes back as a new member: the recovered share-partition state must hold
-    every A offset as done (never to be delivered again), and have lost no R record."""
+    """A KIP-932 share-group member on the broker workload, over the wire: it appends batches to the two partitions
+    of topic "sh" (acks=all: R lines), acquires them through ShareFetch and accepts, releases or rejects them
+    (piggy-backed, or alone in a ShareAcknowledge); an offset is settled for good once the answer to its ACCEPT or
+    REJECT came back without error (A lines). After each power loss it comes back as a new member: the recovered
+    share-partition state must hold every A offset as done (never to be delivered again), and have lost no R
+    record."""
     import socket
     import struct
     import uuid
@@ -486,7 +487,7 @@ def w_share_member(data, acks, rng, wid):
         (n,) = struct.unpack(">i", _read(sock, 4))
         return protocol.decode_response(key, version, _read(sock, n))[1]
 
-    r = call(19, 5, {"topics": [{"name": "sh", "num_partitions": 1, "replication_factor": 1, "assignments": [],
+    r = call(19, 5, {"topics": [{"name": "sh", "num_partitions": 2, "replication_factor": 1, "assignments": [],
                                  "configs": []}], "timeout_ms": 30000, "validate_only": False})
     assert r["topics"][0]["error_code"] in (0, 36), r
     member = str(uuid.uuid4())
@@ -495,45 +496,54 @@ def w_share_member(data, acks, rng, wid):
     assert r["error_code"] == 0, r
     tid = call(3, 12, {"topics": [{"topic_id": uuid.UUID(int=0), "name": "sh"}], "allow_auto_topic_creation": False,
                        "include_topic_authorized_operations": False})["topics"][0]["topic_id"]
-    epoch, pending = 0, []  # pending: (first, last, type) to send with the next request
+    # two partitions, which a fetch's acquisition takes in turns: a fetch's piggy-backed acknowledgements are of
+    # the partition the acquisition tries first or of the other one (applied beside the acquisition)
+    epoch, pending = 0, {0: [], 1: []}  # partition: [(first, last, type)] to send with the next request
 
-    def settle(answer_code):
+    def settle(p, answer_code):
         if answer_code == 0:
-            done = [f"A sh 0 {o}" for first, last, t in pending if t in (1, 3) for o in range(first, last + 1)]
+            done = [f"A sh {p} {o}" for first, last, t in pending[p] if t in (1, 3) for o in range(first, last + 1)]
             if done:
                 acks.write(*done)
+
+    def answered(r, p):
+        return next((x for t in r["responses"] for x in t["partitions"] if x["partition_index"] == p), None)
     while True:
+        p = rng.randrange(2)
         vals = values(rng, f"s{wid}", rng.randint(1, 20))
         r = call(0, 9, {"transactional_id": None, "acks": -1, "timeout_ms": 30000, "topic_data": [
-            {"name": "sh", "partition_data": [{"index": 0, "records": bytes(build_batch(vals))}]}]})
+            {"name": "sh", "partition_data": [{"index": p, "records": bytes(build_batch(vals))}]}]})
         part = r["responses"][0]["partition_responses"][0]
         assert part["error_code"] == 0, r
-        acks.write(*(f"R sh 0 {part['base_offset'] + i} {digest(v)}" for i, v in enumerate(vals)))
-        batches = [{"first_offset": a, "last_offset": b, "acknowledge_types": [t]} for a, b, t in pending]
-        alone = batches and rng.random() < 0.3
-        if alone:
+        acks.write(*(f"R sh {p} {part['base_offset'] + i} {digest(v)}" for i, v in enumerate(vals)))
+        batches = {q: [{"first_offset": a, "last_offset": b, "acknowledge_types": [t]} for a, b, t in pending[q]]
+                   for q in (0, 1)}
+        if any(batches.values()) and rng.random() < 0.3:  # alone, in a ShareAcknowledge
             r = call(79, 2, {"group_id": "pl-share", "member_id": member, "share_session_epoch": epoch,
                              "is_renew_ack": False, "topics": [{"topic_id": tid, "partitions": [
-                                 {"partition_index": 0, "acknowledgement_batches": batches}]}]})
+                                 {"partition_index": q, "acknowledgement_batches": b}
+                                 for q, b in batches.items() if b]}]})
             assert r["error_code"] == 0, r
-            settle(r["responses"][0]["partitions"][0]["error_code"])
+            for q in (0, 1):
+                if batches[q]:
+                    settle(q, answered(r, q)["error_code"])
             epoch += 1
-            pending, batches = [], []
+            pending, batches = {0: [], 1: []}, {0: [], 1: []}
         r = call(78, 2, {"group_id": "pl-share", "member_id": member, "share_session_epoch": epoch,
                          "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": rng.randint(1, 30),
                          "batch_size": 30, "share_acquire_mode": rng.choice([0, 1]), "is_renew_ack": False,
                          "topics": [{"topic_id": tid, "partitions": [
-                             {"partition_index": 0, "acknowledgement_batches": batches}]}],
+                             {"partition_index": q, "acknowledgement_batches": batches[q]} for q in (0, 1)]}],
                          "forgotten_topics_data": []})
         assert r["error_code"] == 0, r
         epoch += 1
-        p = r["responses"][0]["partitions"][0] if r["responses"] else None
-        if batches:
-            settle(p["acknowledge_error_code"] if p is not None else 0)
-        pending = []
-        for a in (p["acquired_records"] if p is not None else ()):
-            for o in range(a["first_offset"], a["last_offset"] + 1):
-                pending.append((o, o, rng.choice([1, 1, 1, 2, 3])))  # mostly ACCEPT, some RELEASE and REJECT
+        for q in (0, 1):
+            x = answered(r, q)
+            if batches[q]:
+                settle(q, x["acknowledge_error_code"] if x is not None else 0)
+            pending[q] = [(o, o, rng.choice([1, 1, 1, 2, 3]))  # mostly ACCEPT, some RELEASE and REJECT
+                          for a in (x["acquired_records"] if x is not None else ())
+                          for o in range(a["first_offset"], a["last_offset"] + 1)]
 
 
 def _read(sock, n: int) -> bytes:
