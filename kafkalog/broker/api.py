@@ -71,7 +71,6 @@ from .handling import (
     not_allowed,
     request_body,
     respond,
-    retrieve,
 )
 from .producers import ProducerStates
 from .quotas import FETCH as FETCH_QUOTA
@@ -419,8 +418,13 @@ def run_sliced(gen):
     if isinstance(step, asyncio.Future):
         # made before the coroutine runs: when its connection closes first, the coroutine never awaits it, and a
         # worker's error would be logged as "Future exception was never retrieved" (the awaiting code still gets it)
-        step.add_done_callback(retrieve)
+        step.add_done_callback(_retrieve)
     return _drive(gen, step)
+
+
+def _retrieve(fut) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def finish(gen):

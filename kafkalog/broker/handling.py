@@ -21,13 +21,6 @@ def error_code(exc: BaseException) -> int:
     return UnknownServerError.code
 
 
-def retrieve(fut) -> None:
-    """A done-callback for a worker's future that may end unawaited (its request answered or dropped first): takes
-    its exception, so that it is not logged as "Future exception was never retrieved" (an awaiter still gets it)."""
-    if not fut.cancelled():
-        fut.exception()
-
-
 def allowed(s, ctx, operation: str, resource_type: str, name: str) -> bool:
     """Whether ``ctx``'s principal may do ``operation`` on the resource (always, without an authorizer)."""
     a = s.authorizer

@@ -46,7 +46,7 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from .group_configs import DURATION
-from .handling import allowed, error_code, not_allowed, request_body, respond, retrieve
+from .handling import allowed, error_code, not_allowed, request_body, respond
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -722,21 +722,8 @@ def share_fetch(s, ctx, header, frame, offset):
         max_records = req["max_records"] if req["max_records"] > 0 else 500
         record_limit = v >= 2 and req["share_acquire_mode"] == 1
         seen = _freed(co, gid, parts)
-        # The acknowledgements of the first partition the acquisition tries go with it (one state write); those
-        # of other partitions are applied beside it, in another worker thread, as Kafka's broker handles a
-        # ShareFetch's acknowledgements and its fetch side by side: their fsync overlaps the acquisition and the
-        # read of the records (a consumer acknowledges what it got last time, from the partition it was handed
-        # then). The answer waits for both: each acknowledgement is fsynced before it is answered.
-        apart = {tp: b for tp, b in acks.items() if tp != parts[0]}
-        acking = None
-        if apart:
-            acking = s.loop.run_in_executor(None, _acknowledge, s, gid, mid, apart, renew_ok)
-            acking.add_done_callback(retrieve)  # an acquisition that fails first leaves it unawaited
         got, done = yield s.loop.run_in_executor(None, _acquire, s, gid, mid, parts, max_records, record_limit,
-                                                 req["max_bytes"], {tp: b for tp, b in acks.items() if tp == parts[0]},
-                                                 renew_ok)
-        if acking is not None:
-            done.update((yield acking))
+                                                 req["max_bytes"], acks, renew_ok)
         deadline = time.monotonic() + req["max_wait_ms"] / 1000.0
         while not got and not acks and time.monotonic() < deadline:
             if (gid, mid) not in co.sessions or co.sessions[(gid, mid)] is not sess:

@@ -352,11 +352,11 @@ def test_partitions_take_turns_and_max_bytes(make_broker):
     assert [len(acquired(body, p)) for p in (0, 1)] == [1, 0]
 
 
-def test_acknowledgements_of_another_partition_ride_beside_the_acquisition(make_broker):
+def test_acknowledgements_of_another_partition_ride_a_fetch(make_broker):
     """A consumer's ShareFetch acknowledges what it got last time, from the partition it was handed then, while the
-    acquisition starts at the next one (partitions take turns): those acknowledgements are applied beside the
-    acquisition (their fsync overlapping it), each partition's answered in its AcknowledgeErrorCode, a refused one
-    changing nothing of the others; an accepted record never comes back, a released one does."""
+    acquisition starts at the next one (partitions take turns): those acknowledgements are applied, each partition's
+    answered in its AcknowledgeErrorCode, a refused one changing nothing of the others; an accepted record never
+    comes back, a released one does."""
     b = make_broker()
     setup_topic(b.port, "t", [(p, [b"%d" % i for i in range(10)]) for p in range(3)], partitions=3)
     m = Member(b.port, "g", "t")
