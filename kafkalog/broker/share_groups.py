@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 import uuid
@@ -177,6 +178,18 @@ class ShareCoordinator:
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self._opening = threading.Lock()
         self._warming: set[tuple[str, str, int]] = set()  # share-partitions open_later is opening
+        self.adopt(stored_groups(services))
+
+    def adopt(self, gids) -> None:
+        """(loop) Take in, as share groups without members, the groups whose share-partition states are on disk but
+        which this broker does not hold: every share group after a restart (Kafka keeps a share group across its
+        broker's restarts), and a DurableQueue's group nobody joined over the wire (a queue group is a share group).
+        Listed, described, altered and deleted as share groups, not as the classic group their committed offsets
+        (a DurableQueue commits its acked prefix) would otherwise make of them. An id in use by a live classic or
+        consumer group stays that group's."""
+        for gid in gids:
+            if gid not in self.groups and not self._other_type(gid):
+                self.groups[gid] = ShareGroup(gid)
 
     # -- a group's configs ------------------------------------------------------------------------------------------
 
@@ -538,7 +551,7 @@ def share_group_describe(s, ctx, header, frame, offset):
             r["error_code"] = GROUP_DENIED
         elif not gid:
             r["error_code"] = 24  # INVALID_GROUP_ID
-        elif gid not in s.shares.groups:
+        elif not (yield from share_group_of(s, gid)):
             known = s.shares._other_type(gid) or gid in s.store.offsets.groups()
             r.update(error_code=GroupIdNotFoundError.code,
                      error_message=f"Group {gid} is not a share group." if known else f"Group {gid} not found.")
@@ -889,18 +902,37 @@ def describe_share_group_offsets(s, ctx, header, frame, offset):
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
 
 
-def _has_state(s, gid: str) -> bool:
-    """Worker thread: whether any partition holds a share-partition state of ``gid`` (the wire's or a
-    DurableQueue's)."""
+def stored_groups(s) -> set[str]:
+    """The ids of the groups with a share-partition state in some partition (the wire's or a DurableQueue's): one
+    listing of each partition's queue directory, no log opened. Worker thread, or the broker's start."""
     from ..client.queue import QUEUES_DIR
+    out: set[str] = set()
     for name in s.store.topics():
         for p in range(s.partitions(name)):
             try:
-                if (s.store.log(name, p).dir / QUEUES_DIR / gid).is_dir():
-                    return True
-            except KafkaError:
+                with os.scandir(s.store.path / f"{name}-{p}" / QUEUES_DIR) as entries:
+                    out.update(e.name for e in entries if e.is_dir())
+            except (FileNotFoundError, NotADirectoryError):
                 continue
-    return False
+            except OSError as e:
+                log.warning("share groups: could not list %s-%d's queue states: %s", name, p, e)
+    return out
+
+
+def _has_state(s, gid: str) -> bool:
+    """Worker thread: whether any partition holds a share-partition state of ``gid`` (the wire's or a
+    DurableQueue's); no log opened."""
+    from ..client.queue import QUEUES_DIR
+    return any((s.store.path / f"{name}-{p}" / QUEUES_DIR / gid).is_dir()
+               for name in s.store.topics() for p in range(s.partitions(name)))
+
+
+def share_group_of(s, gid: str):
+    """Whether ``gid`` is a share group of this broker, one whose share-partition states are on disk taken in
+    (``ShareCoordinator.adopt``); a generator (the disk is looked at off the loop): ``yield from`` it."""
+    if gid and gid not in s.shares.groups and (yield s.loop.run_in_executor(None, _has_state, s, gid)):
+        s.shares.adopt((gid,))
+    return gid in s.shares.groups
 
 
 def _admin_check(s, ctx, gid: str):

@@ -460,6 +460,79 @@ def test_share_group_and_durable_queue_are_one_group(make_broker):
         q.close()
 
 
+def _group_views(port: int, gid: str) -> dict:
+    """How the broker shows ``gid``: its ListGroups entry, its ShareGroupDescribe and DescribeGroups v6 answers."""
+    with Wire(port) as w:
+        listed = [g for g in w.call(16, 5, {"states_filter": [], "types_filter": []})["groups"] if g["group_id"] == gid]
+        d = w.call(77, 1, {"group_ids": [gid], "include_authorized_operations": False})["groups"][0]
+        c = w.call(15, 6, {"groups": [gid], "include_authorized_operations": False})["groups"][0]
+    return {"listed": [(g["group_type"], g["protocol_type"], g["group_state"]) for g in listed],
+            "share": (d["error_code"], d["group_state"], len(d["members"])),
+            "classic": (c["error_code"], c["error_message"])}
+
+
+def _states(data, topic: str, gid: str) -> list:
+    return sorted(p.parent.parent.name for p in data.glob(f"{topic}-*/.kafkalog-queues/{gid}/state.0"))
+
+
+SHARE_EMPTY = {"listed": [("share", "share", "Empty")], "share": (0, "Empty", 0),
+               "classic": (GROUP_ID_NOT_FOUND, "Group g is not a classic group.")}
+
+
+def test_a_durable_queue_group_is_a_share_group_over_the_wire(make_broker, tmp_path):
+    """A DurableQueue's group that no member ever joined over the wire is a share group to the wire's admin APIs
+    (listed, described and deleted as one, not as the classic group its committed offsets would make), and deleting
+    it takes its states and offsets; so does deleting one the broker was never asked about before."""
+    b = make_broker()
+    for gid in ("g", "h"):
+        q = DurableQueue(b.store, name="jobs", group=gid, prefetch=5)
+        if gid == "g":
+            q.put_many([b"%d" % i for i in range(10)])
+        q.ack(q.get(timeout=5))
+        q.close()  # commits its acked prefix as the group's offset
+    assert {"g", "h"} <= set(b.store.offsets.groups())
+    with Wire(b.port) as w:  # h first, unseen: not the classic group of its offsets
+        assert w.call(42, 2, {"groups_names": ["h"]})["results"][0]["error_code"] == 0
+    assert _states(tmp_path / "data0", "jobs", "h") == [] and "h" not in b.store.offsets.groups()
+    assert _group_views(b.port, "g") == SHARE_EMPTY
+    with Wire(b.port) as w:
+        assert w.call(42, 2, {"groups_names": ["g"]})["results"][0]["error_code"] == 0
+    assert _states(tmp_path / "data0", "jobs", "g") == [] and "g" not in b.store.offsets.groups()
+    assert _group_views(b.port, "g")["listed"] == []
+
+
+def test_a_share_group_outlives_a_broker_restart(tmp_path):
+    """A share group without members is still one after its broker restarts (Kafka keeps it): listed Empty,
+    described, what it accepted not delivered again to a member that joins, and deletable with its states."""
+    data = tmp_path / "data"
+    conf = {"share.auto.offset.reset": "earliest"}
+    b = Broker(data, "127.0.0.1:0", conf).start()
+    try:
+        setup_topic(b.port, "t", [(0, [b"%d" % i for i in range(6)])])
+        m = Member(b.port, "g", "t")
+        m.join()
+        assert acquired(m.fetch(max_records=3, mode=1)) == [(0, 2, 1)]
+        assert part(m.acknowledge({0: [(0, 2, (ACCEPT,))]}))["error_code"] == 0
+        m.heartbeat(-1)
+        m.close()
+    finally:
+        b.stop()
+    b = Broker(data, "127.0.0.1:0", conf).start()
+    try:
+        assert _group_views(b.port, "g") == SHARE_EMPTY
+        m = Member(b.port, "g", "t")
+        m.join()
+        assert acquired(m.fetch(max_records=10)) == [(3, 5, 1)]
+        m.heartbeat(-1)
+        m.close()
+        with Wire(b.port) as w:
+            assert w.call(42, 2, {"groups_names": ["g"]})["results"][0]["error_code"] == 0
+        assert _states(data, "t", "g") == []
+        assert _group_views(b.port, "g")["listed"] == []
+    finally:
+        b.stop()
+
+
 @pytest.mark.parametrize("reaper", ["broker", "queue"])
 def test_kill9_accepted_never_come_back_acquired_always_do(tmp_path, child_env, reaper):
     """kill -9 of ``kafkalog serve`` holding 10 acquired records, 5 of them accepted: what was accepted never comes
