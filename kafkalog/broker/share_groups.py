@@ -930,7 +930,8 @@ def _has_state(s, gid: str) -> bool:
 def share_group_of(s, gid: str):
     """Whether ``gid`` is a share group of this broker, one whose share-partition states are on disk taken in
     (``ShareCoordinator.adopt``); a generator (the disk is looked at off the loop): ``yield from`` it."""
-    if gid and gid not in s.shares.groups and (yield s.loop.run_in_executor(None, _has_state, s, gid)):
+    if gid and gid not in s.shares.groups and not s.shares._other_type(gid) and \
+            (yield s.loop.run_in_executor(None, _has_state, s, gid)):
         s.shares.adopt((gid,))
     return gid in s.shares.groups
 
