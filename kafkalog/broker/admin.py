@@ -57,7 +57,6 @@ from .handling import (
     request_body,
     respond,
 )
-from .share_groups import share_group_of, stored_groups
 
 log = logging.getLogger("kafkalog.broker")
 
@@ -227,7 +226,7 @@ def list_groups(s, ctx, header, frame, offset):
     states = {x.lower() for x in req.get("states_filter") or []}
     types = {x.lower() for x in req.get("types_filter") or []}
     ids = yield s.loop.run_in_executor(None, _group_ids, s)
-    s.shares.adopt((yield s.loop.run_in_executor(None, stored_groups, s)))
+    s.shares.adopt((yield s.loop.run_in_executor(None, s.shares.stored)))
     share = [] if types and SHARE not in types else sorted(s.shares.groups)
     if types and not types & {CLASSIC, CONSUMER}:
         ids = []  # streams groups are not served
@@ -253,7 +252,7 @@ def describe_groups(s, ctx, header, frame, offset):
             r["error_code"] = GROUP_DENIED
             out.append(r)
             continue
-        if gid in s.groups.consumer.groups or (yield from share_group_of(s, gid)):
+        if gid in s.groups.consumer.groups or (yield from s.shares.group_of(gid)):
             # Kafka 4.4 describes only classic groups here: a KIP-848 group is "Dead" before v6, and from v6 not found
             r["group_state"] = "Dead"
             if header.api_version >= 6:
@@ -318,7 +317,7 @@ def delete_groups(s, ctx, header, frame, offset):
         if not_allowed(s, ctx, "DELETE", "GROUP", gid):
             out.append({"group_id": gid, "error_code": GROUP_DENIED})
             continue
-        sg = s.shares.groups.get(gid) if (yield from share_group_of(s, gid)) else None
+        sg = s.shares.groups.get(gid) if (yield from s.shares.group_of(gid)) else None
         if sg is not None:  # a share group: deleted when it has no member, with its share-partition states
             if sg.members:
                 out.append({"group_id": gid, "error_code": NonEmptyGroupError.code})

@@ -191,6 +191,14 @@ class ShareCoordinator:
             if gid not in self.groups and not self._other_type(gid):
                 self.groups[gid] = ShareGroup(gid)
 
+    def stored(self) -> set[str]:
+        """Worker thread: ``stored_groups`` (for the admin APIs, which do not import this module)."""
+        return stored_groups(self.s)
+
+    def group_of(self, gid: str):
+        """``share_group_of``: ``yield from`` it in a handler."""
+        return share_group_of(self.s, gid)
+
     # -- a group's configs ------------------------------------------------------------------------------------------
 
     def lock_ms_of(self, gid: str) -> int:
