@@ -917,7 +917,7 @@ def _log_dir_sizes(s, wanted) -> list:
         for p in range(n):
             if asked is not None and p not in asked:
                 continue
-            d = s.store.path / f"{name}-{p}"
+            d = s.store.partition_dir(name, p)
             size = 0
             try:
                 if s.store.topic_config(name)["preallocate"]:

@@ -178,7 +178,7 @@ class ShareCoordinator:
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self._opening = threading.Lock()
         self._warming: set[tuple[str, str, int]] = set()  # share-partitions open_later is opening
-        self.adopt(stored_groups(services))
+        self.adopt(self.stored())
 
     def adopt(self, gids) -> None:
         """(loop) Take in, as share groups without members, the groups whose share-partition states are on disk but
@@ -192,12 +192,29 @@ class ShareCoordinator:
                 self.groups[gid] = ShareGroup(gid)
 
     def stored(self) -> set[str]:
-        """Worker thread: ``stored_groups`` (for the admin APIs, which do not import this module)."""
-        return stored_groups(self.s)
+        """The ids of the groups with a share-partition state in some partition (the wire's or a DurableQueue's): one
+        listing of each partition's queue directory, no log opened. Worker thread, or the broker's start."""
+        from ..client.queue import QUEUES_DIR
+        s = self.s
+        out: set[str] = set()
+        for name in s.store.topics():
+            for p in range(s.partitions(name)):
+                try:
+                    with os.scandir(s.store.partition_dir(name, p) / QUEUES_DIR) as entries:
+                        out.update(e.name for e in entries if e.is_dir())
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                except OSError as e:
+                    log.warning("share groups: could not list %s-%d's queue states: %s", name, p, e)
+        return out
 
     def group_of(self, gid: str):
-        """``share_group_of``: ``yield from`` it in a handler."""
-        return share_group_of(self.s, gid)
+        """Whether ``gid`` is a share group of this broker, one whose share-partition states are on disk taken in
+        (``adopt``); a generator (the disk is looked at off the loop): ``yield from`` it in a handler."""
+        if gid and gid not in self.groups and not self._other_type(gid) and \
+                (yield self.s.loop.run_in_executor(None, _has_state, self.s, gid)):
+            self.adopt((gid,))
+        return gid in self.groups
 
     # -- a group's configs ------------------------------------------------------------------------------------------
 
@@ -559,7 +576,7 @@ def share_group_describe(s, ctx, header, frame, offset):
             r["error_code"] = GROUP_DENIED
         elif not gid:
             r["error_code"] = 24  # INVALID_GROUP_ID
-        elif not (yield from share_group_of(s, gid)):
+        elif not (yield from s.shares.group_of(gid)):
             known = s.shares._other_type(gid) or gid in s.store.offsets.groups()
             r.update(error_code=GroupIdNotFoundError.code,
                      error_message=f"Group {gid} is not a share group." if known else f"Group {gid} not found.")
@@ -910,38 +927,10 @@ def describe_share_group_offsets(s, ctx, header, frame, offset):
     return respond(header, {"throttle_time_ms": ctx.throttle_time_ms, "groups": out})
 
 
-def stored_groups(s) -> set[str]:
-    """The ids of the groups with a share-partition state in some partition (the wire's or a DurableQueue's): one
-    listing of each partition's queue directory, no log opened. Worker thread, or the broker's start."""
-    from ..client.queue import QUEUES_DIR
-    out: set[str] = set()
-    for name in s.store.topics():
-        for p in range(s.partitions(name)):
-            try:
-                with os.scandir(s.store.path / f"{name}-{p}" / QUEUES_DIR) as entries:
-                    out.update(e.name for e in entries if e.is_dir())
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            except OSError as e:
-                log.warning("share groups: could not list %s-%d's queue states: %s", name, p, e)
-    return out
-
-
 def _has_state(s, gid: str) -> bool:
     """Worker thread: whether any partition holds a share-partition state of ``gid`` (the wire's or a
-    DurableQueue's); no log opened."""
-    from ..client.queue import QUEUES_DIR
-    return any((s.store.path / f"{name}-{p}" / QUEUES_DIR / gid).is_dir()
-               for name in s.store.topics() for p in range(s.partitions(name)))
-
-
-def share_group_of(s, gid: str):
-    """Whether ``gid`` is a share group of this broker, one whose share-partition states are on disk taken in
-    (``ShareCoordinator.adopt``); a generator (the disk is looked at off the loop): ``yield from`` it."""
-    if gid and gid not in s.shares.groups and not s.shares._other_type(gid) and \
-            (yield s.loop.run_in_executor(None, _has_state, s, gid)):
-        s.shares.adopt((gid,))
-    return gid in s.shares.groups
+    DurableQueue's)."""
+    return gid in s.shares.stored()
 
 
 def _admin_check(s, ctx, gid: str):

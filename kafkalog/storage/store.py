@@ -215,7 +215,7 @@ class LogStore:
             if first and not self.had_clean_shutdown:
                 points = {}
                 for topic, partition in self._partition_dirs():
-                    if not _has_segments(self.path / f"{topic}-{partition}"):
+                    if not _has_segments(self.partition_dir(topic, partition)):
                         continue  # never used: nothing to recover, and no files (or descriptors) to make for it
                     # recovered, then closed: the data dir reopens whatever its partition count (one partition's
                     # descriptors at a time); a partition opens again on its first use, from this recovery point
@@ -415,6 +415,10 @@ class LogStore:
             self._reload_topics()
             return sum(t.get("partitions", 0) for t in self._topics.values())
 
+    def partition_dir(self, topic: str, partition: int) -> Path:
+        """Where a partition's files are: ``<data dir>/<topic>-<partition>`` (Kafka's log dir layout)."""
+        return self.path / f"{topic}-{partition}"
+
     def partitions_for(self, topic: str) -> int:
         with self._lock:
             self._check_open()
@@ -467,7 +471,7 @@ class LogStore:
     def _make_partition_dirs(self, name: str, partitions, topic_id: str) -> None:
         """Partition directories, each with Kafka's ``partition.metadata`` naming the topic id (KIP-516)."""
         for p in partitions:
-            d = self.path / f"{name}-{p}"
+            d = self.partition_dir(name, p)
             try:
                 d.mkdir(exist_ok=True)
                 write_partition_metadata(d, topic_id)
@@ -508,7 +512,7 @@ class LogStore:
 
     def _read_topic_id(self, name: str) -> str | None:
         for p in range(self._topics.get(name, {}).get("partitions", 0) or 1):
-            tid = read_partition_metadata(self.path / f"{name}-{p}")
+            tid = read_partition_metadata(self.partition_dir(name, p))
             if tid is not None:
                 return tid
         return None
@@ -595,7 +599,7 @@ class LogStore:
 
     def _remove_partition_dirs(self, name: str, partitions) -> None:
         for p in partitions:
-            d = self.path / f"{name}-{p}"
+            d = self.partition_dir(name, p)
             if d.exists():
                 retire_changes(d)
                 gone = self.path / f"{name}-{p}.{uuid.uuid4().hex}-delete"
@@ -630,7 +634,7 @@ class LogStore:
     # ------------------------------------------------------------------------------------------------ logs
 
     def _open_log(self, topic: str, partition: int, recover: bool, create: bool = False) -> Log:
-        d = self.path / f"{topic}-{partition}"
+        d = self.partition_dir(topic, partition)
         if create:
             try:
                 d.mkdir(exist_ok=True)
